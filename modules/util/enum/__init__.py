@@ -1,0 +1,60 @@
+"""Enums shared by configs, the GUI and the trainer. Config files store the member *name*."""
+from enum import Enum
+
+
+class ModelType(Enum):
+    WAN_2_1 = "WAN_2_1"
+    WAN_2_2 = "WAN_2_2"
+
+
+class TrainingMethod(Enum):
+    LORA = "LORA"
+    FINE_TUNE = "FINE_TUNE"
+
+
+class ModelFormat(Enum):
+    DIFFUSERS_LORA = "DIFFUSERS_LORA"  # safetensors, diffusers key names (pipe.load_lora_weights)
+    COMFY_LORA = "COMFY_LORA"  # safetensors, "diffusion_model." + Wan's original names, explicit alpha
+    DIFFUSERS = "DIFFUSERS"  # full model as a diffusers folder
+
+    def is_lora(self) -> bool:
+        return self in (ModelFormat.DIFFUSERS_LORA, ModelFormat.COMFY_LORA)
+
+
+class TimeUnit(Enum):
+    STEP = "STEP"
+    EPOCH = "EPOCH"
+    MINUTE = "MINUTE"
+    NEVER = "NEVER"
+
+
+class DataType(Enum):
+    AUTO = "AUTO"  # bfloat16 on a GPU, float32 on the CPU
+    FLOAT32 = "FLOAT32"
+    BFLOAT16 = "BFLOAT16"
+    FLOAT16 = "FLOAT16"
+
+
+class Optimizer(Enum):
+    ADAMW = "ADAMW"
+    ADAMW_8BIT = "ADAMW_8BIT"  # needs bitsandbytes; falls back to ADAMW with a warning
+
+
+class LearningRateScheduler(Enum):
+    CONSTANT = "CONSTANT"
+    LINEAR = "LINEAR"
+    COSINE = "COSINE"
+
+
+class TimestepDistribution(Enum):
+    UNIFORM = "UNIFORM"
+    LOGIT_NORMAL = "LOGIT_NORMAL"  # sigmoid(N(logit_mean, logit_std))
+    SIGMOID = "SIGMOID"  # sigmoid(sigmoid_scale * N(0, 1)), as in OneTrainer / SimpleTuner
+
+
+class WanExpert(Enum):
+    """Which expert of a two-expert model (Wan 2.2 A14B) to train."""
+
+    BOTH = "BOTH"
+    HIGH = "HIGH"  # transformer, sigma >= boundary
+    LOW = "LOW"  # transformer_2, sigma < boundary

@@ -1,0 +1,1 @@
+# Makes the repo root importable for `pytest` (the project is run from its folder, not installed).

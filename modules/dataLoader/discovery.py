@@ -1,0 +1,135 @@
+"""Finding samples of a concept: a folder of videos/images with .txt captions, or a JSONL manifest."""
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
+from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
+
+logger = logging.getLogger(__name__)
+
+FOLDER_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
+MANIFEST_SUFFIX = ".jsonl"
+_MAX_NAMES_IN_WARNING = 5
+
+
+@dataclass(frozen=True)
+class RawSample:
+    """A media file, its caption ("" when none) and the concept path (folder or .jsonl) it came from."""
+
+    media_path: Path
+    caption: str
+    source: str
+
+
+def discover_concept(path: str | os.PathLike, include_subdirectories: bool) -> list[RawSample]:
+    """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
+
+    Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
+    or neither a folder nor a .jsonl file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        samples = _scan_folder(path, include_subdirectories)
+    elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
+        samples = read_jsonl_manifest(path)
+    elif not path.exists():
+        raise DataError(path, "concept path does not exist", MISSING_FILE)
+    else:
+        raise DataError(path, "concept path must be a folder or a .jsonl manifest", UNSUPPORTED_FILE)
+    _warn_missing_captions(path, samples)
+    return samples
+
+
+def _is_hidden(relative: Path) -> bool:
+    """Whether any part of the path starts with '.' (e.g. macOS '._clip.mp4' files)."""
+    return any(part.startswith(".") for part in relative.parts)
+
+
+def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
+    """Media files of a folder with same-stem .txt captions, sorted by relative path."""
+    candidates = folder.rglob("*") if include_subdirectories else folder.iterdir()
+    media = [
+        p
+        for p in candidates
+        if p.suffix.lower() in FOLDER_EXTENSIONS and not _is_hidden(p.relative_to(folder)) and p.is_file()
+    ]
+    media.sort(key=lambda p: p.relative_to(folder).as_posix())
+    return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder)) for p in media]
+
+
+def read_caption(path: Path) -> str:
+    """The stripped text of a caption file; "" if missing. UTF-8, falling back to latin-1 with a warning."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        logger.warning("%s: caption is not valid UTF-8, reading it as latin-1", path)
+        text = data.decode("latin-1")
+    return text.strip()
+
+
+def _warn_missing_captions(concept: Path, samples: list[RawSample]) -> None:
+    """One warning naming (some of) the samples with an empty caption."""
+    missing = [s.media_path.name for s in samples if not s.caption]
+    if not missing:
+        return
+    shown = ", ".join(missing[:_MAX_NAMES_IN_WARNING]) + (", ..." if len(missing) > _MAX_NAMES_IN_WARNING else "")
+    logger.warning(
+        "%s: %d of %d samples have no caption (training them with an empty prompt): %s",
+        concept, len(missing), len(samples), shown,
+    )
+
+
+def read_jsonl_manifest(path: str | os.PathLike) -> list[RawSample]:
+    """Samples from lines `{"path": ..., "prompt": ...}`; relative paths are resolved from the manifest's folder.
+
+    Blank lines are ignored; `caption` is accepted instead of `prompt`. Raises `DataError` naming
+    the file and line number for a bad line. File existence is checked later, when reading.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as e:
+        raise DataError(path, "manifest not found", MISSING_FILE) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(path, f"cannot read manifest ({type(e).__name__}: {e})", BAD_MANIFEST) from e
+    samples = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            samples.append(_parse_manifest_line(path, number, line))
+    return samples
+
+
+def _parse_manifest_line(manifest: Path, number: int, line: str) -> RawSample:
+    """One manifest line as a RawSample."""
+
+    def fail(reason: str) -> DataError:
+        return DataError(manifest, f"line {number}: {reason}", BAD_MANIFEST)
+
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise fail(f"invalid JSON ({e.msg} at column {e.colno})") from e
+    if not isinstance(entry, dict):
+        raise fail('expected an object like {"path": ..., "prompt": ...}')
+    media = entry.get("path")
+    if not isinstance(media, str) or not media:
+        raise fail('missing "path" string')
+    caption = entry.get("prompt", entry.get("caption", ""))
+    if caption is None:
+        caption = ""
+    if not isinstance(caption, str):
+        raise fail('"prompt" must be a string')
+    media_path = Path(media)
+    if not media_path.is_absolute():
+        media_path = manifest.parent / media_path
+    if media_path.suffix.lower() not in MEDIA_EXTENSIONS:
+        raise fail(f"unsupported file type '{media_path.suffix}' for {media}")
+    return RawSample(media_path, caption.strip(), str(manifest))

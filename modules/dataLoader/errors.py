@@ -1,0 +1,27 @@
+"""Errors raised by the data path."""
+
+from os import PathLike
+
+from modules.util.errors import UserError
+
+# Reason categories, used by `SkipCounter.summary()` to group skipped files.
+MISSING_FILE = "missing file"
+UNREADABLE_VIDEO = "unreadable video"
+UNREADABLE_IMAGE = "unreadable image"
+BAD_NPZ = "bad npz"
+BAD_MANIFEST = "bad manifest"
+UNSUPPORTED_FILE = "unsupported file"
+TOO_FEW_FRAMES = "too few frames"
+
+
+class DataError(UserError):
+    """A data file that cannot be used: names the file and why, in one line."""
+
+    def __init__(self, path: str | PathLike, reason: str, category: str = UNREADABLE_VIDEO):
+        self.path = str(path)
+        self.reason = reason
+        self.category = category
+        super().__init__(self.path, reason)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}".replace("\n", " ")

@@ -1,0 +1,226 @@
+"""Reading and writing videos (and images / .npz frame arrays) as uint8 RGB frame arrays.
+
+Frames are always `uint8` arrays shaped (F, H, W, 3) in RGB order.
+"""
+
+import logging
+import math
+import os
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from modules.dataLoader.errors import (
+    BAD_NPZ,
+    MISSING_FILE,
+    UNREADABLE_IMAGE,
+    UNREADABLE_VIDEO,
+    UNSUPPORTED_FILE,
+    DataError,
+)
+from modules.util.atomic import atomic_path, atomic_write_bytes
+
+logger = logging.getLogger(__name__)
+
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi"})
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
+NPZ_EXTENSIONS = frozenset({".npz"})
+MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS | NPZ_EXTENSIONS
+
+
+def read_video_frames(
+    path: str | os.PathLike, target_fps: float | None = None, max_frames: int | None = None
+) -> tuple[np.ndarray, float]:
+    """Read a video, image or .npz as (frames uint8 (F, H, W, 3) RGB, source_fps).
+
+    With `target_fps`, frames are resampled to the timestamps k / target_fps (nearest source
+    frame, timestamps inside the clip). `max_frames` caps the number of returned frames (decoding
+    stops early). `source_fps` is 0.0 when unknown (images; .npz without an `fps` key and no
+    `target_fps`). Raises `DataError` for missing, unreadable or empty files.
+    """
+    path = Path(path)
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    if target_fps is not None and not (math.isfinite(target_fps) and target_fps > 0):
+        raise ValueError(f"target_fps must be a positive number, got {target_fps}")
+    if not path.is_file():
+        raise DataError(path, "file not found", MISSING_FILE)
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_EXTENSIONS:
+        return _read_image(path)[None], 0.0
+    if suffix in NPZ_EXTENSIONS:
+        frames, fps = _read_npz(path)
+        source_fps = fps if fps is not None else (target_fps or 0.0)
+        indices = resample_indices(len(frames), source_fps, target_fps, max_frames)
+        return np.ascontiguousarray(frames[indices]), source_fps
+    if suffix in VIDEO_EXTENSIONS:
+        return _read_video(path, target_fps, max_frames)
+    raise DataError(path, f"unsupported file type '{suffix}'", UNSUPPORTED_FILE)
+
+
+def resample_indices(
+    num_frames: int, source_fps: float, target_fps: float | None, max_frames: int | None = None
+) -> list[int]:
+    """Source frame indices nearest to the timestamps k / target_fps inside the clip."""
+    if num_frames < 1:
+        return []
+    if target_fps is None or source_fps <= 0 or source_fps == target_fps:
+        indices = list(range(num_frames))
+    else:
+        ratio = source_fps / target_fps
+        count = math.ceil(num_frames / ratio - 1e-9)  # timestamps k / target_fps < duration
+        indices = [min(math.floor(k * ratio + 0.5), num_frames - 1) for k in range(count)]
+    return indices[:max_frames] if max_frames is not None else indices
+
+
+def _read_image(path: Path) -> np.ndarray:
+    """Decode an image file to (H, W, 3) RGB uint8 (alpha dropped, grey expanded)."""
+    data = np.fromfile(path, dtype=np.uint8)  # imdecode also works for non-ASCII paths
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if image is None:
+        raise DataError(path, "cannot decode image", UNREADABLE_IMAGE)
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
+    """Load the frame array (key `frames`, or the only array) and the optional `fps`."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise DataError(path, f"cannot load npz ({type(e).__name__}: {e})", BAD_NPZ) from e
+    fps_array = arrays.pop("fps", None)
+    if "frames" in arrays:
+        frames = arrays["frames"]
+    elif len(arrays) == 1:
+        frames = next(iter(arrays.values()))
+    else:
+        raise DataError(path, f"npz needs a 'frames' array, has {sorted(arrays)}", BAD_NPZ)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise DataError(
+            path, f"npz frames must be uint8 (F, H, W, 3), got {frames.dtype} {frames.shape}", BAD_NPZ
+        )
+    if frames.shape[0] == 0:
+        raise DataError(path, "npz holds 0 frames", BAD_NPZ)
+    fps = None
+    if fps_array is not None:
+        try:
+            fps = float(np.asarray(fps_array).reshape(-1)[0])
+        except (ValueError, TypeError, IndexError) as e:
+            raise DataError(path, f"npz 'fps' is not a number: {fps_array!r}", BAD_NPZ) from e
+        if not (math.isfinite(fps) and fps > 0):
+            raise DataError(path, f"npz 'fps' must be positive, got {fps}", BAD_NPZ)
+    return frames, fps
+
+
+def _iter_decoded(capture: cv2.VideoCapture) -> Iterator[np.ndarray]:
+    """Yield BGR frames until the decoder stops."""
+    while True:
+        ok, frame = capture.read()
+        if not ok or frame is None:
+            return
+        yield frame
+
+
+def _read_video(path: Path, target_fps: float | None, max_frames: int | None) -> tuple[np.ndarray, float]:
+    """Decode a video with OpenCV/FFmpeg, streaming and keeping only the frames we need."""
+    capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    try:
+        if not capture.isOpened():
+            raise DataError(path, "cannot open video (unreadable or not a video)", UNREADABLE_VIDEO)
+        source_fps = float(capture.get(cv2.CAP_PROP_FPS) or 0.0)
+        if not (math.isfinite(source_fps) and source_fps > 0):
+            logger.warning("%s: video reports no frame rate; not resampling", path)
+            source_fps = 0.0
+        frames = _collect_frames(_iter_decoded(capture), source_fps, target_fps, max_frames)
+    except cv2.error as e:
+        raise DataError(path, f"decoder error: {str(e).strip().splitlines()[-1]}", UNREADABLE_VIDEO) from e
+    finally:
+        capture.release()
+    if not frames:
+        raise DataError(path, "no frames could be decoded", UNREADABLE_VIDEO)
+    array = np.stack(frames)
+    return np.ascontiguousarray(array[..., ::-1]), source_fps  # BGR -> RGB
+
+
+def _collect_frames(
+    decoded: Iterator[np.ndarray], source_fps: float, target_fps: float | None, max_frames: int | None
+) -> list[np.ndarray]:
+    """Pick decoded frames at timestamps k / target_fps (nearest frame), stopping early."""
+    resample = target_fps is not None and source_fps > 0 and source_fps != target_fps
+    ratio = source_fps / target_fps if resample else 1.0
+    picked: list[np.ndarray] = []
+    k = 0
+    index = -1
+    last = None
+    for index, frame in enumerate(decoded):
+        last = frame
+        while math.floor(k * ratio + 0.5) == index:
+            picked.append(frame)
+            k += 1
+            if max_frames is not None and len(picked) >= max_frames:
+                return picked
+    # Timestamps still inside the clip whose nearest frame would be past the end: use the last one.
+    num_frames = index + 1
+    while last is not None and k * ratio < num_frames - 1e-9:
+        picked.append(last)
+        k += 1
+        if max_frames is not None and len(picked) >= max_frames:
+            break
+    return picked
+
+
+def _check_frames(frames: np.ndarray) -> np.ndarray:
+    """Validate a (F, H, W, 3) uint8 frame array."""
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] == 0:
+        raise ValueError(f"frames must be uint8 (F>0, H, W, 3), got {frames.dtype} {frames.shape}")
+    return frames
+
+
+def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float) -> None:
+    """Write RGB frames as an mp4 (mp4v fourcc), atomically. Odd sizes are cropped to even.
+
+    The container follows the suffix of `path` (use .mp4).
+    """
+    path = Path(path)
+    frames = _check_frames(frames)
+    height, width = frames.shape[1] - frames.shape[1] % 2, frames.shape[2] - frames.shape[2] % 2
+    if height == 0 or width == 0:
+        raise ValueError(f"frames too small to encode: {frames.shape}")
+    if not (math.isfinite(fps) and fps > 0):
+        raise ValueError(f"fps must be positive, got {fps}")
+    with atomic_path(path) as temp:
+        # the temp name keeps the path's suffix (.mp4): OpenCV picks the container from it
+        writer = cv2.VideoWriter(str(temp), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height))
+        try:
+            if not writer.isOpened():
+                raise OSError(f"cannot open a video writer for {path}")
+            for frame in frames[:, :height, :width]:
+                writer.write(cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2BGR))
+        finally:
+            writer.release()
+        if temp.stat().st_size == 0:
+            raise OSError(f"video writer produced no output for {path}")
+
+
+def strip_indices(num_frames: int, max_frames: int) -> list[int]:
+    """Up to `max_frames` evenly spread indices from 0 to num_frames - 1 (first and last included)."""
+    count = max(1, min(num_frames, max_frames))
+    if count == 1:
+        return [0]
+    return [round(i * (num_frames - 1) / (count - 1)) for i in range(count)]
+
+
+def write_png_strip(path: str | os.PathLike, frames: np.ndarray, max_frames: int = 8) -> None:
+    """Write a horizontal PNG strip of up to `max_frames` evenly chosen frames, atomically."""
+    path = Path(path)
+    frames = _check_frames(frames)
+    strip = np.concatenate([frames[i] for i in strip_indices(len(frames), max_frames)], axis=1)
+    ok, encoded = cv2.imencode(".png", cv2.cvtColor(strip, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise OSError(f"cannot encode png for {path}")
+    atomic_write_bytes(path, encoded.tobytes())

@@ -1,0 +1,110 @@
+"""WanModel: every component of a Wan checkpoint plus what training adds to it.
+
+The encoders are exposed as small methods (`encode_prompts`, `encode_video`, `encode_images`) that
+call diffusers' own pipeline code, so our embeddings are exactly what `WanPipeline` /
+`WanImageToVideoPipeline` produce at inference.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+from diffusers.schedulers import SchedulerMixin
+from transformers import CLIPImageProcessor, CLIPVisionModel, PreTrainedTokenizerBase, UMT5EncoderModel
+
+from modules.model.WanVariant import WanVariant
+
+TEXT_SEQ_LEN = 512  # the transformer splits image from text context at "length - 512"
+
+
+@dataclasses.dataclass
+class WanModel:
+    variant: WanVariant
+    model_dir: Path
+    tokenizer: PreTrainedTokenizerBase
+    text_encoder: UMT5EncoderModel
+    vae: AutoencoderKLWan
+    transformer: WanTransformer3DModel
+    scheduler: SchedulerMixin
+    transformer_2: WanTransformer3DModel | None = None
+    image_encoder: CLIPVisionModel | None = None
+    image_processor: CLIPImageProcessor | None = None
+    train_device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+    train_dtype: torch.dtype = torch.float32
+
+    # --- components ----------------------------------------------------------------------------
+    def transformers(self) -> list[WanTransformer3DModel]:
+        return [t for t in (self.transformer, self.transformer_2) if t is not None]
+
+    def expert_for_sigma(self, sigma: float) -> WanTransformer3DModel:
+        """Two-expert models: the high-noise expert takes σ >= boundary (as diffusers routes t >= boundary·1000)."""
+        boundary = self.variant.boundary_sigma
+        if self.transformer_2 is None or boundary is None or sigma >= boundary:
+            return self.transformer
+        return self.transformer_2
+
+    def pipeline(self, image_conditioned: bool | None = None) -> WanPipeline | WanImageToVideoPipeline:
+        """The diffusers pipeline over our components (no copies), for sampling.
+
+        36-channel models always need the image pipeline; TI2V uses it only when an image is given.
+        """
+        if image_conditioned is None:
+            image_conditioned = self.variant.channel_concat_condition
+        common = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
+                      scheduler=self.scheduler, transformer=self.transformer, transformer_2=self.transformer_2,
+                      boundary_ratio=self.variant.boundary_ratio, expand_timesteps=self.variant.expand_timesteps)
+        if image_conditioned:
+            return WanImageToVideoPipeline(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
+        return WanPipeline(**common)
+
+    # --- latent normalisation (per channel, from the VAE's own config) ---------------------------
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.vae.config.z_dim
+        mean = torch.tensor(self.vae.config.latents_mean, dtype=like.dtype, device=like.device).view(1, z, 1, 1, 1)
+        std = torch.tensor(self.vae.config.latents_std, dtype=like.dtype, device=like.device).view(1, z, 1, 1, 1)
+        return mean, std
+
+    def normalize_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        mean, std = self._latent_stats(latents)
+        return (latents - mean) / std
+
+    def denormalize_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        mean, std = self._latent_stats(latents)
+        return latents * std + mean
+
+    # --- encoders ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str]) -> torch.Tensor:
+        """UMT5 embeddings (B, 512, D), zero-padded after the real tokens, as diffusers builds them."""
+        device = next(self.text_encoder.parameters()).device
+        pipe = WanPipeline(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=None, scheduler=None)
+        embeds = pipe._get_t5_prompt_embeds(prompt=prompts, max_sequence_length=TEXT_SEQ_LEN, device=device,
+                                            dtype=torch.float32)
+        return embeds
+
+    @torch.no_grad()
+    def encode_video(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """VAE posterior of a clip in [-1, 1], (B, 3, F, H, W) -> raw (not normalised) mean and std."""
+        vae_param = next(self.vae.parameters())
+        dist = self.vae.encode(video.to(vae_param.device, vae_param.dtype)).latent_dist
+        return dist.mean.float(), dist.std.float()
+
+    @torch.no_grad()
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents -> video in [-1, 1], (B, 3, F, H, W)."""
+        vae_param = next(self.vae.parameters())
+        raw = self.denormalize_latents(latents.float()).to(vae_param.device, vae_param.dtype)
+        return self.vae.decode(raw, return_dict=False)[0].float().clamp(-1, 1)
+
+    @torch.no_grad()
+    def encode_images(self, images: list) -> torch.Tensor:
+        """CLIP second-to-last hidden state for each image (PIL or uint8 HWC), (N, tokens, width)."""
+        if self.image_encoder is None or self.image_processor is None:
+            raise RuntimeError("this model has no image encoder")
+        device = next(self.image_encoder.parameters()).device
+        pixels = self.image_processor(images=images, return_tensors="pt").pixel_values
+        out = self.image_encoder(pixel_values=pixels.to(device, next(self.image_encoder.parameters()).dtype),
+                                 output_hidden_states=True)
+        return out.hidden_states[-2].float()

@@ -1,0 +1,107 @@
+"""What a Wan checkpoint is, read from its own configs (never from its folder name).
+
+One descriptor instead of a ladder of `is_i2v()`/`is_ti2v()` checks: code asks for a capability
+(`has_clip_branch`, `two_experts`, `expand_timesteps`, ...) and the checkpoint answers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from modules.util.enum import ModelType
+from modules.util.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class WanVariant:
+    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v
+    model_type: ModelType
+    in_channels: int  # transformer input channels (16, 36 or 48)
+    out_channels: int  # latent channels the transformer predicts
+    has_clip_branch: bool  # transformer has image cross-attention (image_dim set)
+    has_image_encoder: bool  # checkpoint ships image_encoder/ + image_processor/
+    two_experts: bool  # transformer_2 present (Wan 2.2 A14B)
+    boundary_ratio: float | None  # expert switch, as a fraction of the 1000 train timesteps
+    expand_timesteps: bool  # Wan 2.2 TI2V: per-token timesteps, first-frame condition as clean tokens
+    vae_z_dim: int
+    vae_scale_spatial: int
+    vae_scale_temporal: int
+    patch_size: tuple[int, int, int]
+    fps: int  # frame rate the variant was trained at
+
+    @property
+    def channel_concat_condition(self) -> bool:
+        """The I2V layout: hidden = [x_t, 4 mask channels, condition latents] (36 = 16 + 4 + 16)."""
+        return self.in_channels == 2 * self.out_channels + self.vae_scale_temporal
+
+    @property
+    def boundary_sigma(self) -> float | None:
+        # diffusers routes t >= boundary_ratio * 1000 to the high-noise expert; with t = 1000σ this is σ.
+        return self.boundary_ratio
+
+    def describe(self) -> str:
+        parts = [self.name, f"{self.in_channels}ch in", f"VAE z{self.vae_z_dim}", f"{self.fps} fps"]
+        if self.has_clip_branch:
+            parts.append("CLIP branch")
+        if self.two_experts:
+            parts.append(f"two experts (boundary {self.boundary_ratio})")
+        if self.expand_timesteps:
+            parts.append("per-token timesteps")
+        return ", ".join(parts)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"'{path}' is missing: base_model_name must be a diffusers-format Wan folder")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"'{path}' is not valid JSON ({e}): the model folder is damaged") from None
+
+
+def detect_variant(model_dir: str | Path) -> WanVariant:
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise UserError(f"model folder '{model_dir}' does not exist: set base_model_name to a diffusers Wan folder")
+    index = _read_json(model_dir / "model_index.json")
+    transformer = _read_json(model_dir / "transformer" / "config.json")
+    vae = _read_json(model_dir / "vae" / "config.json")
+
+    def has_component(name: str) -> bool:
+        entry = index.get(name)
+        return isinstance(entry, list) and entry[0] is not None and (model_dir / name).is_dir()
+
+    two_experts = has_component("transformer_2")
+    expand_timesteps = bool(index.get("expand_timesteps", False))
+    in_channels = int(transformer["in_channels"])
+    out_channels = int(transformer.get("out_channels") or in_channels)
+    z_dim = int(vae.get("z_dim", 16))
+    scale_spatial = int(vae.get("scale_factor_spatial", 8))
+    scale_temporal = int(vae.get("scale_factor_temporal", 4))
+    is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48
+    conditioned = in_channels == 2 * out_channels + scale_temporal
+    if expand_timesteps:
+        name = "ti2v"
+    elif two_experts:
+        name = "a14b_i2v" if conditioned else "a14b_t2v"
+    else:
+        name = "i2v" if conditioned else "t2v"
+    return WanVariant(
+        name=name,
+        model_type=ModelType.WAN_2_2 if is_wan_2_2 else ModelType.WAN_2_1,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        has_clip_branch=transformer.get("image_dim") is not None,
+        has_image_encoder=has_component("image_encoder") and has_component("image_processor"),
+        two_experts=two_experts,
+        boundary_ratio=float(index["boundary_ratio"]) if index.get("boundary_ratio") is not None else None,
+        expand_timesteps=expand_timesteps,
+        vae_z_dim=z_dim,
+        vae_scale_spatial=scale_spatial,
+        vae_scale_temporal=scale_temporal,
+        patch_size=tuple(transformer.get("patch_size", (1, 2, 2))),
+        # Wan 2.2 TI2V 5B was trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
+        fps=24 if z_dim == 48 else 16,
+    )

@@ -1,0 +1,78 @@
+"""Final model output: LoRA files (one per trained expert) or a full diffusers folder."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from modules.model.WanModel import WanModel
+from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
+from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
+from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.util.atomic import atomic_write_dir
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import ModelFormat
+
+logger = logging.getLogger(__name__)
+
+TRANSFORMER_FOLDERS = ("transformer", "transformer_2")
+
+
+def variant_tag(model: WanModel) -> str:
+    """`wan-2.1-t2v`, `wan-2.2-ti2v`, ... for model-spec metadata."""
+    version = "2.2" if model.variant.model_type.name == "WAN_2_2" else "2.1"
+    return f"wan-{version}-{model.variant.name.replace('_', '-')}"
+
+
+class WanModelSaver:
+    def __init__(self, model: WanModel, setup: BaseWanSetup, config: TrainConfig):
+        self.model = model
+        self.setup = setup
+        self.config = config
+
+    def save(self, destination: str | Path) -> list[Path]:
+        if self.config.output_model_format.is_lora():
+            return self.save_lora(destination, self.config.output_model_format)
+        return [self.save_diffusers(destination)]
+
+    def lora_paths(self, destination: str | Path) -> dict[int, Path]:
+        """Expert index -> file; two-expert models get `<name>_high_noise` / `<name>_low_noise` files."""
+        if self.model.transformer_2 is None:
+            return {0: Path(destination)}
+        high, low = expert_lora_paths(destination)
+        return {0: Path(high), 1: Path(low)}
+
+    def save_lora(self, destination: str | Path, fmt: ModelFormat) -> list[Path]:
+        paths = self.lora_paths(destination)
+        config_hash = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        written = []
+        for expert, transformer in self.setup.trained_transformers():
+            weights = extract_from_peft(transformer, "default")
+            metadata = lora_metadata(variant_tag(self.model), base_model=str(self.config.base_model_name),
+                                     config_hash=config_hash)
+            save_lora(weights, paths[expert], fmt.name, metadata)
+            logger.info("LoRA written to %s", paths[expert])
+            written.append(paths[expert])
+        return written
+
+    def save_diffusers(self, destination: str | Path) -> Path:
+        """The base folder with the trained transformer(s) swapped in, written atomically."""
+        destination = Path(destination)
+        trained = dict(self.setup.trained_transformers())
+
+        def write(folder: Path) -> None:
+            for entry in self.model.model_dir.iterdir():
+                if entry.name in TRANSFORMER_FOLDERS and TRANSFORMER_FOLDERS.index(entry.name) in trained:
+                    continue
+                if entry.is_dir():
+                    shutil.copytree(entry, folder / entry.name)
+                else:
+                    shutil.copy2(entry, folder / entry.name)
+            for expert, transformer in trained.items():
+                transformer.save_pretrained(folder / TRANSFORMER_FOLDERS[expert], safe_serialization=True)
+
+        atomic_write_dir(destination, write)
+        logger.info("model written to %s", destination)
+        return destination

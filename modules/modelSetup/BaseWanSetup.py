@@ -1,0 +1,135 @@
+"""The training step of every Wan variant: σ, noise, model input, expert routing, loss.
+
+Subclasses decide which parameters train (`WanLoRASetup`, `WanFineTuneSetup`); the step itself is
+shared, so T2V, I2V, TI2V and the two-expert models differ only in what the variant descriptor says.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from diffusers import WanTransformer3DModel
+
+from modules.model.WanModel import WanModel
+from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import WanExpert
+
+
+@dataclasses.dataclass
+class StepOutput:
+    loss: torch.Tensor
+    predicted: torch.Tensor  # model prediction (flow), (B, C, T, h, w)
+    target: torch.Tensor
+    noisy_latents: torch.Tensor
+    input_latents: torch.Tensor  # x0
+    sigmas: torch.Tensor
+    expert: int  # 0 = transformer, 1 = transformer_2
+
+
+class BaseWanSetup:
+    def __init__(self, model: WanModel, config: TrainConfig):
+        self.model = model
+        self.config = config
+        self.sigma_sampler = SigmaSampler(
+            distribution=config.timestep_distribution, logit_mean=config.logit_mean, logit_std=config.logit_std,
+            sigmoid_scale=config.sigmoid_scale, shift=config.timestep_shift,
+            min_sigma=config.min_sigma, max_sigma=config.max_sigma,
+        )
+
+    # --- which transformers train ----------------------------------------------------------------
+    def trained_transformers(self) -> list[tuple[int, WanTransformer3DModel]]:
+        """(expert index, transformer) pairs that receive gradients."""
+        model = self.model
+        if model.transformer_2 is None:
+            return [(0, model.transformer)]
+        expert = self.config.train_expert
+        pairs = [(0, model.transformer), (1, model.transformer_2)]
+        if expert == WanExpert.HIGH:
+            return pairs[:1]
+        if expert == WanExpert.LOW:
+            return pairs[1:]
+        return pairs
+
+    def setup_trainable(self) -> list[torch.nn.Parameter]:
+        raise NotImplementedError
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """Everything that training changed, by stable names (for backups)."""
+        raise NotImplementedError
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def prepare_device(self) -> None:
+        """Put the transformers on the train device; encoders stay where the data loader wants them."""
+        for _, transformer in self.trained_transformers():
+            transformer.to(self.model.train_device)
+            if self.config.gradient_checkpointing:
+                transformer.enable_gradient_checkpointing()
+            transformer.train()
+
+    # --- the step --------------------------------------------------------------------------------
+    def _expert_sigma_range(self, expert: int) -> tuple[float, float]:
+        boundary = self.model.variant.boundary_sigma
+        if self.model.transformer_2 is None or boundary is None:
+            return 0.0, 1.0
+        return (boundary, 1.0) if expert == 0 else (0.0, boundary)
+
+    def sample_sigmas(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """σ for a batch and the expert they all belong to (a batch never straddles the boundary)."""
+        experts = [index for index, _ in self.trained_transformers()]
+        if len(experts) == 1:
+            low, high = self._expert_sigma_range(experts[0])
+            return self.sigma_sampler.sample(batch_size, generator, low, high), experts[0]
+        first = self.sigma_sampler.sample(1, generator)
+        expert = 0 if self.model.expert_for_sigma(float(first)) is self.model.transformer else 1
+        low, high = self._expert_sigma_range(expert)
+        rest = self.sigma_sampler.sample(batch_size - 1, generator, low, high) if batch_size > 1 else first[:0]
+        return torch.cat([first, rest]), expert
+
+    def _autocast(self):
+        device = self.model.train_device
+        if self.model.train_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.model.train_dtype)
+
+    def _timesteps(self, sigmas: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+        timesteps = sigmas * 1000.0
+        if not self.model.variant.expand_timesteps:
+            return timesteps
+        # Wan 2.2 TI2V takes one timestep per token: (B, T·h/p·w/p).
+        _, _, t, h, w = latents.shape
+        _, ph, pw = self.model.variant.patch_size
+        return timesteps[:, None].expand(-1, t * (h // ph) * (w // pw))
+
+    def predict(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> StepOutput:
+        device, dtype = self.model.train_device, self.model.train_dtype
+        mean = batch["latent_mean"].to(device)
+        std = batch["latent_std"].to(device)
+        eps_posterior = torch.randn(mean.shape, generator=generator).to(device)
+        x0 = self.model.normalize_latents(mean + std * eps_posterior)  # a posterior sample per step
+        sigmas, expert = self.sample_sigmas(x0.shape[0], generator)
+        noise = torch.randn(x0.shape, generator=generator).to(device)
+        sigmas = sigmas.to(device)
+        x_t = add_noise(x0, noise, sigmas)
+
+        hidden = x_t
+        if self.model.variant.channel_concat_condition:
+            hidden = torch.cat([x_t, batch["condition_mask"].to(device), batch["condition_latents"].to(device)], dim=1)
+        transformer = self.model.transformer if expert == 0 else self.model.transformer_2
+        image_embeds = batch.get("clip_embeds")
+        with self._autocast():
+            predicted = transformer(
+                hidden_states=hidden.to(dtype),
+                timestep=self._timesteps(sigmas, x0),
+                encoder_hidden_states=batch["prompt_embeds"].to(device, dtype),
+                encoder_hidden_states_image=image_embeds.to(device, dtype) if image_embeds is not None else None,
+                return_dict=False,
+            )[0]
+        target = flow_target(x0, noise)
+        loss = F.mse_loss(predicted.float(), target.float())
+        return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
+                          sigmas=sigmas, expert=expert)

@@ -1,0 +1,65 @@
+"""LoRA training: peft adapters on the chosen transformer(s); everything else frozen."""
+from __future__ import annotations
+
+import logging
+
+import torch
+from peft import LoraConfig
+
+from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.lora_targets import select_lora_targets
+
+logger = logging.getLogger(__name__)
+
+ADAPTER = "default"
+EXPERT_PREFIX = ("transformer.", "transformer_2.")
+
+
+class WanLoRASetup(BaseWanSetup):
+    def setup_trainable(self) -> list[torch.nn.Parameter]:
+        config = self.config
+        params: list[torch.nn.Parameter] = []
+        for expert, transformer in self.trained_transformers():
+            targets = select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
+                                          config.lora_layer_filter)
+            lora_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                                     target_modules=targets, init_lora_weights=True)
+            transformer.add_adapter(lora_config, adapter_name=ADAPTER)
+            expert_params = [p for n, p in transformer.named_parameters() if "lora_" in n]
+            for p in expert_params:
+                p.data = p.data.float()  # LoRA weights train in fp32 even on a bf16 base
+                p.requires_grad_(True)
+            logger.info("LoRA rank %d on %d layers of %s (%d parameters)", config.lora_rank, len(targets),
+                        EXPERT_PREFIX[expert].rstrip("."), sum(p.numel() for p in expert_params))
+            params.extend(expert_params)
+        return params
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        state = {}
+        for expert, transformer in self.trained_transformers():
+            for name, param in transformer.named_parameters():
+                if "lora_" in name:
+                    state[EXPERT_PREFIX[expert] + name] = param.detach().clone()
+        return state
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        load_named_parameters(self, state, lambda name: "lora_" in name)
+
+
+def load_named_parameters(setup: BaseWanSetup, state: dict[str, torch.Tensor], selected) -> None:
+    """Copy `state` (names prefixed by expert) into the trained transformers; every name must match."""
+    expected = set()
+    for expert, transformer in setup.trained_transformers():
+        params = dict(transformer.named_parameters())
+        for name, param in params.items():
+            if not selected(name):
+                continue
+            key = EXPERT_PREFIX[expert] + name
+            expected.add(key)
+            if key not in state:
+                raise KeyError(f"backup has no weights for '{key}'")
+            with torch.no_grad():
+                param.copy_(state[key].to(param.device, param.dtype))
+    extra = set(state) - expected
+    if extra:
+        raise KeyError(f"backup has weights the model lacks, e.g. '{sorted(extra)[0]}'")

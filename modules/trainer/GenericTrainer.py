@@ -1,0 +1,352 @@
+"""GenericTrainer: the training loop.
+
+Epochs and `max_steps`, gradient accumulation, tqdm progress with loss and ETA, tensorboard scalars,
+sampling and backups on STEP / EPOCH / MINUTE schedules, exact resume from the last backup, a clean
+stop (Ctrl-C, SIGTERM or the UI's Stop) that writes a backup first, and the final save.
+
+Exactness: the data order of an epoch is a function of (seed, epoch), and every random draw of micro
+step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
+resumed from a backup therefore continues bit-identically on the CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.dataLoader.skips import SkipCounter
+from modules.model.WanModel import WanModel
+from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+from modules.modelSampler.WanModelSampler import WanModelSampler
+from modules.modelSaver.WanModelSaver import WanModelSaver
+from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
+from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
+from modules.modelSetup.WanLoRASetup import WanLoRASetup
+from modules.trainer.backup import TrainProgress, latest_backup, list_backups, write_backup
+from modules.trainer.schedule import Schedule
+from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import TrainingMethod
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Keys that may change between a backup and its resume without changing the training itself.
+_RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
+                        "rolling_backup_count", "sample_after", "sample_after_unit", "samples", "tensorboard",
+                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
+                        "backup_before_save", "train_device"}
+MAX_NONFINITE_STEPS = 5
+
+
+def step_seed(seed: int, *parts: object) -> int:
+    digest = hashlib.sha256(json.dumps([seed, *parts]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class GenericTrainer:
+    def __init__(self, config: TrainConfig, callbacks: TrainCallbacks | None = None,
+                 commands: TrainCommands | None = None):
+        self.config = config
+        self.callbacks = callbacks or TrainCallbacks()
+        self.commands = commands or TrainCommands()
+        self.workspace = Path(config.workspace_dir)
+        self.skips = SkipCounter()
+        self.progress = TrainProgress()
+        self.model: WanModel | None = None
+        self.setup: BaseWanSetup | None = None
+        self.data: WanBaseDataLoader | None = None
+        self.tensorboard = None
+        self.nonfinite_in_a_row = 0
+        self.nonfinite_total = 0
+        self.output_paths: list[Path] = []
+        self.sample_paths: list[Path] = []
+        self._log_handler: logging.Handler | None = None
+
+    # --- set-up -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        config = self.config
+        if config.dataset_config:
+            raise UserError("config key 'dataset_config' (E2V training) is not supported by this version yet: "
+                            "remove it to train on plain video concepts")
+        if not config.base_model_name:
+            raise UserError("config key 'base_model_name' is empty: set it to a diffusers Wan folder")
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self._start_log_file()
+        torch.manual_seed(config.seed)
+        self._status("loading model")
+        device = resolve_device(config.train_device)
+        self.model = WanModelLoader().load(
+            config.base_model_name, device, transformer_dtype=config.transformer_dtype,
+            text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
+            image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
+            transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
+        )
+        setup_cls = WanLoRASetup if config.training_method == TrainingMethod.LORA else WanFineTuneSetup
+        self.setup = setup_cls(self.model, config)
+
+        self._status("preparing data")
+        for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
+            if module is not None:
+                module.to(device)
+        self.data = WanBaseDataLoader(config, self.model, self.skips)
+        self.data.prepare()
+        if config.latent_caching:  # encoders are not needed until sampling: free the GPU for training
+            for module in (self.model.text_encoder, self.model.image_encoder):
+                if module is not None:
+                    module.to("cpu")
+
+        params = self.setup.setup_trainable()
+        if config.lora_weight_path and config.training_method == TrainingMethod.LORA:
+            self._load_initial_lora(config.lora_weight_path)
+        self.setup.prepare_device()
+        self.params = params
+        self.optimizer = create_optimizer(params, config)
+        self.total_steps = self._total_steps()
+        self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
+        if config.continue_last_backup:
+            self._resume()
+        if config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
+
+    def _start_log_file(self) -> None:
+        log_dir = self.workspace / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_dir / time.strftime("train-%Y%m%d-%H%M%S.log"), encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+        if logging.getLogger().level > logging.INFO:
+            logging.getLogger().setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _load_initial_lora(self, path: str) -> None:
+        from modules.modelLoader.WanLoRALoader import load_lora_file
+        from modules.modelSaver.lora_formats import apply_to_peft
+
+        for expert, transformer in self.setup.trained_transformers():
+            file = Path(path)
+            if self.model.transformer_2 is not None:
+                from modules.modelSaver.lora_formats import expert_lora_paths
+
+                file = expert_lora_paths(file)[expert]
+            weights, _ = load_lora_file(file)
+            apply_to_peft(transformer, weights, "default")
+            logger.info("continuing from LoRA %s", file)
+
+    def _steps_per_epoch(self) -> int:
+        return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)
+
+    def _total_steps(self) -> int:
+        total = self._steps_per_epoch() * self.config.epochs
+        return min(total, self.config.max_steps) if self.config.max_steps else total
+
+    def _fingerprints(self) -> dict[str, str]:
+        training = {k: v for k, v in self.config.to_dict().items() if k not in _RESUME_NEUTRAL_KEYS}
+        dataset = [item.latent_key + item.text_key for item in self.data.items]
+        return {"config": hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest(),
+                "dataset": hashlib.sha256(json.dumps(dataset).encode()).hexdigest()}
+
+    def _resume(self) -> None:
+        backup = latest_backup(self.workspace)
+        if backup is None:
+            logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
+            return
+        now = self._fingerprints()
+        for what, value in backup.fingerprints.items():
+            if now.get(what) != value:
+                logger.warning("resuming from %s although the %s changed since it was written", backup.path, what)
+        self.setup.load_trainable_state(backup.trainable)
+        self.optimizer.load_state_dict(backup.optimizer)
+        self.lr_scheduler.load_state_dict(backup.lr_scheduler)
+        self.progress = backup.progress
+        logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
+                    self.progress.epoch, self.progress.epoch_batch)
+
+    # --- the loop -----------------------------------------------------------------------------------
+    def train(self) -> None:
+        config = self.config
+        accumulation = config.gradient_accumulation_steps
+        backup_schedule = Schedule(config.backup_after, config.backup_after_unit)
+        sample_schedule = Schedule(config.sample_after, config.sample_after_unit)
+        bar = tqdm(total=self.total_steps, initial=self.progress.global_step, desc="training", unit="step",
+                   dynamic_ncols=True)
+        start_time, start_step = time.monotonic(), self.progress.global_step
+        committed = dataclasses.replace(self.progress)  # position after the last optimizer step
+        interrupted = False
+        try:
+            while self.progress.epoch < config.epochs and not self._done():
+                epoch = self.progress.epoch
+                batches = self.data.epoch_batches(epoch)
+                pending = 0  # micro batches accumulated since the last optimizer step
+                while self.progress.epoch_batch < len(batches) and not self._done():
+                    loss = self._micro_step(batches[self.progress.epoch_batch], epoch)
+                    self.progress.epoch_batch += 1
+                    pending += 1
+                    last_of_epoch = self.progress.epoch_batch == len(batches)
+                    if pending < accumulation and not last_of_epoch:
+                        continue
+                    self._optimizer_step(loss, pending)
+                    pending = 0
+                    committed = dataclasses.replace(self.progress)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}")
+                    self._report(loss, start_time, start_step)
+                    self._after_step(backup_schedule, sample_schedule, epoch_end=False)
+                    if self.commands.stop_requested:
+                        raise KeyboardInterrupt
+                if self.progress.epoch_batch >= len(batches):
+                    self.progress.epoch += 1
+                    self.progress.epoch_batch = 0
+                    committed = dataclasses.replace(self.progress)
+                    self._after_step(backup_schedule, sample_schedule, epoch_end=True)
+        except KeyboardInterrupt:
+            # A stop inside a step drops that step's partial gradients: the backup must describe the state
+            # after the last optimizer step, or a resume would skip the interrupted batches.
+            interrupted = True
+            self.progress = committed
+            self.optimizer.zero_grad(set_to_none=True)
+        finally:
+            bar.close()
+        if interrupted:
+            path = self.backup()
+            self._status(f"stopped; backup written to {path} — resume with continue_last_backup=true")
+            raise TrainingStopped(path)
+
+    def _done(self) -> bool:
+        return bool(self.config.max_steps) and self.progress.global_step >= self.config.max_steps
+
+    def _micro_step(self, indices: list[int], epoch: int) -> float:
+        batch = self.data.load_batch(indices, epoch)
+        seed = step_seed(self.config.seed, "micro", self.progress.micro_step)
+        torch.manual_seed(seed)  # LoRA dropout and anything else drawing from the global RNG
+        generator = torch.Generator().manual_seed(seed)
+        output = self.setup.predict(batch, generator)
+        self.progress.micro_step += 1
+        loss = output.loss
+        if not torch.isfinite(loss):
+            self._nonfinite(float(loss))
+            self._pending_loss = getattr(self, "_pending_loss", 0.0)
+            return float("nan")
+        (loss / self.config.gradient_accumulation_steps).backward()
+        if self.tensorboard is not None:
+            self.tensorboard.add_histogram("sigma", output.sigmas.float().cpu(), self.progress.global_step)
+        return float(loss.detach())
+
+    def _nonfinite(self, value: float) -> None:
+        self.nonfinite_in_a_row += 1
+        self.nonfinite_total += 1
+        logger.warning("loss is %s at step %d; skipping this batch", value, self.progress.global_step)
+        if self.nonfinite_in_a_row >= MAX_NONFINITE_STEPS:
+            raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: lower learning_rate "
+                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true")
+
+    def _optimizer_step(self, loss: float, micro_batches: int) -> None:
+        if math.isfinite(loss):
+            self.nonfinite_in_a_row = 0
+        if micro_batches != self.config.gradient_accumulation_steps:  # short tail of an epoch: rescale
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(self.config.gradient_accumulation_steps / micro_batches)
+        if self.config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.global_step += 1
+        if self.tensorboard is not None and math.isfinite(loss):
+            self.tensorboard.add_scalar("loss", loss, self.progress.global_step)
+            self.tensorboard.add_scalar("lr", self.lr_scheduler.get_last_lr()[0], self.progress.global_step)
+
+    def _report(self, loss: float, start_time: float, start_step: int) -> None:
+        done = self.progress.global_step - start_step
+        elapsed = time.monotonic() - start_time
+        eta = elapsed / done * (self.total_steps - self.progress.global_step) if done else None
+        self.callbacks.on_update(TrainUpdate(self.progress.global_step, self.total_steps, self.progress.epoch,
+                                             self.config.epochs, loss, eta, "training"))
+
+    def _after_step(self, backup_schedule: Schedule, sample_schedule: Schedule, epoch_end: bool) -> None:
+        step, epoch = self.progress.global_step, self.progress.epoch
+        if self.commands.take_sample() or sample_schedule.due(step, epoch, epoch_end):
+            self.sample()
+        if self.commands.take_backup() or backup_schedule.due(step, epoch, epoch_end):
+            self.backup()
+
+    # --- side effects -----------------------------------------------------------------------------------
+    def backup(self) -> Path:
+        self._status("writing backup")
+        return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer,
+                            self.lr_scheduler, self._fingerprints(), self.config.to_dict(),
+                            self.config.rolling_backup_count)
+
+    def sample(self) -> list[Path]:
+        samples = [s for s in self.config.samples if s.enabled]
+        if not samples:
+            return []
+        self._status("sampling")
+        sampler = WanModelSampler(self.model)
+        paths = []
+        for index, sample in enumerate(samples):
+            output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"
+            try:
+                paths.append(sampler.sample_to_file(sample, output, show_progress=False))
+            except UserError as e:
+                logger.warning("sample %d skipped: %s", index, e)
+                continue
+            if self.tensorboard is not None:
+                import numpy as np
+                from PIL import Image
+
+                strip = np.asarray(Image.open(output.with_suffix(".png")).convert("RGB"))
+                self.tensorboard.add_image(f"sample/{index}", strip, self.progress.global_step, dataformats="HWC")
+        if self.config.latent_caching:  # sampling moved the encoders to the GPU
+            for module in (self.model.text_encoder, self.model.image_encoder):
+                if module is not None:
+                    module.to("cpu")
+        self.sample_paths.extend(paths)
+        return paths
+
+    def end(self) -> list[Path]:
+        """Final save (and backup), summary of skipped samples. Returns the written model paths."""
+        latest = list_backups(self.workspace)
+        already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
+        if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
+            self.backup()
+        self._status("saving model")
+        self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(self.config.output_model_destination)
+        summary = self.skips.summary()
+        logger.info(summary)
+        if self.nonfinite_total:
+            logger.warning("%d steps were skipped for a NaN/inf loss", self.nonfinite_total)
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        self.close()
+        return self.output_paths
+
+    def close(self) -> None:
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+
+    def _status(self, text: str) -> None:
+        logger.info(text)
+        self.callbacks.on_status(text)
+
+
+class TrainingStopped(Exception):
+    """Training was stopped on request; a backup was written to `path`."""
+
+    def __init__(self, path: Path):
+        super().__init__(f"training stopped; backup written to {path}")
+        self.path = path

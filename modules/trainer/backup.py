@@ -1,0 +1,101 @@
+"""Resumable backups: `workspace/backup/step-00000123/` folders, written atomically, the last N kept.
+
+A backup holds what training changed (trainable weights), the optimizer and LR-scheduler states, the
+data position (epoch, next batch) and step counters, plus fingerprints of the config and dataset so
+a resume with different settings warns and names what changed. Randomness needs no saved state: every
+draw of step N comes from a generator seeded by (seed, N).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from modules.util.atomic import atomic_write_dir
+
+logger = logging.getLogger(__name__)
+
+BACKUP_DIR = "backup"
+
+
+@dataclasses.dataclass
+class TrainProgress:
+    epoch: int = 0  # current epoch
+    epoch_batch: int = 0  # next batch index inside the epoch
+    global_step: int = 0  # optimizer steps done
+    micro_step: int = 0  # forward/backward passes done
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Backup:
+    path: Path
+    progress: TrainProgress
+    trainable: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    lr_scheduler: dict[str, Any]
+    fingerprints: dict[str, str]
+
+
+def backup_root(workspace_dir: str | Path) -> Path:
+    return Path(workspace_dir) / BACKUP_DIR
+
+
+def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: dict[str, torch.Tensor],
+                 optimizer: torch.optim.Optimizer, lr_scheduler: Any, fingerprints: dict[str, str],
+                 config_dict: dict[str, Any], keep: int) -> Path:
+    root = backup_root(workspace_dir)
+    path = root / f"step-{progress.global_step:08d}"
+
+    def write(folder: Path) -> None:
+        save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
+        torch.save({"optimizer": optimizer.state_dict(), "lr_scheduler": lr_scheduler.state_dict()},
+                   folder / "optimizer.pt")
+        (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(),
+                                                          "fingerprints": fingerprints}, indent=2))
+        (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
+
+    atomic_write_dir(path, write)
+    for old in list_backups(workspace_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    logger.info("backup written to %s", path)
+    return path
+
+
+def list_backups(workspace_dir: str | Path) -> list[Path]:
+    """Complete backups, oldest first (temp folders of an interrupted write are ignored)."""
+    root = backup_root(workspace_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("step-*") if (p / "progress.json").is_file() and p.is_dir())
+
+
+def read_backup(path: Path) -> Backup:
+    meta = json.loads((path / "progress.json").read_text())
+    states = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+    return Backup(
+        path=path,
+        progress=TrainProgress(**meta["progress"]),
+        trainable=load_file(str(path / "trainable.safetensors")),
+        optimizer=states["optimizer"],
+        lr_scheduler=states["lr_scheduler"],
+        fingerprints=meta.get("fingerprints", {}),
+    )
+
+
+def latest_backup(workspace_dir: str | Path) -> Backup | None:
+    """The newest backup that loads; a damaged one is skipped with a warning."""
+    for path in reversed(list_backups(workspace_dir)):
+        try:
+            return read_backup(path)
+        except Exception as e:  # a damaged backup must not block resuming from an older good one
+            logger.warning("backup %s cannot be read (%s); trying an older one", path, e)
+    return None

@@ -1,0 +1,153 @@
+"""Reading configs from disk: migrations, preset layering, command-line overrides.
+
+Layering (later wins): defaults < preset < config file < ``--config-value`` overrides. Each layer is a
+*partial* dict; layers are deep-merged and validated once, strictly, at the end.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from modules.util.atomic import atomic_write_text
+from modules.util.config.base_config import ConfigError
+from modules.util.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
+
+PRESET_DIR = Path(__file__).resolve().parents[3] / "training_presets"
+
+
+def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
+    # Prototype files used OneTrainer's `concept_file_name` for the concept list file.
+    if "concept_file_name" in data:
+        data.setdefault("concepts", data.pop("concept_file_name"))
+    return data
+
+
+# version N -> function upgrading a dict of version N to N + 1
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+
+
+def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Upgrade a (partial) config dict to CONFIG_VERSION. A dict without a version is current."""
+    data = copy.deepcopy(data)
+    version = data.get("config_version", CONFIG_VERSION)
+    if not isinstance(version, int) or version > CONFIG_VERSION:
+        raise ConfigError(
+            f"config key 'config_version' in {source} is {version!r}; this WanTrainer reads up to {CONFIG_VERSION} — update WanTrainer"
+        )
+    while version < CONFIG_VERSION:
+        data = MIGRATIONS[version](data)
+        version += 1
+    if "config_version" in data:
+        data["config_version"] = CONFIG_VERSION
+    return data
+
+
+def read_json(path: str | os.PathLike, what: str = "config") -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} file '{path}' does not exist: check the path")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} file '{path}' is not valid JSON ({e}): fix the file") from None
+
+
+def deep_merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """Merge `layer` over `base`; nested objects merge key by key, lists and scalars are replaced."""
+    merged = copy.deepcopy(base)
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def resolve_preset(name_or_path: str) -> Path:
+    """A preset is a path, or the name of a shipped preset ("#lora 1.3B" or "lora 1.3B")."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    stem = name_or_path.removeprefix("#").removesuffix(".json")
+    shipped = PRESET_DIR / f"#{stem}.json"
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("#*.json")))
+    raise ConfigError(f"preset '{name_or_path}' not found: give a file path or one of {names}")
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """``a.b.0.c=value`` -> (['a', 'b', 0, 'c'], value); the value is JSON when it parses, else a string."""
+    if "=" not in text:
+        raise ConfigError(f"--config-value '{text}' must look like key=value (e.g. epochs=3)")
+    key, raw = text.split("=", 1)
+    parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return parts, value
+
+
+def apply_override(data: dict[str, Any], parts: list[str | int], value: Any) -> None:
+    target: Any = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = parts[i + 1]
+        if isinstance(target, list):
+            if not isinstance(part, int) or part > len(target):
+                raise ConfigError(f"--config-value: index {part} is out of range in '{'.'.join(map(str, parts))}'")
+            if part == len(target):  # one past the end appends, so `concepts.0.path=...` works on []
+                target.append([] if isinstance(nxt, int) else {})
+            target = target[part]
+        else:
+            if part not in target or target[part] is None:
+                target[part] = [] if isinstance(nxt, int) else {}
+            target = target[part]
+    last = parts[-1]
+    if isinstance(target, list):
+        if not isinstance(last, int) or last > len(target):
+            raise ConfigError(f"--config-value: index {last} is out of range in '{'.'.join(map(str, parts))}'")
+        if last == len(target):
+            target.append(value)
+        else:
+            target[last] = value
+    else:
+        target[last] = value
+
+
+def load_concepts(path: str | os.PathLike) -> list[ConceptConfig]:
+    data = read_json(path, "concept")
+    if not isinstance(data, list):
+        raise ConfigError(f"concept file '{path}' must hold a JSON list of concepts")
+    return [ConceptConfig.from_dict(item, f"concepts[{i}]") for i, item in enumerate(data)]
+
+
+def load_train_config(
+    config_path: str | os.PathLike | None = None,
+    preset: str | None = None,
+    overrides: list[str] | None = None,
+) -> TrainConfig:
+    merged: dict[str, Any] = {}
+    if preset:
+        preset_path = resolve_preset(preset)
+        merged = deep_merge(merged, migrate(_as_object(read_json(preset_path, "preset"), preset_path), str(preset_path)))
+    if config_path:
+        merged = deep_merge(merged, migrate(_as_object(read_json(config_path), config_path), str(config_path)))
+    for text in overrides or []:
+        parts, value = parse_override(text)
+        apply_override(merged, parts, value)
+    merged["config_version"] = CONFIG_VERSION
+    return TrainConfig.from_dict(merged)
+
+
+def _as_object(data: Any, path: str | os.PathLike) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a JSON object")
+    return data
+
+
+def save_config(config: TrainConfig, path: str | os.PathLike) -> None:
+    atomic_write_text(path, json.dumps(config.to_dict(), indent=4) + "\n")

@@ -1,0 +1,202 @@
+"""The training configuration: every key a user, a preset or the GUI can set.
+
+Top-level names follow OneTrainer so presets and habits carry over (ARCHITECTURE.md §3).
+`CONFIG_VERSION` goes up whenever a key is renamed or its meaning changes; `migrations.py` then
+upgrades older files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.enum import (
+    DataType,
+    LearningRateScheduler,
+    ModelFormat,
+    ModelType,
+    Optimizer,
+    TimestepDistribution,
+    TimeUnit,
+    TrainingMethod,
+    WanExpert,
+)
+
+CONFIG_VERSION = 1
+
+# Modules that both diffusers and ComfyUI know by name (see modules/modelSaver/lora_formats.py), so a
+# LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
+DEFAULT_LORA_TARGETS = [
+    "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+    "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0",
+    "attn2.add_k_proj", "attn2.add_v_proj",
+    "ffn.net.0.proj", "ffn.net.2",
+]
+
+
+@dataclasses.dataclass
+class ConceptConfig(BaseConfig):
+    path: str = option("", "A folder of videos/images with same-name .txt captions, or a .jsonl manifest of "
+                           '{"path", "prompt"} lines (mp4 or npz frame arrays).')
+    name: str = option("", "Display name (defaults to the folder name).")
+    enabled: bool = option(True, "Disabled concepts are skipped.")
+    include_subdirectories: bool = option(False, "Also read files in sub-folders.")
+    repeats: int = option(1, "How many times each sample is seen per epoch.")
+
+    def validate(self, path: str) -> None:
+        if self.enabled and not self.path:
+            raise ConfigError(f"config key '{path}.path' is empty: set it to a dataset folder or .jsonl file")
+        if self.repeats < 1:
+            raise ConfigError(f"config key '{path}.repeats' must be at least 1, got {self.repeats}")
+
+
+@dataclasses.dataclass
+class SampleConfig(BaseConfig):
+    prompt: str = option("", "Text prompt.")
+    negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
+    image: str = option("", "First-frame image for image-to-video models.")
+    frames: int = option(17, "Frame count (4k+1).")
+    height: int = option(256, "Height in pixels (multiple of 16).")
+    width: int = option(256, "Width in pixels (multiple of 16).")
+    steps: int = option(20, "Denoising steps.")
+    cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
+    seed: int = option(42, "Noise seed.")
+    enabled: bool = option(True, "Disabled samples are skipped.")
+
+    def validate(self, path: str) -> None:
+        if self.frames < 1 or (self.frames - 1) % 4:
+            raise ConfigError(f"config key '{path}.frames' must be of the form 4k+1 (1, 5, 9, ... 81), got {self.frames}")
+        for key in ("height", "width"):
+            value = getattr(self, key)
+            if value < 16 or value % 16:
+                raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {value}")
+
+
+@dataclasses.dataclass
+class E2VConfig(BaseConfig):
+    """Elements-to-Video options (E2V_SPEC.md). The element layout itself lives in `dataset_config`."""
+
+    e2v_type: str = option("auto", "auto | dual | vae | clip: which conditioning pathways are used.")
+    vae_posterior: str = option("mode", "sample | mode: how the cached VAE posterior becomes the condition.")
+    target_layout: str = option("separate", "separate | joint: how x0 of the reference slots is built.")
+    loss_on_reference_frames: bool = option(True, "Keep the reference latent frames in the loss.")
+    image_encoder_model_name: str = option("", "Folder with image_encoder/ for bases that have none.")
+
+    def validate(self, path: str) -> None:
+        allowed = {"e2v_type": ("auto", "dual", "vae", "clip"), "vae_posterior": ("sample", "mode"),
+                   "target_layout": ("separate", "joint")}
+        for key, values in allowed.items():
+            if getattr(self, key) not in values:
+                raise ConfigError(f"config key '{path}.{key}' must be one of {', '.join(values)}, got '{getattr(self, key)}'")
+
+
+@dataclasses.dataclass
+class TrainConfig(BaseConfig):
+    config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
+
+    # --- model -------------------------------------------------------------------------------
+    model_type: ModelType = option(ModelType.WAN_2_1, "WAN_2_1 or WAN_2_2; the variant is read from the checkpoint.")
+    training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA or FINE_TUNE.")
+    base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
+    transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")
+    transformer_2_override: str = option("", "Like transformer_override, for the low-noise expert of two-expert models.")
+    transformer_dtype: DataType = option(DataType.AUTO, "Weight dtype of the transformer(s).")
+    text_encoder_dtype: DataType = option(DataType.AUTO, "Weight dtype of the UMT5 text encoder.")
+    vae_dtype: DataType = option(DataType.FLOAT32, "Weight dtype of the VAE.")
+    image_encoder_dtype: DataType = option(DataType.FLOAT32, "Weight dtype of the CLIP image encoder.")
+    train_dtype: DataType = option(DataType.AUTO, "Autocast dtype of the training step.")
+    train_device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
+
+    # --- paths -------------------------------------------------------------------------------
+    workspace_dir: str = option("workspace/run", "Run folder: logs, tensorboard, samples, backups.")
+    cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
+    output_model_destination: str = option("output/lora.safetensors", "Where the final model is written.")
+    output_model_format: ModelFormat = option(ModelFormat.DIFFUSERS_LORA, "DIFFUSERS_LORA, COMFY_LORA or DIFFUSERS (full model folder).")
+
+    # --- data --------------------------------------------------------------------------------
+    concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")
+    dataset_config: str = option("", "An E2V dataset JSON (seed format: datasets[].elements[] ...).")
+    resolution: list[int] = option([480, 832], "Target [height, width]; with aspect bucketing the area is kept.")
+    aspect_bucketing: bool = option(True, "Group samples by aspect ratio instead of cropping all to one shape.")
+    frames: int = option(81, "Frames per training clip (4k+1). Clips with fewer frames use the largest 4k+1 they hold.")
+    fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1, 24 for Wan 2.2 TI2V/A14B).")
+    latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
+    clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
+    caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
+
+    # --- training ----------------------------------------------------------------------------
+    epochs: int = option(10, "Passes over the data.")
+    max_steps: int = option(0, "Stop after this many optimizer steps (0 = no limit).")
+    batch_size: int = option(1, "Samples per step (a batch never mixes shapes).")
+    gradient_accumulation_steps: int = option(1, "Micro-batches per optimizer step.")
+    learning_rate: float = option(1e-4, "Peak learning rate.")
+    learning_rate_scheduler: LearningRateScheduler = option(LearningRateScheduler.CONSTANT, "CONSTANT, LINEAR or COSINE (after warm-up).")
+    learning_rate_warmup_steps: int = option(0, "Linear warm-up steps.")
+    optimizer: Optimizer = option(Optimizer.ADAMW, "ADAMW or ADAMW_8BIT (bitsandbytes).")
+    weight_decay: float = option(0.01, "AdamW weight decay.")
+    adam_beta1: float = option(0.9, "AdamW beta1.")
+    adam_beta2: float = option(0.999, "AdamW beta2.")
+    adam_epsilon: float = option(1e-8, "AdamW epsilon.")
+    max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
+    gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
+    seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
+    timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
+    logit_mean: float = option(0.0, "Mean of LOGIT_NORMAL.")
+    logit_std: float = option(1.0, "Std of LOGIT_NORMAL.")
+    sigmoid_scale: float = option(1.0, "Scale of SIGMOID.")
+    timestep_shift: float = option(1.0, "Shift s applied to the drawn sigma: s*σ / (1 + (s-1)*σ). 1 = none.")
+    min_sigma: float = option(0.0, "Lower end of the sigma range.")
+    max_sigma: float = option(1.0, "Upper end of the sigma range.")
+    train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).")
+
+    # --- LoRA --------------------------------------------------------------------------------
+    lora_rank: int = option(16, "LoRA rank.")
+    lora_alpha: float = option(16.0, "LoRA alpha (effective scale alpha/rank).")
+    lora_dropout: float = option(0.0, "LoRA dropout.")
+    lora_target_modules: list[str] = option(DEFAULT_LORA_TARGETS, "Module-name suffixes that get a LoRA.")
+    lora_layer_filter: str = option("", "Regex on the full module name; only matches get a LoRA ('' = all).")
+    lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).")
+    lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
+
+    # --- sampling, backups, logging ------------------------------------------------------------
+    samples: list[SampleConfig] = option([], "Prompts sampled during training.")
+    sample_after: int = option(0, "Sample every N units (0 = never).")
+    sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
+    backup_after: int = option(0, "Write a resumable backup every N units (0 = never).")
+    backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
+    rolling_backup_count: int = option(3, "How many backups are kept.")
+    backup_before_save: bool = option(True, "Write a backup when training ends.")
+    continue_last_backup: bool = option(False, "Resume from the newest backup in workspace_dir/backup.")
+    tensorboard: bool = option(True, "Write tensorboard scalars to workspace_dir/tensorboard.")
+
+    e2v: E2VConfig = option(E2VConfig(), "Elements-to-Video options.")
+
+    def validate(self, path: str) -> None:
+        def fail(key: str, message: str) -> None:
+            raise ConfigError(f"config key '{key}' {message}")
+
+        if self.frames < 1 or (self.frames - 1) % 4:
+            fail("frames", f"must be of the form 4k+1 (1, 5, 9, ... 81), got {self.frames}")
+        if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
+            fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
+        for key in ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank"):
+            if getattr(self, key) < 1:
+                fail(key, f"must be at least 1, got {getattr(self, key)}")
+        for key in ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after"):
+            if getattr(self, key) < 0:
+                fail(key, f"must not be negative, got {getattr(self, key)}")
+        if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
+            fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
+        if self.timestep_shift <= 0:
+            fail("timestep_shift", f"must be positive, got {self.timestep_shift}")
+        if not 0.0 <= self.caption_dropout_probability <= 1.0:
+            fail("caption_dropout_probability", "must be between 0 and 1")
+        if self.lora_layer_filter:
+            try:
+                re.compile(self.lora_layer_filter)
+            except re.error as e:
+                fail("lora_layer_filter", f"is not a valid regex: {e}")
+        if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():
+            fail("output_model_format", f"must be DIFFUSERS_LORA or COMFY_LORA for LORA training, got {self.output_model_format.name}")
+        if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():
+            fail("output_model_format", f"must be DIFFUSERS for FINE_TUNE training, got {self.output_model_format.name}")

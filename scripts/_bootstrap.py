@@ -1,0 +1,33 @@
+"""Shared start-up of the command-line scripts: import path, logging, one-line user errors."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: weights come from local folders
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def run_main(main: Callable[[], int | None]) -> None:
+    """Run `main`; a UserError ends the process with its one-line message and exit code 1."""
+    from modules.util.errors import UserError
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "huggingface_hub", "diffusers", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        code = main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)

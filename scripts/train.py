@@ -1,0 +1,63 @@
+#!/usr/bin/env python
+"""Train a Wan model: python scripts/train.py --config-path CFG.json [--preset-path P] [--config-value a.b=c ...]"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+import _bootstrap  # noqa: F401  (import path, offline mode)
+
+from _bootstrap import run_main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config-path", help="training config JSON")
+    parser.add_argument("--preset-path", help="a preset file or the name of a shipped preset, layered under the config")
+    parser.add_argument("--config-value", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key (JSON value), e.g. epochs=3 or concepts.0.path=data; repeatable")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    if not args.config_path and not args.preset_path:
+        print("error: give --config-path (and/or --preset-path)", file=sys.stderr)
+        return 2
+    from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+    from modules.util.commands import TrainCommands
+    from modules.util.config.loading import load_train_config
+
+    config = load_train_config(args.config_path, args.preset_path, args.config_value)
+    commands = TrainCommands()
+
+    def request_stop(signum, frame):  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
+        if commands.stop_requested:
+            raise KeyboardInterrupt
+        print("\nstopping after this step (press Ctrl-C again to stop at once)", file=sys.stderr)
+        commands.stop()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    trainer = GenericTrainer(config, commands=commands)
+    try:
+        trainer.start()
+        trainer.train()
+    except TrainingStopped as stopped:
+        trainer.close()
+        print(f"stopped: backup written to {stopped.path}; resume with --config-value continue_last_backup=true")
+        return 130
+    except BaseException:
+        trainer.close()
+        raise
+    paths = trainer.end()
+    for path in paths:
+        print(f"model written to {path}")
+    for path in trainer.sample_paths:
+        print(f"sample written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
