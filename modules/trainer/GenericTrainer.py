@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 # Keys that may change between a backup and its resume without changing the training itself.
 _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
-                        "rolling_backup_count", "sample_after", "sample_after_unit", "samples", "tensorboard",
+                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                         "backup_before_save", "train_device"}
 MAX_NONFINITE_STEPS = 5
@@ -322,6 +322,8 @@ class GenericTrainer:
         already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
         if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
             self.backup()
+        if self.config.sample_at_end and self.progress.global_step > 0:
+            self.sample()
         self._status("saving model")
         self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(self.config.output_model_destination)
         summary = self.skips.summary()

@@ -162,6 +162,7 @@ class TrainConfig(BaseConfig):
     samples: list[SampleConfig] = option([], "Prompts sampled during training.")
     sample_after: int = option(0, "Sample every N units (0 = never).")
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
+    sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
     backup_after: int = option(0, "Write a resumable backup every N units (0 = never).")
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     rolling_backup_count: int = option(3, "How many backups are kept.")

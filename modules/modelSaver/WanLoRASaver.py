@@ -1,0 +1,151 @@
+"""Writes `LoRAWeights` to a .safetensors file, atomically, with model-spec metadata in the header.
+
+The header is built from the template `resources/model_spec/lora.json`; the placeholders are filled from
+the caller's metadata (`lora_metadata()` builds it) and the weights, then the caller's own keys are laid
+over it. ``wantrainer.format`` and the format's own keys (``wantrainer.alpha_map``, see `lora_formats`)
+always describe the file as written; a ``lora_adapter_metadata`` of a foreign source file is dropped
+(diffusers would apply its alpha on top of our baked weights).
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from modules.modelSaver.lora_formats import (
+    ALPHA_MAP_KEY,
+    DIFFUSERS_ADAPTER_METADATA_KEY,
+    WRITABLE_FORMATS,
+    LoRAFormatError,
+    LoRAWeights,
+    common_rank_alpha,
+    format_metadata,
+    normalize_format,
+    to_state_dict,
+)
+from modules.util.errors import UserError
+
+TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "resources" / "model_spec" / "lora.json"
+
+
+def lora_metadata(variant: str, base_model: str = "", config_hash: str = "", title: str = "") -> dict[str, str]:
+    """The caller's part of the header: ``variant`` like ``wan-2.1-t2v`` gives ``wan-2.1-t2v/lora``."""
+    meta = {"wantrainer.variant": variant, "wantrainer.base_model": base_model, "wantrainer.config_hash": config_hash}
+    if title:
+        meta["modelspec.title"] = title
+    return meta
+
+
+def _number(value: float | int | None) -> str:
+    if value is None:
+        return ""
+    return f"{float(value):g}"
+
+
+def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    """The safetensors ``__metadata__`` for `weights` written to `path` in `fmt`."""
+    fmt = normalize_format(fmt)
+    given = {str(k): str(v) for k, v in (metadata or {}).items()}
+    for key in (DIFFUSERS_ADAPTER_METADATA_KEY, ALPHA_MAP_KEY, "format"):
+        given.pop(key, None)
+    rank, alpha = common_rank_alpha(weights)
+    context = {
+        "variant": given.get("wantrainer.variant") or "wan",
+        "title": given.get("modelspec.title") or Path(os.fspath(path)).stem,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "rank": given.get("wantrainer.rank") or ("" if rank is None else str(rank)),
+        "alpha": given.get("wantrainer.alpha") or _number(alpha),
+        "base_model": given.get("wantrainer.base_model", ""),
+        "config_hash": given.get("wantrainer.config_hash", ""),
+        "format": fmt,
+    }
+    with open(TEMPLATE_PATH, encoding="utf-8") as f:
+        template = json.load(f)
+    header = {"format": "pt"}
+    header.update({k: str(v).format_map(context) for k, v in template.items()})
+    header.update(given)
+    header["wantrainer.format"] = fmt
+    header.update(format_metadata(weights, fmt))
+    return header
+
+
+def _prepare_tensors(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int]] = set()
+    for key, tensor in state_dict.items():
+        t = tensor.detach()
+        if dtype is not None and t.is_floating_point() and not key.endswith(".alpha"):
+            t = t.to(dtype)
+        t = t.to("cpu").contiguous()
+        storage = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        if storage in seen:  # safetensors refuses tensors sharing memory
+            t = t.clone()
+        else:
+            seen.add(storage)
+        out[key] = t
+    return out
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_lora(
+    weights: LoRAWeights,
+    path: str | os.PathLike,
+    fmt: Any,
+    metadata: Mapping[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Writes `weights` as `fmt` (DIFFUSERS_LORA / COMFY_LORA) to `path`: temp file, fsync, os.replace.
+
+    `dtype` casts the LoRA tensors (not the alphas); None keeps their dtype.
+    """
+    from safetensors.torch import save_file
+
+    fmt = normalize_format(fmt)
+    if fmt not in WRITABLE_FORMATS:
+        raise LoRAFormatError(f"{fmt} can only be read; write one of {', '.join(WRITABLE_FORMATS)}")
+    if not weights.layers and not weights.full_weights:
+        raise LoRAFormatError(f"nothing to save to {os.fspath(path)}: the LoRA has no layers")
+    state_dict = to_state_dict(weights, fmt)
+    header = build_header(weights, path, fmt, metadata)
+    tensors = _prepare_tensors(state_dict, dtype)
+
+    path = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(path)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        save_file(tensors, tmp, metadata=header)
+        with open(tmp, "r+b") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        _remove_quietly(tmp)
+        raise UserError(f"cannot write LoRA file {path}: {e.strerror or e}") from e
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

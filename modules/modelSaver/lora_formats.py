@@ -1,0 +1,546 @@
+"""LoRA weights of a `WanTransformer3DModel`: peft adapter <-> neutral form <-> file state dicts.
+
+Pure key/tensor logic, no file I/O (see `WanLoRASaver.save_lora` / `WanLoRALoader.load_lora_file`).
+
+Neutral form
+------------
+`LoRAWeights.layers` maps the diffusers module path inside the transformer (``blocks.0.attn1.to_q``) to a
+`LoRALayer(down [r, in], up [out, r], alpha)`. The effect of a layer is ``W += up @ down * alpha / r``
+(kohya/ComfyUI convention; a peft rsLoRA adapter is stored with ``alpha = lora_alpha * sqrt(r)`` so the
+same formula holds). `LoRAWeights.full_weights` maps transformer parameter names to full tensors for
+modules trained fully (e.g. an expanded ``patch_embedding``); they are stored under the key prefix
+``wantrainer_full_weights.`` in every format and only WanTrainer loads them back (diffusers refuses a
+file with such keys: "Invalid LoRA checkpoint", which is right, as it cannot reproduce the effect).
+
+Formats
+-------
+``DIFFUSERS_LORA``
+    ``transformer.<module>.lora_A.weight`` / ``.lora_B.weight``, what `WanLoraLoaderMixin.load_lora_weights`
+    loads natively. diffusers 0.42.1 passes ``network_alphas=None`` for Wan, and without
+    ``lora_adapter_metadata`` in the header `get_peft_kwargs` sets ``lora_alpha = r`` for every module
+    (scale 1.0). Alpha is therefore *baked* into the weights: ``lora_B`` is written as
+    ``up * alpha / r`` (only ``up`` is scaled, computed in float32). We do not write
+    ``lora_adapter_metadata``: it is honoured only by diffusers, whereas baked weights give the trained
+    effect in every loader that reads diffusers keys (diffusers, ComfyUI, ...). So that a WanTrainer file
+    can be turned back into the trained parametrisation (for resuming or a COMFY conversion with the real
+    alpha), the true alphas are recorded in the header key ``wantrainer.alpha_map`` (JSON:
+    ``{"*": most common alpha, "<module>": alpha, ...}``) and `from_state_dict` un-bakes them (only when
+    the header's ``wantrainer.format`` is the file's format, i.e. the header belongs to these weights).
+    A foreign diffusers file with diffusers' own ``lora_adapter_metadata`` is read with that alpha.
+``COMFY_LORA``
+    ``diffusion_model.<Wan original name>.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
+    diffusers loads these through `_convert_non_diffusers_wan_lora_to_diffusers`, which has quirks
+    that this writer works around so that ``pipe.load_lora_weights(file)`` gives the trained effect:
+
+    * it only consumes ``.alpha`` keys of block modules (self_attn, cross_attn, ffn); an ``.alpha`` of
+      ``time_projection``, ``head.head``, ``text_embedding``, ``time_embedding`` or ``img_emb`` is left over
+      and raises. For those modules alpha is baked into ``lora_up`` and no ``.alpha`` is written
+      (ComfyUI then uses scale 1.0, i.e. the same effect; the true alphas go to ``wantrainer.alpha_map``
+      as for DIFFUSERS_LORA);
+    * ``k_img``/``v_img`` are only converted when *both* appear in the file, otherwise they are left over
+      and raise: a LoRA with only one of them is refused;
+    * it takes ``min()`` over the block numbers, so a LoRA with no block module at all cannot be loaded:
+      refused.
+
+    Modules without a Wan original name (e.g. ``patch_embedding`` LoRA) are refused with a hint to use
+    DIFFUSERS_LORA.
+``MUSUBI_LORA`` (reading only)
+    musubi-tuner: ``lora_unet_blocks_0_self_attn_q.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
+
+A missing ``.alpha`` means ``alpha = rank`` (unless our ``wantrainer.alpha_map`` records a baked alpha).
+``.alpha`` is written as a float32 0-dim tensor. Another diffusers quirk, harmless here: loading a LoRA
+without ``add_k_proj``/``add_v_proj`` into an i2v transformer adds zero LoRA on them for blocks
+``0 .. number_of_blocks_in_the_file - 1``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import torch
+
+from modules.util.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+DIFFUSERS_LORA = "DIFFUSERS_LORA"
+COMFY_LORA = "COMFY_LORA"
+MUSUBI_LORA = "MUSUBI_LORA"  # reading only
+WRITABLE_FORMATS = (DIFFUSERS_LORA, COMFY_LORA)
+READABLE_FORMATS = (DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA)
+
+FULL_WEIGHTS_PREFIX = "wantrainer_full_weights."
+DIFFUSERS_PREFIX = "transformer."
+COMFY_PREFIX = "diffusion_model."
+MUSUBI_PREFIX = "lora_unet_"
+ALPHA_MAP_KEY = "wantrainer.alpha_map"
+DIFFUSERS_ADAPTER_METADATA_KEY = "lora_adapter_metadata"
+
+# diffusers module path inside a block -> Wan original name inside a block
+_BLOCK_NAMES = {
+    "attn1.to_q": "self_attn.q",
+    "attn1.to_k": "self_attn.k",
+    "attn1.to_v": "self_attn.v",
+    "attn1.to_out.0": "self_attn.o",
+    "attn2.to_q": "cross_attn.q",
+    "attn2.to_k": "cross_attn.k",
+    "attn2.to_v": "cross_attn.v",
+    "attn2.to_out.0": "cross_attn.o",
+    "attn2.add_k_proj": "cross_attn.k_img",
+    "attn2.add_v_proj": "cross_attn.v_img",
+    "ffn.net.0.proj": "ffn.0",
+    "ffn.net.2": "ffn.2",
+}
+# diffusers module path -> Wan original name, outside the blocks
+_GLOBAL_NAMES = {
+    "condition_embedder.time_proj": "time_projection.1",
+    "proj_out": "head.head",
+    "condition_embedder.text_embedder.linear_1": "text_embedding.0",
+    "condition_embedder.text_embedder.linear_2": "text_embedding.2",
+    "condition_embedder.time_embedder.linear_1": "time_embedding.0",
+    "condition_embedder.time_embedder.linear_2": "time_embedding.2",
+    "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
+    "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
+}
+_BLOCK_NAMES_REV = {v: k for k, v in _BLOCK_NAMES.items()}
+_GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
+_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_MUSUBI_BLOCK_RE = re.compile(r"^blocks_(\d+)_(.+)$")
+_MUSUBI_BLOCK_NAMES = {v.replace(".", "_"): v for v in _BLOCK_NAMES.values()}
+_MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
+
+_DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
+_UP_SUFFIXES = (".lora_B.weight", ".lora_up.weight")
+_ALPHA_SUFFIX = ".alpha"
+
+
+class LoRAFormatError(UserError):
+    """A LoRA that cannot be written in, read from or applied as the requested format / adapter."""
+
+
+@dataclass
+class LoRALayer:
+    """One LoRA pair; effect ``W += up @ down * alpha / rank`` (conv LoRA: same, on flattened kernels)."""
+
+    down: torch.Tensor  # [r, in] (conv: [r, in, *kernel])
+    up: torch.Tensor  # [out, r] (conv: [out, r, 1, ...])
+    alpha: float
+
+    @property
+    def rank(self) -> int:
+        return int(self.down.shape[0])
+
+    @property
+    def scale(self) -> float:
+        return float(self.alpha) / self.rank
+
+
+@dataclass
+class LoRAWeights:
+    """LoRA layers by diffusers module path, plus full weights by transformer parameter name."""
+
+    layers: dict[str, LoRALayer] = field(default_factory=dict)
+    full_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+# --------------------------------------------------------------------------------------------- names
+
+
+def diffusers_to_wan_name(module: str) -> str | None:
+    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
+    m = _BLOCK_RE.match(module)
+    if m:
+        inner = _BLOCK_NAMES.get(m.group(2))
+        return f"blocks.{m.group(1)}.{inner}" if inner else None
+    return _GLOBAL_NAMES.get(module)
+
+
+def wan_to_diffusers_name(name: str) -> str | None:
+    """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
+    m = _BLOCK_RE.match(name)
+    if m:
+        inner = _BLOCK_NAMES_REV.get(m.group(2))
+        return f"blocks.{m.group(1)}.{inner}" if inner else None
+    return _GLOBAL_NAMES_REV.get(name)
+
+
+def musubi_to_wan_name(name: str) -> str | None:
+    """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
+    m = _MUSUBI_BLOCK_RE.match(name)
+    if m:
+        inner = _MUSUBI_BLOCK_NAMES.get(m.group(2))
+        return f"blocks.{m.group(1)}.{inner}" if inner else None
+    return _MUSUBI_GLOBAL_NAMES.get(name)
+
+
+def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
+    """``out/x.safetensors`` -> (``out/x_high_noise.safetensors``, ``out/x_low_noise.safetensors``)."""
+    path = os.fspath(dest)
+    if path.lower().endswith(".safetensors"):
+        path = path[: -len(".safetensors")]
+    return f"{path}_high_noise.safetensors", f"{path}_low_noise.safetensors"
+
+
+def normalize_format(fmt: Any) -> str:
+    """A format name from a string (any case) or a `ModelFormat`-like enum member."""
+    name = getattr(fmt, "name", fmt)
+    if not isinstance(name, str) or name.upper() not in READABLE_FORMATS:
+        raise LoRAFormatError(f"unknown LoRA format {fmt!r}; use one of {', '.join(WRITABLE_FORMATS)}")
+    return name.upper()
+
+
+def _short_list(items: Iterable[str], limit: int = 5) -> str:
+    items = list(items)
+    text = ", ".join(items[:limit])
+    if len(items) > limit:
+        text += f", ... ({len(items)} in all)"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- peft
+
+
+def _clean_module_name(name: str) -> str:
+    for prefix in ("base_model.model.", "_orig_mod."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace("._orig_mod.", ".")
+
+
+def _peft_lora_modules(transformer: "nn.Module", adapter_name: str) -> dict[str, Any]:
+    from peft.tuners.lora import LoraLayer
+
+    found = {}
+    for name, module in transformer.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        if adapter_name in getattr(module, "lora_embedding_A", {}):
+            raise LoRAFormatError(f"embedding LoRA ({name}) is not supported")
+        if adapter_name not in module.lora_A:
+            continue
+        if module.use_dora.get(adapter_name, False):
+            raise LoRAFormatError(f"DoRA adapters are not supported ({name})")
+        if module.lora_bias.get(adapter_name, False):
+            raise LoRAFormatError(f"LoRA with lora_bias is not supported ({name})")
+        found[_clean_module_name(name)] = module
+    return found
+
+
+def _peft_scale(module: Any, adapter_name: str) -> float:
+    """The configured scale of a peft LoRA layer (not a runtime `set_scale`)."""
+    r = module.r[adapter_name]
+    alpha = module.lora_alpha[adapter_name]
+    return alpha / math.sqrt(r) if module.use_rslora.get(adapter_name, False) else alpha / r
+
+
+def extract_from_peft(
+    transformer: "nn.Module", adapter_name: str = "default", full_weight_names: Iterable[str] = ()
+) -> LoRAWeights:
+    """Reads the adapter's lora_A/lora_B and per-module alpha (rank/alpha patterns, rsLoRA included).
+
+    Tensors are detached but share storage with the model. `full_weight_names` are transformer parameter
+    names copied (detached) into `full_weights`.
+    """
+    modules = _peft_lora_modules(transformer, adapter_name)
+    if not modules:
+        raise LoRAFormatError(f"the model has no LoRA adapter named '{adapter_name}'")
+    layers = {}
+    for name, module in modules.items():
+        down = module.lora_A[adapter_name].weight.detach()
+        up = module.lora_B[adapter_name].weight.detach()
+        r = module.r[adapter_name]
+        layers[name] = LoRALayer(down=down, up=up, alpha=float(_peft_scale(module, adapter_name) * r))
+    full = {name: _get_param(transformer, name).detach() for name in full_weight_names}
+    return LoRAWeights(layers=layers, full_weights=full)
+
+
+def _get_param(transformer: "nn.Module", name: str) -> torch.nn.Parameter:
+    candidates = [name]
+    module_path, _, leaf = name.rpartition(".")
+    if module_path:
+        candidates.append(f"{module_path}.base_layer.{leaf}")  # a LoRA-wrapped module
+    for candidate in candidates:
+        try:
+            return transformer.get_parameter(candidate)
+        except AttributeError:
+            continue
+    raise LoRAFormatError(f"the model has no parameter '{name}' for the full weights in the LoRA")
+
+
+def apply_to_peft(transformer: "nn.Module", weights: LoRAWeights, adapter_name: str = "default") -> None:
+    """Loads `weights` into an already injected adapter; the module sets and ranks must match exactly.
+
+    Alpha may differ: ``up`` is rescaled so the adapter's own scale gives the stored effect (a baked
+    DIFFUSERS_LORA file, alpha = rank, loads into an adapter trained with alpha != rank).
+    """
+    modules = _peft_lora_modules(transformer, adapter_name)
+    if not modules:
+        raise LoRAFormatError(f"the model has no LoRA adapter named '{adapter_name}'")
+    missing = sorted(set(modules) - set(weights.layers))
+    extra = sorted(set(weights.layers) - set(modules))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"adapter modules missing from the LoRA: {_short_list(missing)}")
+        if extra:
+            parts.append(f"LoRA modules not in the adapter: {_short_list(extra)}")
+        raise LoRAFormatError(f"LoRA does not match adapter '{adapter_name}': " + "; ".join(parts))
+    bad = []
+    for name, module in modules.items():
+        layer = weights.layers[name]
+        a = module.lora_A[adapter_name].weight
+        b = module.lora_B[adapter_name].weight
+        if tuple(layer.down.shape) != tuple(a.shape) or tuple(layer.up.shape) != tuple(b.shape):
+            bad.append(
+                f"{name} (LoRA {tuple(layer.down.shape)}/{tuple(layer.up.shape)}, adapter {tuple(a.shape)}/{tuple(b.shape)})"
+            )
+    if bad:
+        raise LoRAFormatError(f"LoRA shapes (rank) do not match adapter '{adapter_name}': {_short_list(bad, 3)}")
+    full_params = {name: _get_param(transformer, name) for name in weights.full_weights}
+    for name, param in full_params.items():
+        if tuple(param.shape) != tuple(weights.full_weights[name].shape):
+            raise LoRAFormatError(
+                f"full weight '{name}' has shape {tuple(weights.full_weights[name].shape)}, "
+                f"the model {tuple(param.shape)}"
+            )
+    with torch.no_grad():
+        for name, module in modules.items():
+            layer = weights.layers[name]
+            a = module.lora_A[adapter_name].weight
+            b = module.lora_B[adapter_name].weight
+            factor = layer.scale / _peft_scale(module, adapter_name)
+            up = layer.up
+            if factor != 1.0:
+                up = up.float() * factor
+            a.copy_(layer.down.to(device=a.device, dtype=a.dtype))
+            b.copy_(up.to(device=b.device, dtype=b.dtype))
+        for name, param in full_params.items():
+            param.copy_(weights.full_weights[name].to(device=param.device, dtype=param.dtype))
+
+
+# ------------------------------------------------------------------------------------- state dicts
+
+
+def _scaled(t: torch.Tensor, factor: float) -> torch.Tensor:
+    if factor == 1.0:
+        return t
+    return (t.float() * factor).to(t.dtype)
+
+
+def common_rank_alpha(weights: LoRAWeights) -> tuple[int | None, float | None]:
+    """The most common rank and alpha (None, None for no layers)."""
+    if not weights.layers:
+        return None, None
+    rank = Counter(l.rank for l in weights.layers.values()).most_common(1)[0][0]
+    alpha = Counter(float(l.alpha) for l in weights.layers.values()).most_common(1)[0][0]
+    return rank, alpha
+
+
+def check_comfy_compatible(weights: LoRAWeights) -> None:
+    """Raises `LoRAFormatError` when `weights` cannot be written as a COMFY_LORA that diffusers loads."""
+    unknown = sorted(n for n in weights.layers if diffusers_to_wan_name(n) is None)
+    if unknown:
+        raise LoRAFormatError(
+            f"COMFY_LORA cannot hold LoRA on {_short_list(unknown)} (no Wan original module name); "
+            "save as DIFFUSERS_LORA instead"
+        )
+    names = [diffusers_to_wan_name(n) for n in weights.layers]
+    has_k_img = any(n.endswith(".k_img") for n in names)
+    has_v_img = any(n.endswith(".v_img") for n in names)
+    if has_k_img != has_v_img:
+        raise LoRAFormatError(
+            "COMFY_LORA with LoRA on only one of add_k_proj/add_v_proj cannot be loaded by diffusers "
+            "(it needs both k_img and v_img); train both or save as DIFFUSERS_LORA"
+        )
+    if weights.layers and not any(n.startswith("blocks.") for n in names):
+        raise LoRAFormatError(
+            "COMFY_LORA without LoRA on any transformer block cannot be loaded by diffusers; "
+            "save as DIFFUSERS_LORA instead"
+        )
+
+
+def to_state_dict(weights: LoRAWeights, fmt: Any) -> dict[str, torch.Tensor]:
+    """The file state dict of `weights` in DIFFUSERS_LORA or COMFY_LORA (see the module docstring)."""
+    fmt = normalize_format(fmt)
+    sd: dict[str, torch.Tensor] = {}
+    if fmt == DIFFUSERS_LORA:
+        for name in sorted(weights.layers):
+            layer = weights.layers[name]
+            sd[f"{DIFFUSERS_PREFIX}{name}.lora_A.weight"] = layer.down
+            sd[f"{DIFFUSERS_PREFIX}{name}.lora_B.weight"] = _scaled(layer.up, layer.scale)
+    elif fmt == COMFY_LORA:
+        check_comfy_compatible(weights)
+        for name in sorted(weights.layers):
+            layer = weights.layers[name]
+            wan = diffusers_to_wan_name(name)
+            key = f"{COMFY_PREFIX}{wan}"
+            sd[f"{key}.lora_down.weight"] = layer.down
+            if wan.startswith("blocks."):
+                sd[f"{key}.lora_up.weight"] = layer.up
+                sd[f"{key}{_ALPHA_SUFFIX}"] = torch.tensor(float(layer.alpha), dtype=torch.float32)
+            else:  # diffusers' converter does not consume .alpha of these: bake it
+                sd[f"{key}.lora_up.weight"] = _scaled(layer.up, layer.scale)
+    else:
+        raise LoRAFormatError(f"{fmt} can only be read; write one of {', '.join(WRITABLE_FORMATS)}")
+    for name in sorted(weights.full_weights):
+        sd[f"{FULL_WEIGHTS_PREFIX}{name}"] = weights.full_weights[name]
+    return sd
+
+
+def _is_baked(fmt: str, name: str) -> bool:
+    """Whether `to_state_dict` bakes the alpha of module `name` into ``up`` (no ``.alpha`` key) in `fmt`."""
+    return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith("blocks.")
+
+
+def format_metadata(weights: LoRAWeights, fmt: Any) -> dict[str, str]:
+    """Header entries that `from_state_dict` needs to read the file back exactly: the alphas baked into
+    the weights, as ``wantrainer.alpha_map`` = ``{"*": most common, "<module>": other alpha, ...}``."""
+    fmt = normalize_format(fmt)
+    baked = {name: float(layer.alpha) for name, layer in weights.layers.items() if _is_baked(fmt, name)}
+    if not baked:
+        return {}
+    common = Counter(baked.values()).most_common(1)[0][0]
+    alpha_map: dict[str, float] = {"*": common}
+    alpha_map.update({name: alpha for name, alpha in sorted(baked.items()) if alpha != common})
+    return {ALPHA_MAP_KEY: json.dumps(alpha_map, separators=(",", ":"))}
+
+
+def detect_format(state_dict: Mapping[str, Any]) -> str:
+    """DIFFUSERS_LORA, COMFY_LORA or MUSUBI_LORA; `LoRAFormatError` when it is no LoRA we know."""
+    keys = [k for k in state_dict if not k.startswith(FULL_WEIGHTS_PREFIX)]
+    if not keys:
+        if state_dict:
+            return DIFFUSERS_LORA  # only full weights
+        raise LoRAFormatError("the state dict is empty, not a LoRA")
+    if any(k.startswith(COMFY_PREFIX) for k in keys):
+        return COMFY_LORA
+    if any(k.startswith(MUSUBI_PREFIX) for k in keys):
+        return MUSUBI_LORA
+    if any(k.endswith(_DOWN_SUFFIXES + _UP_SUFFIXES) for k in keys):
+        return DIFFUSERS_LORA
+    raise LoRAFormatError(f"not a LoRA: no lora_A/lora_down keys (found e.g. '{sorted(keys)[0]}')")
+
+
+def _group(keys_to_tensors: Mapping[str, torch.Tensor], bad_keys: list[str]) -> dict[str, dict[str, torch.Tensor]]:
+    groups: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in keys_to_tensors.items():
+        for suffixes, kind in ((_DOWN_SUFFIXES, "down"), (_UP_SUFFIXES, "up"), ((_ALPHA_SUFFIX,), "alpha")):
+            suffix = next((s for s in suffixes if key.endswith(s)), None)
+            if suffix is not None:
+                groups.setdefault(key[: -len(suffix)], {})[kind] = value
+                break
+        else:
+            bad_keys.append(key)
+    return groups
+
+
+def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
+    """peft's `get_pattern_key` matching of rank/alpha patterns."""
+    for key in patterns:
+        if re.match(rf"(.*\.)?({key})$", module):
+            return patterns[key]
+    return default
+
+
+def _diffusers_metadata_alphas(metadata: Mapping[str, str] | None) -> Any:
+    """A function module -> alpha (kohya convention) from diffusers' `lora_adapter_metadata`, or None."""
+    raw = (metadata or {}).get(DIFFUSERS_ADAPTER_METADATA_KEY)
+    if not raw:
+        return None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        return None
+    meta = {k[len(DIFFUSERS_PREFIX):]: v for k, v in meta.items() if k.startswith(DIFFUSERS_PREFIX)}
+    if "lora_alpha" not in meta:
+        return None
+
+    def alpha_for(module: str, rank: int) -> float:
+        alpha = float(_pattern_value(meta.get("alpha_pattern") or {}, module, meta["lora_alpha"]))
+        return alpha * math.sqrt(rank) if meta.get("use_rslora") else alpha
+
+    return alpha_for
+
+
+def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> LoRAWeights:
+    """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional)."""
+    fmt = detect_format(state_dict)
+    full = {k[len(FULL_WEIGHTS_PREFIX):]: v for k, v in state_dict.items() if k.startswith(FULL_WEIGHTS_PREFIX)}
+    rest = {k: v for k, v in state_dict.items() if not k.startswith(FULL_WEIGHTS_PREFIX)}
+
+    bad: list[str] = []
+    if fmt == DIFFUSERS_LORA:
+        prefixed = {}
+        for key, value in rest.items():
+            for prefix in (DIFFUSERS_PREFIX, "base_model.model."):
+                if key.startswith(prefix):
+                    key = key[len(prefix):]
+                    break
+            prefixed[key] = value
+        groups = _group(prefixed, bad)
+        names = {g: g for g in groups}
+    else:
+        prefix = COMFY_PREFIX if fmt == COMFY_LORA else MUSUBI_PREFIX
+        stripped = {}
+        for key, value in rest.items():
+            if key.startswith(prefix):
+                stripped[key[len(prefix):]] = value
+            else:
+                bad.append(key)
+        groups = _group(stripped, bad)
+        to_wan = (lambda n: n) if fmt == COMFY_LORA else musubi_to_wan_name
+        names = {}
+        unknown = []
+        for g in groups:
+            wan = to_wan(g)
+            diffusers_name = wan_to_diffusers_name(wan) if wan else None
+            if diffusers_name is None:
+                unknown.append(g)
+            else:
+                names[g] = diffusers_name
+        if unknown:
+            raise LoRAFormatError(f"{fmt} has LoRA on modules unknown to WanTrainer: {_short_list(sorted(unknown))}")
+    if bad:
+        raise LoRAFormatError(f"unsupported keys in {fmt} file: {_short_list(sorted(bad))}")
+
+    incomplete = sorted(g for g, parts in groups.items() if "down" not in parts or "up" not in parts)
+    if incomplete:
+        raise LoRAFormatError(f"LoRA modules without both down and up weights: {_short_list(incomplete)}")
+
+    metadata = metadata or {}
+    diffusers_alpha = _diffusers_metadata_alphas(metadata) if fmt == DIFFUSERS_LORA else None
+    alpha_map = None
+    if metadata.get(ALPHA_MAP_KEY) and metadata.get("wantrainer.format") == fmt:
+        try:
+            alpha_map = {str(k): float(v) for k, v in json.loads(metadata[ALPHA_MAP_KEY]).items()}
+        except (ValueError, TypeError, AttributeError):
+            alpha_map = None
+
+    layers: dict[str, LoRALayer] = {}
+    for group, parts in groups.items():
+        name = names[group]
+        down, up = parts["down"], parts["up"]
+        rank = int(down.shape[0])
+        if "alpha" in parts:
+            alpha = float(parts["alpha"].float().item())
+        elif diffusers_alpha is not None:
+            alpha = diffusers_alpha(name, rank)
+        elif alpha_map is not None and ("*" in alpha_map or name in alpha_map):
+            # alpha baked by WanTrainer: undo the baking so the trained parametrisation comes back
+            alpha = alpha_map.get(name, alpha_map.get("*"))
+            up = _scaled(up, rank / alpha)
+        else:
+            alpha = float(rank)
+        if name in layers:
+            raise LoRAFormatError(f"LoRA module {name} appears twice in the file")
+        layers[name] = LoRALayer(down=down, up=up, alpha=alpha)
+    return LoRAWeights(layers=layers, full_weights=full)

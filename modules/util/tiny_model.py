@@ -1,0 +1,642 @@
+"""Tiny, randomly initialised Wan 2.1 / 2.2 checkpoints in diffusers format.
+
+``write_tiny_model(variant, output_dir, seed)`` writes a complete diffusers
+folder (``model_index.json`` plus one sub-folder per component) that
+``diffusers.DiffusionPipeline.from_pretrained(output_dir)`` loads fully
+offline.  The layouts mirror the real Wan-AI ``*-Diffusers`` repositories
+(component classes, channel counts, VAE latent statistics, scheduler kind,
+``boundary_ratio`` / ``expand_timesteps`` flags); only the widths and depths
+are shrunk so that every folder is a few MB and is written in well under a
+second.  Nothing is downloaded: the tokenizer is trained here, from a small
+built-in English corpus, with the ``tokenizers`` package.
+
+Variants (see ``VARIANTS``):
+
+* ``t2v``      - Wan 2.1 T2V (1.3B/14B) layout: ``WanPipeline``, transformer in/out 16,
+  Wan 2.1 VAE (z_dim 16), UniPC flow scheduler with ``flow_shift`` 3.0.
+* ``i2v``      - Wan 2.1 I2V 14B 480P layout: ``WanImageToVideoPipeline``, transformer
+  in 36 / out 16 with a CLIP image branch (``image_dim`` = CLIP hidden size,
+  ``added_kv_proj_dim`` = transformer inner dim), ``image_encoder`` (CLIPVisionModel,
+  224 px, patch 14 -> 257 tokens) and ``image_processor`` (CLIPImageProcessor).
+* ``ti2v``     - Wan 2.2 TI2V 5B layout: ``WanPipeline`` with ``expand_timesteps: true``,
+  Wan 2.2 VAE (z_dim 48, residual, patch 2, spatial compression 16), transformer
+  in/out 48, ``flow_shift`` 5.0.
+* ``a14b``     - Wan 2.2 T2V A14B layout: ``WanPipeline`` with two experts
+  (``transformer`` = high noise, ``transformer_2`` = low noise, same config),
+  ``boundary_ratio`` 0.875, Wan 2.1 VAE.
+* ``a14b_i2v`` - Wan 2.2 I2V A14B layout: ``WanImageToVideoPipeline`` with two 36-channel
+  experts, no CLIP image encoder, ``boundary_ratio`` 0.9, Wan 2.1 VAE.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from modules.util.errors import UserError
+
+__all__ = [
+    "TinyModelError",
+    "VARIANTS",
+    "TEXT_DIM",
+    "CLIP_HIDDEN_SIZE",
+    "CLIP_IMAGE_SIZE",
+    "CLIP_PATCH_SIZE",
+    "CLIP_NUM_TOKENS",
+    "TOKENIZER_VOCAB_SIZE",
+    "TinyVariant",
+    "get_variant",
+    "write_tiny_model",
+]
+
+# --------------------------------------------------------------------------------------
+# Tiny sizes shared by all variants
+# --------------------------------------------------------------------------------------
+
+#: UMT5 ``d_model`` of the tiny text encoder (= transformer ``text_dim``; the real one is 4096).
+TEXT_DIM = 32
+#: Total tokenizer size = text encoder ``vocab_size``.
+TOKENIZER_VOCAB_SIZE = 384
+#: Minimum number of ``<extra_id_N>`` sentinels kept at the end of the vocabulary (UMT5 has 300).
+_MIN_EXTRA_IDS = 16
+
+#: Tiny CLIP vision tower (the real one is ViT-H/14: hidden 1280, 32 layers, 16 heads).
+CLIP_HIDDEN_SIZE = 32
+CLIP_IMAGE_SIZE = 224
+CLIP_PATCH_SIZE = 14
+#: Tokens in the CLIP last/penultimate hidden state at 224 px: (224/14)^2 patches + 1 class token.
+CLIP_NUM_TOKENS = (CLIP_IMAGE_SIZE // CLIP_PATCH_SIZE) ** 2 + 1  # 257, as the real ViT-H/14
+
+_OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+_OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+_TRANSFORMER_HEADS = 2
+_TRANSFORMER_HEAD_DIM = 16
+_TRANSFORMER_INNER_DIM = _TRANSFORMER_HEADS * _TRANSFORMER_HEAD_DIM
+
+# Wan 2.2 VAE latent statistics (48 channels), as in Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json.
+_WAN22_LATENTS_MEAN = [
+    -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557,
+    -0.1382, 0.0542, 0.2813, 0.0891, 0.1570, -0.0098, 0.0375, -0.1825,
+    -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+    -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230,
+    -0.0313, -0.1649, 0.0117, 0.0723, -0.2839, -0.2083, -0.0520, 0.3748,
+    0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+]  # fmt: skip
+_WAN22_LATENTS_STD = [
+    0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013,
+    0.8158, 1.0344, 0.5894, 1.0901, 0.6885, 0.6165, 0.8454, 0.4978,
+    0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+    0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093,
+    0.5709, 0.6065, 0.6415, 0.4944, 0.5726, 1.2042, 0.5458, 1.6887,
+    0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+]  # fmt: skip
+
+# Wan 2.1 VAE latent statistics (16 channels), as in every Wan 2.1 / 2.2 A14B vae/config.json.
+_WAN21_LATENTS_MEAN = [
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+]  # fmt: skip
+_WAN21_LATENTS_STD = [
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# Variant table
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TinyVariant:
+    """What one variant writes (the layout of the real checkpoint it mirrors)."""
+
+    name: str
+    mirrors: str
+    pipeline_class: str
+    in_channels: int
+    out_channels: int
+    vae: str  # "wan2.1" (z_dim 16) or "wan2.2" (z_dim 48)
+    flow_shift: float
+    clip_image_encoder: bool = False
+    two_experts: bool = False
+    boundary_ratio: float | None = None
+    expand_timesteps: bool = False
+
+    @property
+    def z_dim(self) -> int:
+        return 48 if self.vae == "wan2.2" else 16
+
+
+VARIANTS: dict[str, TinyVariant] = {
+    v.name: v
+    for v in (
+        TinyVariant(
+            name="t2v",
+            mirrors="Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+            pipeline_class="WanPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+        ),
+        TinyVariant(
+            name="i2v",
+            mirrors="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",
+            pipeline_class="WanImageToVideoPipeline",
+            in_channels=36,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            clip_image_encoder=True,
+        ),
+        TinyVariant(
+            name="ti2v",
+            mirrors="Wan-AI/Wan2.2-TI2V-5B-Diffusers",
+            pipeline_class="WanPipeline",
+            in_channels=48,
+            out_channels=48,
+            vae="wan2.2",
+            flow_shift=5.0,
+            expand_timesteps=True,
+        ),
+        TinyVariant(
+            name="a14b",
+            mirrors="Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+            pipeline_class="WanPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            two_experts=True,
+            boundary_ratio=0.875,
+        ),
+        TinyVariant(
+            name="a14b_i2v",
+            mirrors="Wan-AI/Wan2.2-I2V-A14B-Diffusers",
+            pipeline_class="WanImageToVideoPipeline",
+            in_channels=36,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            two_experts=True,
+            boundary_ratio=0.9,
+        ),
+    )
+}
+
+
+#: Other accepted spellings (``a14b_t2v`` is the name ``modules.model.WanVariant`` uses).
+_ALIASES = {"a14b_t2v": "a14b"}
+
+
+class TinyModelError(UserError, ValueError):
+    """A bad argument to ``write_tiny_model`` (unknown variant, bad seed, unusable output folder)."""
+
+
+def get_variant(variant: str) -> TinyVariant:
+    """Return the spec of ``variant`` or raise ``TinyModelError`` naming the valid ones."""
+    key = _ALIASES.get(variant, variant) if isinstance(variant, str) else None
+    if key not in VARIANTS:
+        raise TinyModelError(
+            f"unknown tiny Wan variant {variant!r}: use one of {', '.join(VARIANTS)}"
+        )
+    return VARIANTS[key]
+
+
+# --------------------------------------------------------------------------------------
+# Tokenizer (trained offline on a built-in corpus)
+# --------------------------------------------------------------------------------------
+
+_SUBJECTS = [
+    "a cat", "a small dog", "an old man", "a young woman", "two children", "a red car",
+    "a white horse", "a flock of birds", "a robot", "a chef", "a dancer", "a monkey",
+    "a golden retriever", "a astronaut", "a sailboat", "a train", "a butterfly", "a panda",
+    "a skateboarder", "a musician",
+]  # fmt: skip
+_ACTIONS = [
+    "walking slowly", "running quickly", "jumping over a fence", "dancing happily",
+    "playing the guitar", "eating an apple", "looking at the camera", "smiling and waving",
+    "riding a bicycle", "swimming", "flying", "sleeping quietly", "cooking dinner",
+    "reading a book", "climbing a tree", "turning around", "driving fast", "sitting still",
+    "laughing", "singing a song",
+]  # fmt: skip
+_PLACES = [
+    "on the beach at sunset", "in a busy city street at night", "in a green forest",
+    "on a snowy mountain", "in a cozy kitchen", "under the blue sky", "in the rain",
+    "next to a river", "in a desert", "on the moon", "in a quiet library", "in a park",
+    "inside a spaceship", "on a wooden bridge", "in a field of flowers", "by the ocean",
+    "in a crowded market", "on a rooftop", "in an empty room", "near an old castle",
+]  # fmt: skip
+_STYLES = [
+    "cinematic lighting", "close up shot", "wide angle view", "the camera slowly pans left",
+    "the camera zooms in", "high quality, detailed, 4k", "soft warm colors",
+    "dramatic shadows", "slow motion", "handheld camera", "aerial drone footage",
+    "natural light", "vivid colors", "black and white film", "realistic style",
+]  # fmt: skip
+_EXTRA_TEXT = [
+    # Wan's standard negative prompt, English version.
+    "Bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, "
+    "images, static, overall gray, worst quality, low quality, JPEG compression residue, ugly, "
+    "incomplete, extra fingers, poorly drawn hands, poorly drawn faces, deformed, disfigured, "
+    "misshapen limbs, fused fingers, still picture, messy background, three legs, many people "
+    "in the background, walking backwards",
+    "dance monkey",
+    "negative",
+    "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9",
+    "A video of a person, an animal, a vehicle, a landscape, a building, water, fire, smoke.",
+    "Morning, evening, night, spring, summer, autumn, winter, sunny, cloudy, foggy, windy.",
+]
+_ALPHABET = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"-()&/")
+
+
+# The captions of ``modules.util.synthetic_data`` ("a red circle moving left to right").
+_SYNTHETIC_CAPTIONS = [
+    f"a {colour} {shape} moving {motion}"
+    for colour in ("red", "green", "blue", "yellow")
+    for shape in ("circle", "square")
+    for motion in ("left to right", "right to left", "top to bottom", "bottom to top")
+]
+
+
+def _tokenizer_corpus() -> list[str]:
+    """A few hundred deterministic English caption-like sentences."""
+    corpus = list(_SYNTHETIC_CAPTIONS)
+    n = len(_SUBJECTS)
+    for i in range(n * 12):
+        subject = _SUBJECTS[i % n]
+        action = _ACTIONS[(i * 7 + i // n) % len(_ACTIONS)]
+        place = _PLACES[(i * 3 + 2 * (i // n)) % len(_PLACES)]
+        style = _STYLES[(i * 5 + i // n) % len(_STYLES)]
+        sentence = f"{subject} {action} {place}, {style}."
+        corpus.append(sentence[0].upper() + sentence[1:])
+    corpus.extend(_EXTRA_TEXT)
+    return corpus
+
+
+def _build_tokenizer(vocab_size: int = TOKENIZER_VOCAB_SIZE):
+    """Train a T5/UMT5-style Unigram tokenizer: <pad>=0, </s>=1, <unk>=2, pieces, sentinels."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import T5TokenizerFast
+
+    special = ["<pad>", "</s>", "<unk>"]
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True),
+        ]
+    )
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size - _MIN_EXTRA_IDS,
+        special_tokens=special,
+        unk_token="<unk>",
+        initial_alphabet=_ALPHABET,
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(), trainer)
+    trained = json.loads(tok.to_str())["model"]["vocab"]
+    if [p for p, _ in trained[:3]] != special:
+        raise RuntimeError(f"unexpected special token order in trained tokenizer: {trained[:3]}")
+    # The trainer is multi-threaded (float noise in the scores) and appends the characters it
+    # must keep with scores min - k * 1e-4 in the order of a randomly seeded hash set, so its raw
+    # scores and ids differ from run to run (the piece set itself is stable).  Canonicalise:
+    # pieces whose scores lie within 2e-4 of each other form one group that shares the group's
+    # top score (rounded); groups keep their order, pieces inside a group are sorted by text.
+    ranked = sorted(((str(p), float(s)) for p, s in trained[3:]), key=lambda item: -item[1])
+    groups: list[list[tuple[str, float]]] = []
+    for piece, score in ranked:
+        if groups and groups[-1][-1][1] - score <= 2e-4:
+            groups[-1].append((piece, score))
+        else:
+            groups.append([(piece, score)])
+    learned = [
+        (piece, round(group[0][1], 4)) for group in groups for piece in sorted(p for p, _ in group)
+    ]
+    pieces = [(p, 0.0) for p in special] + learned[: vocab_size - _MIN_EXTRA_IDS - 3]
+    # Fill the rest with T5 sentinels <extra_id_N> (highest N first, as in the T5/UMT5 vocab),
+    # so that len(tokenizer) == vocab_size exactly.
+    extra_ids = vocab_size - len(pieces)
+    vocab = pieces + [(f"<extra_id_{i}>", 0.0) for i in range(extra_ids - 1, -1, -1)]
+    tokenizer = T5TokenizerFast(
+        vocab=vocab,
+        extra_ids=extra_ids,
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
+    if len(tokenizer) != vocab_size:
+        raise RuntimeError(f"tiny tokenizer has {len(tokenizer)} tokens, expected {vocab_size}")
+    if (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) != (0, 1, 2):
+        raise RuntimeError("tiny tokenizer special token ids are not pad=0, eos=1, unk=2")
+    return tokenizer
+
+
+def _save_tokenizer(tokenizer, directory: Path) -> None:
+    tokenizer.save_pretrained(str(directory))
+    # transformers 5.x no longer writes special_tokens_map.json; real UMT5 folders have it.
+    special_map = directory / "special_tokens_map.json"
+    if not special_map.exists():
+        sentinels = [f"<extra_id_{i}>" for i in range(tokenizer._extra_ids)]
+        _write_json(
+            special_map,
+            {
+                "additional_special_tokens": sentinels,
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+            },
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Components
+# --------------------------------------------------------------------------------------
+
+
+def _text_encoder(vocab_size: int):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    config = UMT5Config(
+        vocab_size=vocab_size,
+        d_model=TEXT_DIM,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        dropout_rate=0.1,
+        layer_norm_epsilon=1e-6,
+        initializer_factor=1.0,
+        feed_forward_proj="gated-gelu",
+        is_encoder_decoder=True,
+        use_cache=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        tokenizer_class="T5Tokenizer",
+    )
+    # Note: transformers 5.x forces ``tie_word_embeddings=True`` for the T5 family (the real
+    # umt5-xxl config says false); irrelevant here, an encoder-only model has no LM head.
+    config.architectures = ["UMT5EncoderModel"]
+    return UMT5EncoderModel(config).eval()
+
+
+def _transformer(spec: TinyVariant):
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=_TRANSFORMER_HEADS,
+        attention_head_dim=_TRANSFORMER_HEAD_DIM,
+        in_channels=spec.in_channels,
+        out_channels=spec.out_channels,
+        text_dim=TEXT_DIM,
+        freq_dim=256,
+        ffn_dim=64,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        eps=1e-6,
+        image_dim=CLIP_HIDDEN_SIZE if spec.clip_image_encoder else None,
+        added_kv_proj_dim=_TRANSFORMER_INNER_DIM if spec.clip_image_encoder else None,
+        rope_max_seq_len=1024,
+        pos_embed_seq_len=None,
+    ).eval()
+
+
+def _vae(spec: TinyVariant):
+    from diffusers import AutoencoderKLWan
+
+    if spec.vae == "wan2.2":
+        # Wan 2.2 VAE: base_dim 160 / decoder_base_dim 256 / num_res_blocks 2 in the real one.
+        return AutoencoderKLWan(
+            base_dim=4,
+            decoder_base_dim=8,
+            z_dim=48,
+            dim_mult=[1, 2, 4, 4],
+            num_res_blocks=1,
+            attn_scales=[],
+            temperal_downsample=[False, True, True],
+            dropout=0.0,
+            latents_mean=list(_WAN22_LATENTS_MEAN),
+            latents_std=list(_WAN22_LATENTS_STD),
+            is_residual=True,
+            in_channels=12,
+            out_channels=12,
+            patch_size=2,
+            scale_factor_temporal=4,
+            scale_factor_spatial=16,
+        ).eval()
+    # Wan 2.1 VAE: base_dim 96, num_res_blocks 2 in the real one.
+    return AutoencoderKLWan(
+        base_dim=8,
+        z_dim=16,
+        dim_mult=[1, 2, 4, 4],
+        num_res_blocks=1,
+        attn_scales=[],
+        temperal_downsample=[False, True, True],
+        dropout=0.0,
+        latents_mean=list(_WAN21_LATENTS_MEAN),
+        latents_std=list(_WAN21_LATENTS_STD),
+    ).eval()
+
+
+def _scheduler(spec: TinyVariant):
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(
+        num_train_timesteps=1000,
+        prediction_type="flow_prediction",
+        use_flow_sigmas=True,
+        flow_shift=spec.flow_shift,
+    )
+
+
+def _image_encoder():
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(
+        hidden_size=CLIP_HIDDEN_SIZE,
+        intermediate_size=4 * CLIP_HIDDEN_SIZE,
+        projection_dim=CLIP_HIDDEN_SIZE,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_channels=3,
+        image_size=CLIP_IMAGE_SIZE,
+        patch_size=CLIP_PATCH_SIZE,
+        hidden_act="gelu",
+        layer_norm_eps=1e-5,
+    )
+    config.architectures = ["CLIPVisionModel"]
+    return CLIPVisionModel(config).eval()
+
+
+def _image_processor_config() -> dict[str, Any]:
+    # What transformers' CLIPImageProcessor writes for the real ViT-H/14 (224 px) processor.
+    return {
+        "crop_size": {"height": CLIP_IMAGE_SIZE, "width": CLIP_IMAGE_SIZE},
+        "do_center_crop": True,
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": list(_OPENAI_CLIP_MEAN),
+        "image_processor_type": "CLIPImageProcessor",
+        "image_std": list(_OPENAI_CLIP_STD),
+        "resample": 3,
+        "rescale_factor": 1 / 255,
+        "size": {"shortest_edge": CLIP_IMAGE_SIZE},
+    }
+
+
+def _model_index(spec: TinyVariant) -> dict[str, Any]:
+    import diffusers
+
+    index: dict[str, Any] = {
+        "_class_name": spec.pipeline_class,
+        "_diffusers_version": diffusers.__version__,
+        "boundary_ratio": spec.boundary_ratio,
+        "expand_timesteps": spec.expand_timesteps,
+    }
+    if spec.pipeline_class == "WanImageToVideoPipeline":
+        clip = spec.clip_image_encoder
+        index["image_encoder"] = ["transformers", "CLIPVisionModel"] if clip else [None, None]
+        index["image_processor"] = ["transformers", "CLIPImageProcessor"] if clip else [None, None]
+    index.update(
+        {
+            "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+            "text_encoder": ["transformers", "UMT5EncoderModel"],
+            "tokenizer": ["transformers", "T5TokenizerFast"],
+            "transformer": ["diffusers", "WanTransformer3DModel"],
+            "transformer_2": (
+                ["diffusers", "WanTransformer3DModel"] if spec.two_experts else [None, None]
+            ),
+            "vae": ["diffusers", "AutoencoderKLWan"],
+        }
+    )
+    return dict(sorted(index.items()))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _seeded(seed: int, offset: int):
+    """Build a component under a derived seed without touching the caller's RNG state."""
+
+    class _Ctx:
+        def __enter__(self):
+            self._fork = torch.random.fork_rng(devices=[])
+            self._fork.__enter__()
+            torch.manual_seed((seed * 1000 + offset) % (2**63))
+            return self
+
+        def __exit__(self, *exc):
+            return self._fork.__exit__(*exc)
+
+    return _Ctx()
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+
+
+def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
+
+    ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
+    anything else raises ``TinyModelError`` (a ``UserError`` and a ``ValueError``).  The folder is
+    created (its parents too); if it already exists it must be empty or already hold a
+    ``model_index.json`` (a previous tiny model), whose component folders are replaced.
+    The same ``seed`` always writes identical weights.  Returns the resolved folder path.
+    """
+    spec = get_variant(variant)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TinyModelError(f"seed must be a non-negative integer, got {seed!r}")
+    out = Path(output_dir).expanduser().resolve()
+    if out.exists():
+        if not out.is_dir():
+            raise TinyModelError(f"output '{out}' exists and is not a folder: choose another path")
+        if any(out.iterdir()) and not (out / "model_index.json").is_file():
+            raise TinyModelError(
+                f"output folder '{out}' is not empty and holds no model_index.json: "
+                "choose an empty or new folder"
+            )
+
+    # Build everything in a sibling temp folder, then swap into place, so a failure
+    # never leaves a half-written model behind.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        _write_components(spec, tmp, seed)
+        if out.exists():
+            for child in out.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_components(spec: TinyVariant, root: Path, seed: int) -> None:
+    from transformers.utils import logging as hf_logging
+
+    # transformers' save_pretrained shows a "Writing model shards" bar per model; hide it
+    # while writing and restore the caller's setting afterwards.
+    bars_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        _write_components_quiet(spec, root, seed)
+    finally:
+        if bars_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _write_components_quiet(spec: TinyVariant, root: Path, seed: int) -> None:
+    tokenizer = _build_tokenizer()
+    _save_tokenizer(tokenizer, root / "tokenizer")
+
+    with torch.no_grad():
+        with _seeded(seed, 1):
+            text_encoder = _text_encoder(len(tokenizer))
+        text_encoder.save_pretrained(str(root / "text_encoder"), safe_serialization=True)
+
+        with _seeded(seed, 2):
+            vae = _vae(spec)
+        vae.save_pretrained(str(root / "vae"), safe_serialization=True)
+
+        with _seeded(seed, 3):
+            transformer = _transformer(spec)
+        transformer.save_pretrained(str(root / "transformer"), safe_serialization=True)
+
+        if spec.two_experts:
+            # Distinct weights for the low-noise expert, same config as the high-noise one.
+            with _seeded(seed, 4):
+                transformer_2 = _transformer(spec)
+            transformer_2.save_pretrained(str(root / "transformer_2"), safe_serialization=True)
+
+        if spec.clip_image_encoder:
+            with _seeded(seed, 5):
+                image_encoder = _image_encoder()
+            image_encoder.save_pretrained(str(root / "image_encoder"), safe_serialization=True)
+            (root / "image_processor").mkdir()
+            _write_json(root / "image_processor" / "preprocessor_config.json", _image_processor_config())
+
+    _scheduler(spec).save_pretrained(str(root / "scheduler"))
+    _write_json(root / "model_index.json", _model_index(spec))

@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Convert a LoRA file between DIFFUSERS_LORA and COMFY_LORA (musubi-tuner files can be read too).
+
+    python scripts/convert_model.py --input in.safetensors --output out.safetensors --format COMFY_LORA
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+FORMATS = ("DIFFUSERS_LORA", "COMFY_LORA")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 1, like every other user error
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--input", required=True, help="LoRA .safetensors (diffusers, ComfyUI or musubi-tuner keys)")
+    parser.add_argument("--output", required=True, help="the .safetensors file to write")
+    parser.add_argument("--format", required=True, type=str.upper, choices=FORMATS, help="format of the output")
+    args = parser.parse_args(argv)
+
+    from modules.modelLoader.WanLoRALoader import load_lora_file
+    from modules.modelSaver.WanLoRASaver import save_lora
+    from modules.util.errors import UserError
+
+    try:
+        weights, metadata = load_lora_file(args.input)
+        save_lora(weights, args.output, args.format, metadata)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output} ({args.format}, {len(weights.layers)} LoRA modules)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

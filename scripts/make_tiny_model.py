@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""Write a tiny randomly initialised Wan model in diffusers format (for tests, demos and benchmarks).
+
+    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v} --output DIR [--seed N]
+
+Prints the folder it wrote.  Nothing is downloaded.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+VARIANT_CHOICES = ("t2v", "i2v", "ti2v", "a14b", "a14b_i2v")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, non-zero exit
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: give a non-negative integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: give a non-negative integer")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--variant", required=True, choices=VARIANT_CHOICES,
+                        help="t2v (Wan 2.1 T2V), i2v (Wan 2.1 I2V 14B), ti2v (Wan 2.2 TI2V 5B), "
+                             "a14b (Wan 2.2 T2V A14B), a14b_i2v (Wan 2.2 I2V A14B)")
+    parser.add_argument("--output", required=True, help="folder to write (new, empty, or a previous tiny model)")
+    parser.add_argument("--seed", type=_seed, default=0, help="weight seed (default 0); same seed, same weights")
+    args = parser.parse_args(argv)
+
+    from modules.util.errors import UserError
+    from modules.util.tiny_model import write_tiny_model
+
+    try:
+        path = write_tiny_model(args.variant, args.output, seed=args.seed)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Shared fixtures: tiny random Wan models and tiny synthetic datasets, made once per test session."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """tiny_model("t2v") -> Path of a tiny diffusers folder of that variant (cached for the session)."""
+    from modules.util.tiny_model import write_tiny_model
+
+    made: dict[str, Path] = {}
+
+    def make(variant: str) -> Path:
+        if variant not in made:
+            made[variant] = write_tiny_model(variant, tmp_path_factory.mktemp(f"tiny-{variant}"))
+        return made[variant]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def video_dataset(tmp_path_factory) -> Path:
+    """Three 17-frame 64x64 mp4 clips at 16 fps with captions."""
+    from modules.util.synthetic_data import write_video_dataset
+
+    return write_video_dataset(tmp_path_factory.mktemp("videos"), count=3, frames=17, height=64, width=64)
+
+
+def train_config_dict(model_dir: Path, data_dir: Path, work: Path, **overrides) -> dict:
+    """A small, fast LoRA config for tests."""
+    config = {
+        "base_model_name": str(model_dir), "concepts": [{"path": str(data_dir)}], "resolution": [32, 32],
+        "frames": 9, "epochs": 2, "learning_rate": 1e-3, "lora_rank": 4, "lora_alpha": 4,
+        "gradient_checkpointing": False, "tensorboard": False, "sample_at_end": False,
+        "workspace_dir": str(work / "workspace"), "cache_dir": str(work / "cache"),
+        "output_model_destination": str(work / "output" / "lora.safetensors"),
+    }
+    config.update(overrides)
+    return config
