@@ -23,6 +23,7 @@ from modules.util.errors import UserError
 from modules.util.tiny_model import (
     CLIP_HIDDEN_SIZE,
     CLIP_NUM_TOKENS,
+    MARKER_KEY,
     TEXT_DIM,
     TOKENIZER_VOCAB_SIZE,
     TinyModelError,
@@ -38,6 +39,15 @@ EXPECTED = {
     "a14b": ("WanPipeline", 16, 16, 16, True, 0.875, False, False, 3.0, "a14b_t2v"),
     "a14b_i2v": ("WanImageToVideoPipeline", 36, 16, 16, True, 0.9, False, False, 3.0, "a14b_i2v"),
 }
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """These models are tiny: one intra-op thread is faster, and far faster on a busy 2-core box."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _count_calls(module: torch.nn.Module, counts: dict[str, int], name: str) -> None:
@@ -61,6 +71,7 @@ def test_tiny_model_loads_and_generates(variant: str, tmp_path: Path) -> None:
     assert path == (tmp_path / "model").resolve()
     index = json.loads((path / "model_index.json").read_text())
     assert index["_class_name"] == pipe_cls
+    assert index[MARKER_KEY] == {"variant": variant, "seed": 0, "mirrors": index[MARKER_KEY]["mirrors"]}
     assert index["boundary_ratio"] == boundary and index["expand_timesteps"] is expand
     assert (path / "transformer_2").is_dir() == two_experts
     assert (path / "image_encoder").is_dir() == clip and (path / "image_processor").is_dir() == clip
@@ -152,12 +163,18 @@ def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not empty"):
         write_tiny_model("t2v", tmp_path / "busy")
     assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
+    # A real (unmarked) diffusers folder is never overwritten.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    with pytest.raises(TinyModelError, match="not a tiny model"):
+        write_tiny_model("t2v", tmp_path / "real")
+    assert (tmp_path / "real" / "model_index.json").read_text() == '{"_class_name": "WanPipeline"}'
     assert not (tmp_path / "x").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy"]  # no temp folders left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "real"]  # no temp folders left behind
 
 
 def test_cli(tmp_path: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     script = str(REPO_ROOT / "scripts" / "make_tiny_model.py")
     out = tmp_path / "cli_model"
     done = subprocess.run([sys.executable, script, "--variant", "ti2v", "--output", str(out), "--seed", "3"],

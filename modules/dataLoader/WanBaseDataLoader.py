@@ -58,7 +58,7 @@ class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None):
         self.config = config
         self.model = model
-        self.skips = skips or SkipCounter()
+        self.skips = skips if skips is not None else SkipCounter()
         self.cache = DiskCache(config.cache_dir)
         self.items: list[TrainingItem] = []
         self.fps = config.fps or model.variant.fps

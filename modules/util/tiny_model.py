@@ -30,18 +30,20 @@ Variants (see ``VARIANTS``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from modules.util.errors import UserError
 
 __all__ = [
+    "MARKER_KEY",
     "TinyModelError",
     "VARIANTS",
     "TEXT_DIM",
@@ -218,7 +220,7 @@ def get_variant(variant: str) -> TinyVariant:
 _SUBJECTS = [
     "a cat", "a small dog", "an old man", "a young woman", "two children", "a red car",
     "a white horse", "a flock of birds", "a robot", "a chef", "a dancer", "a monkey",
-    "a golden retriever", "a astronaut", "a sailboat", "a train", "a butterfly", "a panda",
+    "a golden retriever", "an astronaut", "a sailboat", "a train", "a butterfly", "a panda",
     "a skateboarder", "a musician",
 ]  # fmt: skip
 _ACTIONS = [
@@ -499,12 +501,18 @@ def _image_processor_config() -> dict[str, Any]:
     }
 
 
-def _model_index(spec: TinyVariant) -> dict[str, Any]:
+#: Private ``model_index.json`` key (diffusers ignores keys starting with "_") marking a folder
+#: written here; only such a folder may be overwritten by ``write_tiny_model``.
+MARKER_KEY = "_wantrainer_tiny_model"
+
+
+def _model_index(spec: TinyVariant, seed: int) -> dict[str, Any]:
     import diffusers
 
     index: dict[str, Any] = {
         "_class_name": spec.pipeline_class,
         "_diffusers_version": diffusers.__version__,
+        MARKER_KEY: {"variant": spec.name, "seed": seed, "mirrors": spec.mirrors},
         "boundary_ratio": spec.boundary_ratio,
         "expand_timesteps": spec.expand_timesteps,
     }
@@ -531,20 +539,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _seeded(seed: int, offset: int):
+@contextlib.contextmanager
+def _seeded(seed: int, offset: int) -> Iterator[None]:
     """Build a component under a derived seed without touching the caller's RNG state."""
-
-    class _Ctx:
-        def __enter__(self):
-            self._fork = torch.random.fork_rng(devices=[])
-            self._fork.__enter__()
-            torch.manual_seed((seed * 1000 + offset) % (2**63))
-            return self
-
-        def __exit__(self, *exc):
-            return self._fork.__exit__(*exc)
-
-    return _Ctx()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 1000 + offset)
+        yield
 
 
 # --------------------------------------------------------------------------------------
@@ -556,21 +556,22 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Pat
     """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
 
     ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
-    anything else raises ``TinyModelError`` (a ``UserError`` and a ``ValueError``).  The folder is
-    created (its parents too); if it already exists it must be empty or already hold a
-    ``model_index.json`` (a previous tiny model), whose component folders are replaced.
-    The same ``seed`` always writes identical weights.  Returns the resolved folder path.
+    ``seed`` an integer in [0, 2**32).  Bad arguments raise ``TinyModelError`` (both a
+    ``UserError`` and a ``ValueError``).  The folder is created (its parents too); if it exists
+    it must be empty or hold a tiny model written here before (``MARKER_KEY`` in its
+    ``model_index.json``), which is replaced.  The same ``seed`` always writes byte-identical
+    files.  Returns the resolved folder path.
     """
     spec = get_variant(variant)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise TinyModelError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise TinyModelError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     out = Path(output_dir).expanduser().resolve()
     if out.exists():
         if not out.is_dir():
             raise TinyModelError(f"output '{out}' exists and is not a folder: choose another path")
-        if any(out.iterdir()) and not (out / "model_index.json").is_file():
+        if any(out.iterdir()) and not _is_tiny_model(out):
             raise TinyModelError(
-                f"output folder '{out}' is not empty and holds no model_index.json: "
+                f"output folder '{out}' is not empty and is not a tiny model written before: "
                 "choose an empty or new folder"
             )
 
@@ -592,6 +593,14 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _is_tiny_model(folder: Path) -> bool:
+    try:
+        index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(index, dict) and MARKER_KEY in index
 
 
 def _write_components(spec: TinyVariant, root: Path, seed: int) -> None:
@@ -639,4 +648,4 @@ def _write_components_quiet(spec: TinyVariant, root: Path, seed: int) -> None:
             _write_json(root / "image_processor" / "preprocessor_config.json", _image_processor_config())
 
     _scheduler(spec).save_pretrained(str(root / "scheduler"))
-    _write_json(root / "model_index.json", _model_index(spec))
+    _write_json(root / "model_index.json", _model_index(spec, seed))
