@@ -5,6 +5,7 @@ x_t = (1 − σ)·x0 + σ·ε, target v = ε − x0, transformer timestep t = 10
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -21,34 +22,53 @@ class SigmaSampler:
     min_sigma: float = 0.0
     max_sigma: float = 1.0
 
-    def _draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        if self.distribution == TimestepDistribution.UNIFORM:
-            u = torch.rand(n, generator=generator)
-        elif self.distribution == TimestepDistribution.LOGIT_NORMAL:
-            u = torch.sigmoid(self.logit_mean + self.logit_std * torch.randn(n, generator=generator))
+    # σ = T(base) with T monotone increasing (base ~ U(0,1) or N(0,1)), so restricting σ to a range is
+    # restricting the base variable to the range's pre-image: exact, and cheap even for narrow ranges.
+    def _normal_base(self) -> bool:
+        return self.distribution != TimestepDistribution.UNIFORM
+
+    def _to_sigma(self, base: torch.Tensor) -> torch.Tensor:
+        if self.distribution == TimestepDistribution.LOGIT_NORMAL:
+            u = torch.sigmoid(self.logit_mean + self.logit_std * base)
+        elif self.distribution == TimestepDistribution.SIGMOID:
+            u = torch.sigmoid(self.sigmoid_scale * base)
         else:
-            u = torch.sigmoid(self.sigmoid_scale * torch.randn(n, generator=generator))
+            u = base
         if self.shift != 1.0:
             u = self.shift * u / (1 + (self.shift - 1) * u)
         return self.min_sigma + (self.max_sigma - self.min_sigma) * u
 
-    def sample(self, n: int, generator: torch.Generator, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
-        """n sigmas from the configured distribution, restricted to [low, high) by rejection.
+    def _to_base(self, sigma: float) -> float:
+        v = min(max((sigma - self.min_sigma) / (self.max_sigma - self.min_sigma), 0.0), 1.0)
+        u = v / (self.shift - (self.shift - 1) * v) if self.shift != 1.0 else v
+        if not self._normal_base():
+            return u
+        if u <= 0.0:
+            return float("-inf")
+        if u >= 1.0:
+            return float("inf")
+        logit = math.log(u / (1 - u))
+        if self.distribution == TimestepDistribution.LOGIT_NORMAL:
+            return (logit - self.logit_mean) / self.logit_std
+        return logit / self.sigmoid_scale
 
-        Rejection keeps the distribution's shape inside an expert's range (Wan 2.2 A14B), unlike rescaling.
+    def sample(self, n: int, generator: torch.Generator, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        """n sigmas from the configured distribution, truncated to [low, high] ∩ [min_sigma, max_sigma].
+
+        Truncation keeps the distribution's shape inside an expert's range (Wan 2.2 A14B), unlike rescaling.
         """
         low, high = max(low, self.min_sigma), min(high, self.max_sigma)
         if low >= high:
-            raise ValueError(f"empty sigma range [{low}, {high})")
-        out = torch.empty(0)
-        for _ in range(1000):
-            draw = self._draw(max(4 * n, 16), generator)
-            keep = draw[(draw >= low) & (draw < high)] if high < self.max_sigma else draw[(draw >= low) & (draw <= high)]
-            out = torch.cat([out, keep])
-            if len(out) >= n:
-                return out[:n]
-        # The distribution puts (almost) no mass in this range: fall back to uniform inside it.
-        return low + (high - low) * torch.rand(n, generator=generator)
+            raise ValueError(f"empty sigma range [{low}, {high}]")
+        a, b = self._to_base(low), self._to_base(high)
+        r = torch.rand(n, generator=generator, dtype=torch.float64)
+        if self._normal_base():
+            cdf_a = torch.special.ndtr(torch.tensor(a, dtype=torch.float64))
+            cdf_b = torch.special.ndtr(torch.tensor(b, dtype=torch.float64))
+            base = torch.special.ndtri(cdf_a + (cdf_b - cdf_a) * r)
+        else:
+            base = a + (b - a) * r
+        return self._to_sigma(base).clamp(low, high).float()
 
 
 def add_noise(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

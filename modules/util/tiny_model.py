@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
-import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -346,7 +347,10 @@ def _save_tokenizer(tokenizer, directory: Path) -> None:
     # transformers 5.x no longer writes special_tokens_map.json; real UMT5 folders have it.
     special_map = directory / "special_tokens_map.json"
     if not special_map.exists():
-        sentinels = [f"<extra_id_{i}>" for i in range(tokenizer._extra_ids)]
+        sentinels = sorted(
+            (t for t in tokenizer.get_vocab() if t.startswith("<extra_id_")),
+            key=lambda t: int(t[len("<extra_id_") : -1]),
+        )
         _write_json(
             special_map,
             {
@@ -578,7 +582,8 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Pat
     # Build everything in a sibling temp folder, then swap into place, so a failure
     # never leaves a half-written model behind.
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()  # (not tempfile.mkdtemp: that makes the final folder mode 0700)
     try:
         _write_components(spec, tmp, seed)
         if out.exists():
