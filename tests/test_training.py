@@ -240,3 +240,52 @@ def test_training_on_a_folder_made_outside_the_project(video_dataset, tmp_path):
     pipe.save_pretrained(tmp_path / "external")
     outputs = run(make_trainer(tmp_path / "external", video_dataset, tmp_path, epochs=1))
     assert outputs[0].is_file()
+
+
+def test_images_train_as_one_frame_videos(tiny_model, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(2):
+        Image.new("RGB", (40, 40), (200, 30 * i, 10)).save(folder / f"{i}.png")
+        (folder / f"{i}.txt").write_text(f"a picture {i}")
+    trainer = make_trainer(tiny_model("t2v"), folder, tmp_path, epochs=1)
+    run(trainer)
+    assert {item.bucket.frames for item in trainer.data.items} == {1}
+    assert trainer.progress.global_step == 2
+
+
+def test_gradient_accumulation_takes_one_optimizer_step_per_n_batches(tiny_model, video_dataset, tmp_path):
+    trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path, epochs=2, gradient_accumulation_steps=2)
+    trainer.start()
+    trainer.train()
+    assert trainer.progress.global_step == 4 and trainer.progress.micro_step == 6  # 3 batches: 2 + a short tail
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_model, video_dataset, tmp_path):
+    results = []
+    for checkpointing in (False, True):
+        trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path / str(checkpointing),
+                               gradient_checkpointing=checkpointing)
+        trainer.start()
+        batch = trainer.data.load_batch([0], 0)
+        output = trainer.setup.predict(batch, torch.Generator().manual_seed(0))
+        output.loss.backward()
+        results.append((output.loss.detach(), [p.grad.clone() for p in trainer.params]))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert torch.allclose(loss_a, loss_b, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads_a, grads_b))
+
+
+@pytest.mark.parametrize("fmt", ["DIFFUSERS_LORA", "COMFY_LORA"])
+def test_training_continues_from_a_saved_lora(tiny_model, video_dataset, tmp_path, fmt):
+    first = make_trainer(tiny_model("t2v"), video_dataset, tmp_path / "a", epochs=1, output_model_format=fmt,
+                         lora_alpha=8)
+    (path,) = run(first)
+    saved = trained_weights(first)
+    second = make_trainer(tiny_model("t2v"), video_dataset, tmp_path / "b", epochs=1, lora_alpha=8,
+                          lora_weight_path=str(path))
+    second.start()
+    loaded = trained_weights(second)
+    assert all(torch.allclose(loaded[k], saved[k], atol=1e-6) for k in saved)

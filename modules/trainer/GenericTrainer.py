@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -188,9 +189,10 @@ class GenericTrainer:
             while self.progress.epoch < config.epochs and not self._done():
                 epoch = self.progress.epoch
                 batches = self.data.epoch_batches(epoch)
+                prefetch = BatchPrefetcher(self.data, batches, epoch, self.progress.epoch_batch)
                 pending = 0  # micro batches accumulated since the last optimizer step
                 while self.progress.epoch_batch < len(batches) and not self._done():
-                    loss = self._micro_step(batches[self.progress.epoch_batch], epoch)
+                    loss = self._micro_step(prefetch.get(self.progress.epoch_batch))
                     self.progress.epoch_batch += 1
                     pending += 1
                     last_of_epoch = self.progress.epoch_batch == len(batches)
@@ -226,8 +228,7 @@ class GenericTrainer:
     def _done(self) -> bool:
         return bool(self.config.max_steps) and self.progress.global_step >= self.config.max_steps
 
-    def _micro_step(self, indices: list[int], epoch: int) -> float:
-        batch = self.data.load_batch(indices, epoch)
+    def _micro_step(self, batch: dict[str, torch.Tensor]) -> float:
         seed = step_seed(self.config.seed, "micro", self.progress.micro_step)
         torch.manual_seed(seed)  # LoRA dropout and anything else drawing from the global RNG
         generator = torch.Generator().manual_seed(seed)
@@ -236,7 +237,6 @@ class GenericTrainer:
         loss = output.loss
         if not torch.isfinite(loss):
             self._nonfinite(float(loss))
-            self._pending_loss = getattr(self, "_pending_loss", 0.0)
             return float("nan")
         (loss / self.config.gradient_accumulation_steps).backward()
         if self.tensorboard is not None:
@@ -344,6 +344,28 @@ class GenericTrainer:
     def _status(self, text: str) -> None:
         logger.info(text)
         self.callbacks.on_status(text)
+
+
+class BatchPrefetcher:
+    """Loads batch i+1 on a worker thread while batch i trains (loading is a pure function of the indices)."""
+
+    def __init__(self, data: WanBaseDataLoader, batches: list[list[int]], epoch: int, start: int):
+        self.data, self.batches, self.epoch = data, batches, epoch
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.pending: dict[int, Future] = {}
+        self._submit(start)
+
+    def _submit(self, index: int) -> None:
+        if index < len(self.batches) and index not in self.pending:
+            self.pending[index] = self.pool.submit(self.data.load_batch, self.batches[index], self.epoch)
+
+    def get(self, index: int) -> dict[str, torch.Tensor]:
+        self._submit(index)
+        batch = self.pending.pop(index).result()
+        self._submit(index + 1)
+        if index + 1 >= len(self.batches):
+            self.pool.shutdown(wait=False)
+        return batch
 
 
 class TrainingStopped(Exception):
