@@ -41,6 +41,13 @@ def lora_metadata(variant: str, base_model: str = "", config_hash: str = "", tit
     return meta
 
 
+def _creation_date() -> str:
+    """Now, or SOURCE_DATE_EPOCH when set (the reproducible-builds convention: byte-identical outputs)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    moment = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() else datetime.now(timezone.utc)
+    return moment.isoformat(timespec="seconds")
+
+
 def _number(value: float | int | None) -> str:
     if value is None:
         return ""
@@ -57,7 +64,7 @@ def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metada
     context = {
         "variant": given.get("wantrainer.variant") or "wan",
         "title": given.get("modelspec.title") or Path(os.fspath(path)).stem,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": _creation_date(),
         "rank": given.get("wantrainer.rank") or ("" if rank is None else str(rank)),
         "alpha": given.get("wantrainer.alpha") or _number(alpha),
         "base_model": given.get("wantrainer.base_model", ""),
