@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from modules.model.WanVariant import detect_variant
+from modules.modelSetup.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ModelType
@@ -137,8 +138,8 @@ def test_two_expert_model_routes_each_batch_to_its_sigmas_expert(tiny_model, vid
     trainer = make_trainer(tiny_model("a14b"), video_dataset, tmp_path)
     trainer.start()
     boundary = trainer.model.variant.boundary_sigma
-    for seed in range(40):
-        sigmas, expert = trainer.setup.sample_sigmas(3, torch.Generator().manual_seed(seed))
+    for seed in range(40):  # each seed gives one expert choice
+        sigmas, expert = trainer.setup.sample_sigmas(StepRandom.for_micro_step(seed, 0, 3))
         assert (sigmas >= boundary).all() if expert == 0 else (sigmas < boundary).all()
 
 
@@ -270,7 +271,8 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(tiny_model, vi
                                gradient_checkpointing=checkpointing)
         trainer.start()
         batch = trainer.data.load_batch([0], 0)
-        output = trainer.setup.predict(batch, torch.Generator().manual_seed(0))
+        random = StepRandom.for_micro_step(0, 0, 1)
+        output = trainer.setup.predict(trainer.data.assemble(batch, random), random)
         output.loss.backward()
         results.append((output.loss.detach(), [p.grad.clone() for p in trainer.params]))
     (loss_a, grads_a), (loss_b, grads_b) = results

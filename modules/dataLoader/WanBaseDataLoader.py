@@ -27,6 +27,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.model.WanModel import WanModel
 from modules.modelSetup.conditioning import condition_clip, frame_mask
+from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.errors import UserError
@@ -225,6 +226,18 @@ class WanBaseDataLoader:
             mask = frame_mask(bucket.frames, 1, h, w, self.model.variant.vae_scale_temporal)
             batch["condition_mask"] = mask[None].expand(len(indices), -1, -1, -1, -1)
         return batch
+
+    def assemble(self, batch: dict[str, torch.Tensor], random: StepRandom) -> StepInputs:
+        """Model inputs of a batch: a fresh posterior sample per step (from each sample's stream)."""
+        device = self.model.train_device
+        mean, std = batch["latent_mean"].to(device), batch["latent_std"].to(device)
+        x0 = self.model.normalize_latents(mean + std * random.randn(tuple(mean.shape[1:])).to(device))
+        condition = None
+        if self.uses_image_condition:
+            condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
+        clip = batch.get("clip_embeds")
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), condition=condition,
+                          clip_embeds=clip.to(device) if clip is not None else None)
 
     def _maybe_drop_caption(self, embeds: torch.Tensor, epoch: int, index: int) -> torch.Tensor:
         p = self.config.caption_dropout_probability

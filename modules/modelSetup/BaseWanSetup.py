@@ -9,11 +9,11 @@ import contextlib
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from diffusers import WanTransformer3DModel
 
 from modules.model.WanModel import WanModel
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import WanExpert
 
@@ -78,17 +78,21 @@ class BaseWanSetup:
             return 0.0, 1.0
         return (boundary, 1.0) if expert == 0 else (0.0, boundary)
 
-    def sample_sigmas(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        """σ for a batch and the expert they all belong to (a batch never straddles the boundary)."""
+    def sample_sigmas(self, random: StepRandom) -> tuple[torch.Tensor, int]:
+        """One σ per sample and the expert they all belong to (a batch never straddles the boundary).
+
+        The expert is drawn from the step's stream (shared by every data-parallel rank), each σ from
+        its sample's stream, truncated to that expert's range.
+        """
         experts = [index for index, _ in self.trained_transformers()]
         if len(experts) == 1:
-            low, high = self._expert_sigma_range(experts[0])
-            return self.sigma_sampler.sample(batch_size, generator, low, high), experts[0]
-        first = self.sigma_sampler.sample(1, generator)
-        expert = 0 if self.model.expert_for_sigma(float(first)) is self.model.transformer else 1
+            expert = experts[0]
+        else:
+            first = self.sigma_sampler.sample(1, random.step)
+            expert = 0 if self.model.expert_for_sigma(float(first)) is self.model.transformer else 1
         low, high = self._expert_sigma_range(expert)
-        rest = self.sigma_sampler.sample(batch_size - 1, generator, low, high) if batch_size > 1 else first[:0]
-        return torch.cat([first, rest]), expert
+        sigmas = torch.cat([self.sigma_sampler.sample(1, g, low, high) for g in random.samples])
+        return sigmas, expert
 
     def _autocast(self):
         device = self.model.train_device
@@ -96,40 +100,52 @@ class BaseWanSetup:
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=self.model.train_dtype)
 
-    def _timesteps(self, sigmas: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+    def _timesteps(self, sigmas: torch.Tensor, latents: torch.Tensor, clean_frames: int) -> torch.Tensor:
         timesteps = sigmas * 1000.0
         if not self.model.variant.expand_timesteps:
             return timesteps
-        # Wan 2.2 TI2V takes one timestep per token: (B, T·h/p·w/p).
+        # Wan 2.2 TI2V takes one timestep per token (B, T·h/p·w/p); clean condition frames get 0.
         _, _, t, h, w = latents.shape
         _, ph, pw = self.model.variant.patch_size
-        return timesteps[:, None].expand(-1, t * (h // ph) * (w // pw))
+        per_frame = timesteps[:, None].expand(-1, t).clone()
+        per_frame[:, :clean_frames] = 0
+        return per_frame[:, :, None].expand(-1, -1, (h // ph) * (w // pw)).reshape(len(sigmas), -1)
 
-    def predict(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> StepOutput:
+    def predict(self, inputs: StepInputs, random: StepRandom) -> StepOutput:
         device, dtype = self.model.train_device, self.model.train_dtype
-        mean = batch["latent_mean"].to(device)
-        std = batch["latent_std"].to(device)
-        eps_posterior = torch.randn(mean.shape, generator=generator).to(device)
-        x0 = self.model.normalize_latents(mean + std * eps_posterior)  # a posterior sample per step
-        sigmas, expert = self.sample_sigmas(x0.shape[0], generator)
-        noise = torch.randn(x0.shape, generator=generator).to(device)
+        x0 = inputs.x0
+        sigmas, expert = self.sample_sigmas(random)
         sigmas = sigmas.to(device)
+        noise = random.randn(tuple(x0.shape[1:])).to(device)
         x_t = add_noise(x0, noise, sigmas)
+        k = inputs.clean_frames
+        if k:
+            x_t = torch.cat([x0[:, :, :k], x_t[:, :, k:]], dim=2)
 
-        hidden = x_t
-        if self.model.variant.channel_concat_condition:
-            hidden = torch.cat([x_t, batch["condition_mask"].to(device), batch["condition_latents"].to(device)], dim=1)
+        hidden = x_t if inputs.condition is None else torch.cat([x_t, inputs.condition], dim=1)
         transformer = self.model.transformer if expert == 0 else self.model.transformer_2
-        image_embeds = batch.get("clip_embeds")
+        clip = inputs.clip_embeds
         with self._autocast():
             predicted = transformer(
                 hidden_states=hidden.to(dtype),
-                timestep=self._timesteps(sigmas, x0),
-                encoder_hidden_states=batch["prompt_embeds"].to(device, dtype),
-                encoder_hidden_states_image=image_embeds.to(device, dtype) if image_embeds is not None else None,
+                timestep=self._timesteps(sigmas, x0, k),
+                encoder_hidden_states=inputs.prompt_embeds.to(dtype),
+                encoder_hidden_states_image=clip.to(dtype) if clip is not None else None,
                 return_dict=False,
             )[0]
         target = flow_target(x0, noise)
-        loss = F.mse_loss(predicted.float(), target.float())
+        loss = self.loss(predicted, target, inputs)
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
+
+    @staticmethod
+    def loss(predicted: torch.Tensor, target: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
+        """MSE over the output channels; latent frames weighted (clean TI2V frames and, optionally,
+        reference frames excluded)."""
+        error = (predicted.float() - target.float()) ** 2
+        weights = torch.ones(error.shape[2], device=error.device)
+        if inputs.loss_frame_weights is not None:
+            weights = inputs.loss_frame_weights.to(error.device).float()
+        weights[: inputs.clean_frames] = 0
+        per_frame = error.mean(dim=(1, 3, 4))  # (B, T)
+        return (per_frame * weights).sum(dim=1).div(weights.sum().clamp(min=1)).mean()

@@ -29,6 +29,7 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
@@ -47,11 +48,6 @@ _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_a
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                         "backup_before_save", "train_device"}
 MAX_NONFINITE_STEPS = 5
-
-
-def step_seed(seed: int, *parts: object) -> int:
-    digest = hashlib.sha256(json.dumps([seed, *parts]).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 class GenericTrainer:
@@ -229,10 +225,10 @@ class GenericTrainer:
         return bool(self.config.max_steps) and self.progress.global_step >= self.config.max_steps
 
     def _micro_step(self, batch: dict[str, torch.Tensor]) -> float:
-        seed = step_seed(self.config.seed, "micro", self.progress.micro_step)
-        torch.manual_seed(seed)  # LoRA dropout and anything else drawing from the global RNG
-        generator = torch.Generator().manual_seed(seed)
-        output = self.setup.predict(batch, generator)
+        micro_step = self.progress.micro_step
+        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step))  # LoRA dropout etc.
+        random = StepRandom.for_micro_step(self.config.seed, micro_step, len(batch["prompt_embeds"]))
+        output = self.setup.predict(self.data.assemble(batch, random), random)
         self.progress.micro_step += 1
         loss = output.loss
         if not torch.isfinite(loss):

@@ -1,0 +1,50 @@
+"""What one training step consumes: the assembled tensors and the step's random streams."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import torch
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any JSON-able parts (stable across processes, platforms and resumes)."""
+    digest = hashlib.sha256(json.dumps(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@dataclasses.dataclass
+class StepRandom:
+    """Random streams of one micro step.
+
+    `step` draws what all samples (and all data-parallel ranks) share, e.g. the expert of a two-expert
+    model; `samples[j]` draws sample j's posterior sample, σ and noise. Seeding per *global* sample
+    index makes a 2-process run draw exactly the numbers of a 1-process run with the same global batch.
+    """
+
+    step: torch.Generator
+    samples: list[torch.Generator]
+
+    @classmethod
+    def for_micro_step(cls, seed: int, micro_step: int, batch_size: int, first_sample: int = 0) -> "StepRandom":
+        step = torch.Generator().manual_seed(derive_seed(seed, "step", micro_step))
+        samples = [torch.Generator().manual_seed(derive_seed(seed, "sample", micro_step, first_sample + j))
+                   for j in range(batch_size)]
+        return cls(step, samples)
+
+    def randn(self, shape_per_sample: tuple[int, ...]) -> torch.Tensor:
+        """(B, *shape) standard normal, row j from sample j's stream."""
+        return torch.stack([torch.randn(shape_per_sample, generator=g) for g in self.samples])
+
+
+@dataclasses.dataclass
+class StepInputs:
+    """Model-ready tensors of a batch (all on the train device, float32 unless noted)."""
+
+    x0: torch.Tensor  # clean normalised latents, (B, C, T, h, w)
+    prompt_embeds: torch.Tensor  # (B, 512, D)
+    condition: torch.Tensor | None = None  # [mask (4), condition latents (C)] for 36-channel models
+    clip_embeds: torch.Tensor | None = None  # (B, 257·N, 1280) for models with a CLIP branch
+    clean_frames: int = 0  # TI2V: the first K latent frames stay clean (timestep 0) and leave the loss
+    loss_frame_weights: torch.Tensor | None = None  # (T,) weight per latent frame, None = all 1
