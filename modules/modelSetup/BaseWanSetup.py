@@ -13,6 +13,7 @@ from diffusers import WanTransformer3DModel
 
 from modules.model.WanModel import WanModel
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import WanExpert
@@ -65,8 +66,14 @@ class BaseWanSetup:
 
     def prepare_device(self) -> None:
         """Put the transformers on the train device; encoders stay where the data loader wants them."""
+        self.swappers = []
         for _, transformer in self.trained_transformers():
-            transformer.to(self.model.train_device)
+            if self.config.blocks_to_swap:
+                swapper = BlockSwapper(transformer, self.config.blocks_to_swap, self.model.train_device)
+                swapper.place(transformer)
+                self.swappers.append(swapper)
+            else:
+                transformer.to(self.model.train_device)
             if self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()
             transformer.train()
@@ -125,7 +132,7 @@ class BaseWanSetup:
         hidden = x_t if inputs.condition is None else torch.cat([x_t, inputs.condition], dim=1)
         transformer = self.model.transformer if expert == 0 else self.model.transformer_2
         clip = inputs.clip_embeds
-        with self._autocast():
+        with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = transformer(
                 hidden_states=hidden.to(dtype),
                 timestep=self._timesteps(sigmas, x0, k),

@@ -8,6 +8,7 @@ from peft import LoraConfig
 
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.lora_targets import select_lora_targets
+from modules.modelSetup.memory import enable_fp8_storage
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +21,8 @@ class WanLoRASetup(BaseWanSetup):
         config = self.config
         params: list[torch.nn.Parameter] = []
         for expert, transformer in self.trained_transformers():
+            if config.fp8_base_weights:  # before injection, so the LoRA matrices stay in full precision
+                enable_fp8_storage(transformer, self.model.train_dtype)
             targets = select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
                                           config.lora_layer_filter)
             lora_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,

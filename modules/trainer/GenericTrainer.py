@@ -29,6 +29,7 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.memory import enable_vae_tiling
 from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
@@ -88,6 +89,8 @@ class GenericTrainer:
             image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
             transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
         )
+        if config.vae_tiling:
+            enable_vae_tiling(self.model.vae)
         setup_cls = WanLoRASetup if config.training_method == TrainingMethod.LORA else WanFineTuneSetup
         self.setup = setup_cls(self.model, config)
 

@@ -60,6 +60,10 @@ class SampleConfig(BaseConfig):
     width: int = option(256, "Width in pixels (multiple of 16).")
     steps: int = option(20, "Denoising steps.")
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
+    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
+    activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
+    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only).")
+    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Noise seed.")
     enabled: bool = option(True, "Disabled samples are skipped.")
 
@@ -139,6 +143,10 @@ class TrainConfig(BaseConfig):
     adam_epsilon: float = option(1e-8, "AdamW epsilon.")
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
+    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
+    activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
+    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only).")
+    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
     timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
     logit_mean: float = option(0.0, "Mean of LOGIT_NORMAL.")
@@ -197,6 +205,10 @@ class TrainConfig(BaseConfig):
                 re.compile(self.lora_layer_filter)
             except re.error as e:
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
+        if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base_weights):
+            fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
+        if self.blocks_to_swap < 0:
+            fail("blocks_to_swap", f"must not be negative, got {self.blocks_to_swap}")
         if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS_LORA or COMFY_LORA for LORA training, got {self.output_model_format.name}")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():

@@ -1,0 +1,114 @@
+"""Memory features for real GPUs: block swap, fp8 weight storage, activation offload, VAE tiling.
+
+All of them leave the math unchanged (fp8 storage up to its rounding), so they are tested on the CPU
+for equal losses and measured on a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+from diffusers import WanTransformer3DModel
+
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+
+def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.dtype) -> None:
+    """Store the frozen base weights in float8 (e4m3) and upcast each layer just for its forward.
+
+    Must run before LoRA injection: the LoRA matrices added afterwards keep their own dtype.
+    """
+    transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype)
+
+
+@contextlib.contextmanager
+def activation_offload(enabled: bool, device: torch.device):
+    """Keep the activations saved for backward in (pinned) CPU memory instead of on the GPU."""
+    if not enabled:
+        yield
+        return
+    with torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda"):
+        yield
+
+
+class BlockSwapper:
+    """Keeps the frozen weights of the last `count` transformer blocks in CPU memory.
+
+    Before a swapped block runs, its weights are copied to the GPU (the next swapped block's copy is
+    started on a side stream, overlapping with compute); after it ran, the parameters point at the CPU
+    copy again. The GPU copy lives on only as long as autograd holds it: with gradient checkpointing
+    the backward pass recomputes the block (loading it again), so at most a couple of swapped blocks
+    are on the GPU at a time. Frozen weights never change, so nothing is copied back.
+    """
+
+    def __init__(self, transformer: WanTransformer3DModel, count: int, device: torch.device):
+        blocks = list(transformer.blocks)
+        if not 0 < count < len(blocks):
+            raise UserError(f"config key 'blocks_to_swap' must be between 1 and {len(blocks) - 1}, got {count}")
+        self.device = device
+        self.blocks = blocks[len(blocks) - count:]
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.cpu_weights: list[dict[str, torch.Tensor]] = []
+        self.ready: dict[int, torch.cuda.Event] = {}
+        self.handles = []
+        for index, block in enumerate(self.blocks):
+            frozen = {name: p for name, p in block.named_parameters() if not p.requires_grad}
+            cpu = {}
+            for name, param in frozen.items():
+                data = param.data.to("cpu")
+                cpu[name] = data.pin_memory() if self.cuda else data
+                param.data = cpu[name]
+            self.cpu_weights.append(cpu)
+            self.handles.append(block.register_forward_pre_hook(lambda m, a, i=index: self._before(i)))
+            self.handles.append(block.register_forward_hook(lambda m, a, o, i=index: self._after(i)))
+        logger.info("block swap: %d of %d blocks keep their frozen weights on the CPU", count, len(blocks))
+
+    def _params(self, index: int):
+        block = self.blocks[index]
+        named = dict(block.named_parameters())
+        return [(named[name], cpu) for name, cpu in self.cpu_weights[index].items()]
+
+    def _copy_in(self, index: int) -> None:
+        stream = self.stream if self.cuda else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for param, cpu in self._params(index):
+                param.data = cpu.to(self.device, non_blocking=self.cuda)
+        if stream is not None:
+            event = torch.cuda.Event()
+            event.record(stream)
+            self.ready[index] = event
+
+    def _before(self, index: int) -> None:
+        if index not in self.ready:
+            self._copy_in(index)
+        event = self.ready.pop(index, None)
+        if event is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(event)
+            for param, _ in self._params(index):
+                param.data.record_stream(current)  # allocated on the side stream, used on this one
+        if index + 1 < len(self.blocks) and index + 1 not in self.ready:
+            self._copy_in(index + 1)  # overlap the next block's transfer with this block's compute
+
+    def _after(self, index: int) -> None:
+        for param, cpu in self._params(index):
+            param.data = cpu
+
+    def place(self, transformer: torch.nn.Module) -> None:
+        """Move everything but the swapped frozen weights to the device (never the whole model at once)."""
+        swapped = {id(cpu) for weights in self.cpu_weights for cpu in weights.values()}
+        for tensor in list(transformer.parameters()) + list(transformer.buffers()):
+            if id(tensor.data) not in swapped and tensor.device != self.device:
+                tensor.data = tensor.data.to(self.device)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def enable_vae_tiling(vae) -> None:
+    vae.enable_tiling()

@@ -1,0 +1,209 @@
+"""What the GUI shows for a config field, read from the typed configs' own metadata.
+
+`field_specs(TrainConfig)` turns every dataclass field into a `FieldSpec` (label, widget kind, choices,
+doc, default) so that views are generated, not written field by field: enums become dropdowns, bools
+switches, lists editors, and the field's doc is shown beside it. `parse_text` / `format_value`
+convert between what a widget holds (text, a bool, a choice) and the config value; a text that
+does not parse raises `FieldError` with a short reason the view shows next to the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import typing
+from enum import Enum
+from typing import Any
+
+from modules.util.config.base_config import BaseConfig
+
+# Widget kinds a view knows how to draw.
+BOOL, CHOICE, INT, FLOAT, TEXT, PATH, INT_LIST, TEXT_LIST, JSON = (
+    "bool", "choice", "int", "float", "text", "path", "int_list", "text_list", "json")
+
+# String fields that name a file or folder: which picker the "..." button opens.
+PATH_MODES = {
+    "base_model_name": "dir", "transformer_override": "file", "transformer_2_override": "file",
+    "workspace_dir": "dir", "cache_dir": "dir", "output_model_destination": "save",
+    "dataset_config": "file", "lora_weight_path": "file", "image_encoder_model_name": "dir",
+    "path": "dir", "image": "file", "data_root": "dir", "output_dir": "dir",
+}
+
+# A string field whose doc starts with "a | b | c:" offers exactly those values.
+_CHOICES_IN_DOC = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)\s*:")
+
+_LABEL_WORDS = {"lora": "LoRA", "fps": "FPS", "vae": "VAE", "clip": "CLIP", "e2v": "E2V", "lr": "LR",
+                "dtype": "dtype", "adam": "Adam", "id": "ID", "cfg": "CFG", "llm": "LLM"}
+
+
+class FieldError(ValueError):
+    """A widget's text that is not a valid value for its field (the message is shown beside it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    key: str  # path in the config dict: "epochs", "e2v.e2v_type", "processors.vae.resolution"
+    label: str
+    kind: str  # one of the widget kinds above
+    doc: str = ""
+    default: Any = None  # JSON form (enums by name)
+    choices: tuple[str, ...] = ()
+    path_mode: str = ""  # dir | file | save, for PATH
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit(".", 1)[-1]
+
+
+def label_for(name: str) -> str:
+    words = name.split("_")
+    out = [_LABEL_WORDS.get(w, w) for w in words]
+    if out and out[0] == words[0]:
+        out[0] = out[0].capitalize()
+    return " ".join(out)
+
+
+def spec_for(key: str, tp: Any, doc: str = "", default: Any = None) -> FieldSpec:
+    """The FieldSpec of one annotated field (`tp` is the dataclass annotation)."""
+    name = key.rsplit(".", 1)[-1]
+    origin = typing.get_origin(tp)
+    kind, choices, path_mode = JSON, (), ""
+    if tp is bool:
+        kind = BOOL
+    elif isinstance(tp, type) and issubclass(tp, Enum):
+        kind, choices = CHOICE, tuple(m.name for m in tp)
+    elif tp is int:
+        kind = INT
+    elif tp is float:
+        kind = FLOAT
+    elif tp is str:
+        found = _CHOICES_IN_DOC.match(doc)
+        if found:
+            kind, choices = CHOICE, tuple(v.strip() for v in found.group(1).split("|"))
+        elif name in PATH_MODES:
+            kind, path_mode = PATH, PATH_MODES[name]
+        else:
+            kind = TEXT
+    elif origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        if item is int:
+            kind = INT_LIST
+        elif item is str:
+            kind = TEXT_LIST
+    return FieldSpec(key, label_for(name), kind, doc, default, choices, path_mode)
+
+
+def field_specs(config_cls: type[BaseConfig], prefix: str = "", expand: bool = True) -> dict[str, FieldSpec]:
+    """key -> FieldSpec for every field of `config_cls`; nested configs are expanded to "e2v.x" keys."""
+    hints = config_cls.field_types()
+    specs: dict[str, FieldSpec] = {}
+    for name, _type_text, default, doc in config_cls.documentation():
+        key = f"{prefix}{name}"
+        tp = hints[name]
+        if expand and isinstance(tp, type) and issubclass(tp, BaseConfig):
+            specs.update(field_specs(tp, f"{key}.", expand))
+            continue
+        specs[key] = spec_for(key, tp, doc, default)
+    return specs
+
+
+def parse_text(spec: FieldSpec, value: Any) -> Any:
+    """The config value for what a widget holds; raises FieldError with a short reason."""
+    if spec.kind == BOOL:
+        if isinstance(value, bool):
+            return value
+        raise FieldError("must be on or off")
+    if not isinstance(value, str):
+        return value  # already a value (set programmatically)
+    text = value.strip()
+    if spec.kind == INT:
+        try:
+            return int(text)
+        except ValueError:
+            raise FieldError("must be a whole number") from None
+    if spec.kind == FLOAT:
+        try:
+            number = float(text)
+        except ValueError:
+            raise FieldError("must be a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise FieldError("must be a finite number")
+        return number
+    if spec.kind == INT_LIST:
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                raise FieldError("must be whole numbers separated by commas") from None
+            if not isinstance(items, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+                raise FieldError("must be whole numbers separated by commas")
+            return items
+        try:
+            return [int(part) for part in re.split(r"[,\s]+", text) if part]
+        except ValueError:
+            raise FieldError("must be whole numbers separated by commas") from None
+    if spec.kind == TEXT_LIST:
+        return [part.strip() for part in re.split(r"[,\n]", value) if part.strip()]
+    if spec.kind == JSON:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FieldError(f"must be JSON ({e.msg})") from None
+    if spec.kind == CHOICE and spec.choices and value not in spec.choices:
+        raise FieldError(f"must be one of {', '.join(spec.choices)}")
+    return value  # TEXT, PATH, CHOICE keep spaces exactly as typed
+
+
+def format_value(spec: FieldSpec, value: Any) -> Any:
+    """What a widget shows for a config value: text, or a bool for switches."""
+    if spec.kind == BOOL:
+        return bool(value)
+    if value is None:
+        return ""
+    if spec.kind == FLOAT and isinstance(value, float):
+        return repr(value)  # round-trips exactly
+    if spec.kind == INT_LIST and isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if spec.kind == TEXT_LIST and isinstance(value, list):
+        return "\n".join(str(v) for v in value)
+    if spec.kind == JSON:
+        return json.dumps(value)
+    if isinstance(value, Enum):
+        return value.name
+    return str(value)
+
+
+def get_path(data: dict[str, Any], key: str, default: Any = None) -> Any:
+    """data["a"]["b"] for key "a.b" (default when a level is missing)."""
+    target: Any = data
+    for part in key.split("."):
+        if not isinstance(target, dict) or part not in target:
+            return default
+        target = target[part]
+    return target
+
+
+def set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    """data["a"]["b"] = value for key "a.b", creating missing levels."""
+    parts = key.split(".")
+    target = data
+    for part in parts[:-1]:
+        if not isinstance(target.get(part), dict):
+            target[part] = {}
+        target = target[part]
+    target[parts[-1]] = value
+
+
+_KEY_IN_MESSAGE = re.compile(r"config key '([^']+)'")
+
+
+def key_of_error(message: str) -> str:
+    """The key a ConfigError names ("concepts[0].path"), or "" when it names none."""
+    found = _KEY_IN_MESSAGE.search(message)
+    return found.group(1) if found else ""
+
+
+def short_error(message: str, key: str) -> str:
+    """The error without its "config key 'x'" prefix, for showing right beside field x."""
+    prefix = f"config key '{key}' "
+    return message[len(prefix):] if key and message.startswith(prefix) else message

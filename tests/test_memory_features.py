@@ -1,0 +1,64 @@
+"""Memory features leave the training math unchanged (on the CPU; measured on GPUs by benchmarks/)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modules.modelSetup.step_inputs import StepRandom
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.config.base_config import ConfigError
+from modules.util.config.train_config import TrainConfig
+from tests.conftest import train_config_dict
+
+
+def first_step(tiny_model, video_dataset, work, **overrides):
+    """Loss and LoRA gradients of one step on the tiny i2v model."""
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("i2v"), video_dataset, work, **overrides))
+    trainer = GenericTrainer(config)
+    trainer.start()
+    batch = trainer.data.load_batch([0, 1], 0)
+    random = StepRandom.for_micro_step(0, 0, 2)
+    output = trainer.setup.predict(trainer.data.assemble(batch, random), random)
+    output.loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.transformer.named_parameters() if p.grad is not None}
+    return output.loss.detach(), grads
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model, video_dataset, tmp_path_factory):
+    return first_step(tiny_model, video_dataset, tmp_path_factory.mktemp("reference"))
+
+
+@pytest.mark.parametrize("overrides", [
+    {"blocks_to_swap": 1, "gradient_checkpointing": True},
+    {"blocks_to_swap": 1},
+    {"activation_offload": True},
+    {"gradient_checkpointing": True, "activation_offload": True},
+    {"vae_tiling": True},
+])
+def test_feature_gives_the_same_loss_and_gradients(tiny_model, video_dataset, tmp_path, reference, overrides):
+    loss, grads = first_step(tiny_model, video_dataset, tmp_path, **overrides)
+    ref_loss, ref_grads = reference
+    assert torch.allclose(loss, ref_loss, atol=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    assert all(torch.allclose(grads[k], ref_grads[k], atol=1e-6) for k in grads)
+
+
+def test_fp8_storage_stays_close_and_keeps_lora_in_full_precision(tiny_model, video_dataset, tmp_path, reference):
+    loss, grads = first_step(tiny_model, video_dataset, tmp_path, fp8_base_weights=True)
+    assert abs(float(loss) - float(reference[0])) < 0.05 * float(reference[0])
+    assert grads and all(g.dtype == torch.float32 for g in grads.values())
+
+
+def test_block_swap_keeps_swapped_frozen_weights_off_the_train_device(tiny_model, video_dataset, tmp_path):
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, blocks_to_swap=1))
+    trainer = GenericTrainer(config)
+    trainer.start()
+    swapper = trainer.setup.swappers[0]
+    assert swapper.blocks == [trainer.model.transformer.blocks[-1]]
+    assert all(not p.requires_grad for weights in swapper.cpu_weights for p in weights.values())
+
+
+def test_fine_tune_refuses_block_swap():
+    with pytest.raises(ConfigError, match="blocks_to_swap"):
+        TrainConfig.from_dict({"training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS", "blocks_to_swap": 2})
