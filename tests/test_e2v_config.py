@@ -101,6 +101,15 @@ def test_seed_002_values():
     assert ds.reference_frame_count({"main_subject": True, "environment": True}) == 8
 
 
+def test_a_single_flat_dataset_parses_on_its_own():
+    from modules.util.config.e2v_dataset_config import E2VDatasetConfig
+
+    flat = seed("seed_001_flat.json")["datasets"][0]
+    nested = normalize_flat_form(seed("seed_001_flat.json"))["datasets"][0]
+    assert E2VDatasetConfig.from_dict(flat, "datasets[0]") == E2VDatasetConfig.from_dict(nested, "datasets[0]")
+    assert "vae_repeat" in flat["elements"][0] and "clip_resolution" in flat  # the input is not modified
+
+
 def test_normalize_does_not_mutate_and_is_idempotent():
     flat = seed("seed_001_flat.json")
     before = copy.deepcopy(flat)

@@ -30,6 +30,7 @@ from modules.modelSetup.conditioning import condition_clip, frame_mask
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.distributed import DistributedContext
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,11 @@ class TrainingItem:
 
 
 class WanBaseDataLoader:
-    def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None):
+    def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
+                 dist: DistributedContext | None = None):
         self.config = config
+        self.dist = dist or DistributedContext()
+        self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.cache = DiskCache(config.cache_dir)
@@ -108,25 +112,32 @@ class WanBaseDataLoader:
         if self.config.clear_cache_before_training:
             logger.info("clear_cache_before_training: re-encoding every sample")
 
+        clear = self.config.clear_cache_before_training
+        if self.dist.enabled:  # each rank encodes its share of the cache misses, then all read the cache
+            for sample, _ in tqdm(raw[self.dist.rank::self.dist.world_size], desc=f"caching (rank {self.dist.rank})",
+                                  unit="clip", disable=not raw):
+                self._prepare_item(sample, SkipCounter(), clear)
+            self.dist.barrier()
+            clear = False
         self.items = []
         for sample, repeats in tqdm(raw, desc="caching" if self.config.latent_caching else "scanning", unit="clip",
-                                    disable=not raw):
-            item = self._prepare_item(sample)
+                                    disable=not raw or not self.dist.is_main):
+            item = self._prepare_item(sample, self.skips, clear)
             if item is not None:
                 self.items.extend([item] * repeats)
         if not self.items:
             raise UserError(f"no usable training sample in the concepts ({self.skips.summary()}): check the dataset")
         logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
 
-    def _prepare_item(self, sample: RawSample) -> TrainingItem | None:
+    def _prepare_item(self, sample: RawSample, skips: SkipCounter, clear: bool) -> TrainingItem | None:
         try:
             media_id = file_fingerprint(sample.media_path)
         except OSError as e:
-            self.skips.record(sample.media_path, "unreadable file", str(e))
+            skips.record(sample.media_path, "unreadable file", str(e))
             return None
         latent_key = fingerprint("latent", media_id, *self._latent_identity)
         text_key = fingerprint("text", sample.caption, *self._text_identity)
-        if self.config.clear_cache_before_training:
+        if clear:
             self.cache.delete(latent_key)
             self.cache.delete(text_key)
         bucket = self._cached_bucket(latent_key) if self.config.latent_caching else None
@@ -134,7 +145,7 @@ class WanBaseDataLoader:
             try:
                 bucket, tensors = self._decode(sample)
             except DataError as e:
-                self.skips.record_error(e)
+                skips.record_error(e)
                 return None
             if self.config.latent_caching:
                 self.cache.put(latent_key, self._encode_latents(tensors, bucket),
@@ -209,7 +220,9 @@ class WanBaseDataLoader:
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """Item indices per batch for `epoch`, a pure function of (seed, epoch)."""
         rng = random.Random(self._seed("order", epoch))
-        return batch_by_bucket(list(enumerate(i.bucket for i in self.items)), self.config.batch_size, rng, False)
+        batches = batch_by_bucket(list(enumerate(i.bucket for i in self.items)), self.batch_size, rng, False)
+        # data parallel: every rank needs at least one sample of each global batch
+        return [b for b in batches if len(b) >= self.dist.world_size]
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
         per_item = [self._item_tensors(self.items[i]) for i in indices]

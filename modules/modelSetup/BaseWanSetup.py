@@ -16,6 +16,7 @@ from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_targe
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
+from modules.util.distributed import DistributedContext
 from modules.util.enum import WanExpert
 
 
@@ -78,6 +79,32 @@ class BaseWanSetup:
                 transformer.enable_gradient_checkpointing()
             transformer.train()
 
+    def wrap_data_parallel(self, dist: DistributedContext) -> None:
+        """DDP wrappers for the training forward (the bare transformers stay in the model for sampling)."""
+        self.ddp: dict[int, torch.nn.Module] = {}
+        if not dist.enabled:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = self.model.train_device
+        for expert, transformer in self.trained_transformers():
+            self.ddp[expert] = DistributedDataParallel(transformer, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def gradient_sync(self, sync: bool):
+        """No gradient all-reduce on accumulation micro steps before the last one."""
+        if sync or not getattr(self, "ddp", None):
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for module in self.ddp.values():
+            stack.enter_context(module.no_sync())
+        return stack
+
+    def forward_module(self, expert: int) -> torch.nn.Module:
+        ddp = getattr(self, "ddp", {})
+        if expert in ddp:
+            return ddp[expert]
+        return self.model.transformer if expert == 0 else self.model.transformer_2
+
     # --- the step --------------------------------------------------------------------------------
     def _expert_sigma_range(self, expert: int) -> tuple[float, float]:
         boundary = self.model.variant.boundary_sigma
@@ -130,7 +157,7 @@ class BaseWanSetup:
             x_t = torch.cat([x0[:, :, :k], x_t[:, :, k:]], dim=2)
 
         hidden = x_t if inputs.condition is None else torch.cat([x_t, inputs.condition], dim=1)
-        transformer = self.model.transformer if expert == 0 else self.model.transformer_2
+        transformer = self.forward_module(expert)
         clip = inputs.clip_embeds
         with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = transformer(

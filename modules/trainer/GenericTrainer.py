@@ -38,6 +38,7 @@ from modules.trainer.backup import TrainProgress, latest_backup, list_backups, w
 from modules.trainer.schedule import Schedule
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
+from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
 
@@ -66,6 +67,8 @@ class GenericTrainer:
         self.tensorboard = None
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
+        self.skip_update = False
+        self.dist = DistributedContext()
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
         self._log_handler: logging.Handler | None = None
@@ -78,11 +81,13 @@ class GenericTrainer:
                             "remove it to train on plain video concepts")
         if not config.base_model_name:
             raise UserError("config key 'base_model_name' is empty: set it to a diffusers Wan folder")
+        self.dist, device_name = init_distributed(config.train_device)
         self.workspace.mkdir(parents=True, exist_ok=True)
-        self._start_log_file()
+        if self.dist.is_main:
+            self._start_log_file()
         torch.manual_seed(config.seed)
         self._status("loading model")
-        device = resolve_device(config.train_device)
+        device = resolve_device(device_name)
         self.model = WanModelLoader().load(
             config.base_model_name, device, transformer_dtype=config.transformer_dtype,
             text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
@@ -98,7 +103,7 @@ class GenericTrainer:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
             if module is not None:
                 module.to(device)
-        self.data = WanBaseDataLoader(config, self.model, self.skips)
+        self.data = WanBaseDataLoader(config, self.model, self.skips, self.dist)
         self.data.prepare()
         if config.latent_caching:  # encoders are not needed until sampling: free the GPU for training
             for module in (self.model.text_encoder, self.model.image_encoder):
@@ -109,13 +114,14 @@ class GenericTrainer:
         if config.lora_weight_path and config.training_method == TrainingMethod.LORA:
             self._load_initial_lora(config.lora_weight_path)
         self.setup.prepare_device()
+        self.setup.wrap_data_parallel(self.dist)
         self.params = params
         self.optimizer = create_optimizer(params, config)
         self.total_steps = self._total_steps()
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
         if config.continue_last_backup:
             self._resume()
-        if config.tensorboard:
+        if config.tensorboard and self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
@@ -180,22 +186,25 @@ class GenericTrainer:
         backup_schedule = Schedule(config.backup_after, config.backup_after_unit)
         sample_schedule = Schedule(config.sample_after, config.sample_after_unit)
         bar = tqdm(total=self.total_steps, initial=self.progress.global_step, desc="training", unit="step",
-                   dynamic_ncols=True)
+                   dynamic_ncols=True, disable=not self.dist.is_main)
         start_time, start_step = time.monotonic(), self.progress.global_step
         committed = dataclasses.replace(self.progress)  # position after the last optimizer step
         interrupted = False
         try:
             while self.progress.epoch < config.epochs and not self._done():
                 epoch = self.progress.epoch
-                batches = self.data.epoch_batches(epoch)
-                prefetch = BatchPrefetcher(self.data, batches, epoch, self.progress.epoch_batch)
+                batches = self.data.epoch_batches(epoch)  # global batches; each rank trains its share
+                shares = [self.dist.share(batch) for batch in batches]
+                prefetch = BatchPrefetcher(self.data, [own for own, _ in shares], epoch, self.progress.epoch_batch)
                 pending = 0  # micro batches accumulated since the last optimizer step
                 while self.progress.epoch_batch < len(batches) and not self._done():
-                    loss = self._micro_step(prefetch.get(self.progress.epoch_batch))
+                    index = self.progress.epoch_batch
+                    last_of_epoch = index + 1 == len(batches)
+                    sync = pending + 1 >= accumulation or last_of_epoch
+                    loss = self._micro_step(prefetch.get(index), shares[index][1], len(batches[index]), sync)
                     self.progress.epoch_batch += 1
                     pending += 1
-                    last_of_epoch = self.progress.epoch_batch == len(batches)
-                    if pending < accumulation and not last_of_epoch:
+                    if not sync:
                         continue
                     self._optimizer_step(loss, pending)
                     pending = 0
@@ -204,7 +213,7 @@ class GenericTrainer:
                     bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}")
                     self._report(loss, start_time, start_step)
                     self._after_step(backup_schedule, sample_schedule, epoch_end=False)
-                    if self.commands.stop_requested:
+                    if self.dist.broadcast_object(self.commands.stop_requested):  # every rank stops together
                         raise KeyboardInterrupt
                 if self.progress.epoch_batch >= len(batches):
                     self.progress.epoch += 1
@@ -227,20 +236,27 @@ class GenericTrainer:
     def _done(self) -> bool:
         return bool(self.config.max_steps) and self.progress.global_step >= self.config.max_steps
 
-    def _micro_step(self, batch: dict[str, torch.Tensor]) -> float:
+    def _micro_step(self, batch: dict[str, torch.Tensor], offset: int, global_size: int, sync: bool) -> float:
+        """Forward and backward of this rank's share of one global batch (`offset` = its first sample)."""
         micro_step = self.progress.micro_step
-        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step))  # LoRA dropout etc.
-        random = StepRandom.for_micro_step(self.config.seed, micro_step, len(batch["prompt_embeds"]))
-        output = self.setup.predict(self.data.assemble(batch, random), random)
-        self.progress.micro_step += 1
-        loss = output.loss
-        if not torch.isfinite(loss):
-            self._nonfinite(float(loss))
-            return float("nan")
-        (loss / self.config.gradient_accumulation_steps).backward()
+        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step, self.dist.rank))  # LoRA dropout etc.
+        size = len(batch["prompt_embeds"])
+        random = StepRandom.for_micro_step(self.config.seed, micro_step, size, first_sample=offset)
+        with self.setup.gradient_sync(sync):
+            output = self.setup.predict(self.data.assemble(batch, random), random)
+            self.progress.micro_step += 1
+            finite = self.dist.all_true(bool(torch.isfinite(output.loss)))
+            if not finite:  # every rank skips together; the zero backward keeps data-parallel hooks in step
+                self._nonfinite(float(output.loss))
+                sum((p * 0).sum() for p in self.params).backward()
+                self.skip_update = True
+                return float("nan")
+            # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
+            weight = size * self.dist.world_size / global_size / self.config.gradient_accumulation_steps
+            (output.loss * weight).backward()
         if self.tensorboard is not None:
             self.tensorboard.add_histogram("sigma", output.sigmas.float().cpu(), self.progress.global_step)
-        return float(loss.detach())
+        return float(output.loss.detach())
 
     def _nonfinite(self, value: float) -> None:
         self.nonfinite_in_a_row += 1
@@ -253,6 +269,10 @@ class GenericTrainer:
     def _optimizer_step(self, loss: float, micro_batches: int) -> None:
         if math.isfinite(loss):
             self.nonfinite_in_a_row = 0
+        if self.skip_update:  # a NaN/inf micro batch poisoned this accumulation: drop it, keep going
+            self.skip_update = False
+            self.optimizer.zero_grad(set_to_none=True)
+            return
         if micro_batches != self.config.gradient_accumulation_steps:  # short tail of an epoch: rescale
             for p in self.params:
                 if p.grad is not None:
@@ -282,7 +302,9 @@ class GenericTrainer:
             self.backup()
 
     # --- side effects -----------------------------------------------------------------------------------
-    def backup(self) -> Path:
+    def backup(self) -> Path | None:
+        if not self.dist.is_main:
+            return None
         self._status("writing backup")
         return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer,
                             self.lr_scheduler, self._fingerprints(), self.config.to_dict(),
@@ -290,7 +312,7 @@ class GenericTrainer:
 
     def sample(self) -> list[Path]:
         samples = [s for s in self.config.samples if s.enabled]
-        if not samples:
+        if not samples or not self.dist.is_main:
             return []
         self._status("sampling")
         sampler = WanModelSampler(self.model)
@@ -317,6 +339,10 @@ class GenericTrainer:
 
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
+        if not self.dist.is_main:  # only rank 0 writes
+            self.dist.barrier()
+            self.close()
+            return []
         latest = list_backups(self.workspace)
         already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
         if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
@@ -331,6 +357,7 @@ class GenericTrainer:
             logger.warning("%d steps were skipped for a NaN/inf loss", self.nonfinite_total)
         if self.tensorboard is not None:
             self.tensorboard.close()
+        self.dist.barrier()
         self.close()
         return self.output_paths
 

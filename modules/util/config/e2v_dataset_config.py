@@ -243,6 +243,9 @@ class E2VDatasetConfig(BaseConfig):
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+        """Strict parse of one dataset in the nested or the flat form (flat keys normalised first)."""
+        if isinstance(data, dict):
+            data = _normalize_dataset(copy.deepcopy(data), path)
         _check_known_keys(cls, data, path, tuple(FLAT_DATASET_KEYS))
         return super().from_dict(data, path)  # type: ignore[misc]
 
@@ -329,11 +332,6 @@ class E2VDatasetConfig(BaseConfig):
 class E2VDatasetFile(BaseConfig):
     datasets: list[E2VDatasetConfig] = option([], "The E2V datasets.")
 
-    @classmethod
-    def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
-        """Strict parse of the nested or the flat form (the flat keys are normalised first)."""
-        return super().from_dict(normalize_flat_form(data), path)  # type: ignore[misc]
-
     def validate(self, path: str) -> None:
         if not self.datasets:
             _fail(_key(path, "datasets"), "is empty: add at least one dataset")
@@ -388,18 +386,22 @@ def normalize_flat_form(data: Any) -> Any:
         return copy.deepcopy(data)
     data = copy.deepcopy(data)
     for i, dataset in enumerate(data["datasets"]):
-        if not isinstance(dataset, dict):
-            continue
-        path = _key("datasets", i)
-        for flat, nested in FLAT_DATASET_KEYS.items():
-            if flat in dataset:
-                _move(dataset, flat, nested, path)
-        elements = dataset.get("elements")
-        if isinstance(elements, list):
-            for j, element in enumerate(elements):
-                if isinstance(element, dict):
-                    _normalize_element(element, _key(_key(path, "elements"), j))
+        if isinstance(dataset, dict):
+            _normalize_dataset(dataset, _key("datasets", i))
     return data
+
+
+def _normalize_dataset(dataset: dict[str, Any], path: str) -> dict[str, Any]:
+    """In place: the flat keys of one dataset dict (and its elements) moved to the nested form."""
+    for flat, nested in FLAT_DATASET_KEYS.items():
+        if flat in dataset:
+            _move(dataset, flat, nested, path)
+    elements = dataset.get("elements")
+    if isinstance(elements, list):
+        for j, element in enumerate(elements):
+            if isinstance(element, dict):
+                _normalize_element(element, _key(_key(path, "elements"), j))
+    return dataset
 
 
 def load_dataset_config(path: str | os.PathLike) -> E2VDatasetFile:

@@ -1,0 +1,109 @@
+"""Everything the main window does, without the window: the config and its list editors, the E2V
+dataset document, presets, Start / Stop / Export / Load, and what blocks Start.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from modules.ui.controllers.config_controller import ConfigController
+from modules.ui.controllers.e2v_dataset import DatasetController
+from modules.ui.controllers.list_controller import ConceptListController, RecordListController
+from modules.ui.controllers.training_controller import TrainingController
+from modules.util.config.loading import PRESET_DIR
+from modules.util.errors import UserError
+
+APP_NAME = "WanTrainer"
+WINDOW_TITLE = f"{APP_NAME} — Wan 2.1 / 2.2 video trainer"
+
+
+class AppController:
+    def __init__(self, preset_dir: str | os.PathLike = PRESET_DIR,
+                 trainer_factory: Callable[..., Any] | None = None):
+        self.config = ConfigController(preset_dir)
+        self.concepts = ConceptListController(self.config)
+        self.samples = RecordListController(self.config, "samples")
+        self.dataset = DatasetController()
+        self.training = TrainingController(trainer_factory)
+
+    # --- what blocks Start ------------------------------------------------------------------------
+    def uses_dataset(self) -> bool:
+        return bool(str(self.config.value("dataset_config") or "").strip())
+
+    def problems(self) -> list[str]:
+        """Every error that blocks Start and Export, one line each."""
+        problems = self.config.problems()
+        if self.uses_dataset():
+            problems += [f"E2V dataset: {p}" for p in self.dataset.problems(self._frames())]
+        return problems
+
+    def _frames(self) -> int | None:
+        frames = self.config.value("frames")
+        return frames if isinstance(frames, int) else None
+
+    def can_start(self) -> tuple[bool, str]:
+        if self.training.running:
+            return False, "training is running"
+        problems = self.problems()
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            return False, problems[0] + more
+        return True, ""
+
+    # --- actions ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        ok, reason = self.can_start()
+        if not ok:
+            raise UserError(reason)
+        if self.uses_dataset() and self.dataset.dirty:
+            self.save_dataset()
+        self.training.start(self.config.build())
+
+    def stop(self) -> None:
+        self.training.stop()
+
+    def export(self, path: str | os.PathLike) -> Path:
+        """Write the config for `scripts/train.py --config-path` (and the E2V dataset JSON it names)."""
+        problems = self.problems()
+        if problems:
+            raise UserError(problems[0])
+        if self.uses_dataset() and self.dataset.dirty:
+            self.save_dataset()
+        return self.config.export(path)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Load a config file as the CLI reads it, and the E2V dataset JSON it names."""
+        self.config.load_file(path)
+        self.load_dataset_from_config()
+
+    def apply_preset(self, name: str) -> None:
+        self.config.apply_preset(name)
+
+    # --- the E2V dataset JSON ------------------------------------------------------------------------
+    def load_dataset_from_config(self) -> None:
+        path = str(self.config.value("dataset_config") or "").strip()
+        if path and Path(path).is_file():
+            self.dataset.load(path)
+
+    def set_dataset_path(self, path: str) -> None:
+        """Point dataset_config at `path`; an existing file is loaded, a new one is written on save."""
+        self.config.set("dataset_config", path)
+        path = path.strip()
+        if path and Path(path).is_file():
+            self.dataset.load(path)
+        else:
+            self.dataset.path = Path(path) if path else None
+            self.dataset.notify("path")
+
+    def save_dataset(self) -> Path:
+        path = str(self.config.value("dataset_config") or "").strip()
+        if not path:
+            raise UserError("set the E2V dataset file (dataset_config) before saving it")
+        return self.dataset.save(path, self._frames())
+
+    # --- backups -------------------------------------------------------------------------------------
+    def latest_backup(self) -> str:
+        root = Path(str(self.config.value("workspace_dir"))) / "backup"
+        backups = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+        return str(backups[-1]) if backups else ""

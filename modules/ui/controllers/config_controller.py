@@ -1,0 +1,296 @@
+"""The training config being edited: typed bindings, errors per field, presets, import and export.
+
+The controller keeps the config as the plain dict `TrainConfig.to_dict()` gives. A widget hands it
+text (or a bool, or a choice); text that does not parse is kept as "pending" and reported beside
+its field, while the dict keeps the last good value. After every change the whole dict is checked
+by `TrainConfig.from_dict` — the same strict check the CLI makes — and every error it names is
+attached to its key. Start and Export are blocked while any error remains, so a bad value is
+shown, never crashes the app, and never reaches the trainer.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from modules.ui.controllers.fields import (
+    FieldError,
+    FieldSpec,
+    field_specs,
+    format_value,
+    get_path,
+    key_of_error,
+    parse_text,
+    set_path,
+    short_error,
+    spec_for,
+)
+from modules.ui.controllers.observable import Observable
+from modules.util.atomic import atomic_write_text
+from modules.util.config.base_config import BaseConfig, ConfigError
+from modules.util.config.loading import PRESET_DIR, deep_merge, load_train_config, migrate, read_json, save_config
+from modules.util.config.train_config import ConceptConfig, SampleConfig, TrainConfig
+from modules.util.enum import ModelFormat, TrainingMethod
+from modules.util.errors import UserError
+
+# Lists of records, edited row by row (see RecordListController).
+LIST_KEYS: dict[str, type[BaseConfig]] = {"concepts": ConceptConfig, "samples": SampleConfig}
+# What a user's data is made of: a preset never changes or stores these.
+USER_DATA_KEYS = ("concepts", "samples", "dataset_config")
+# Keys with no widget of their own.
+HIDDEN_KEYS = ("config_version",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str  # "#wan2.1 t2v 1.3B lora" (shipped) or "my preset"
+    path: Path
+    shipped: bool
+
+
+def _top(key: str) -> str:
+    return re.split(r"[.\[]", key, maxsplit=1)[0]
+
+
+class ConfigController(Observable):
+    def __init__(self, preset_dir: str | os.PathLike = PRESET_DIR):
+        super().__init__()
+        self.preset_dir = Path(preset_dir)
+        self.specs: dict[str, FieldSpec] = {
+            key: spec for key, spec in field_specs(TrainConfig).items()
+            if key not in HIDDEN_KEYS and key not in LIST_KEYS
+        }
+        self.defaults = TrainConfig().to_dict()
+        self.data: dict[str, Any] = copy.deepcopy(self.defaults)
+        self.pending: dict[str, Any] = {}  # key -> widget text that did not parse
+        self.parse_errors: dict[str, str] = {}  # key -> full message
+        self.errors: dict[str, str] = {}  # key -> full message ("" key: not tied to one field)
+        self.preset_name = ""
+        self._variant_cache: tuple[Any, tuple[str, str]] | None = None
+        self.revalidate()
+
+    # --- reading ----------------------------------------------------------------------------------
+    def spec(self, key: str) -> FieldSpec:
+        return self.specs[key]
+
+    def value(self, key: str) -> Any:
+        return get_path(self.data, key)
+
+    def display(self, key: str) -> Any:
+        """What the widget of `key` shows: the user's unparsed text, else the formatted value."""
+        if key in self.pending:
+            return self.pending[key]
+        return format_value(self.specs[key], self.value(key))
+
+    def error(self, key: str) -> str:
+        """The error to show beside the field `key` ("" when fine)."""
+        message = self.errors.get(key, "")
+        return short_error(message, key)
+
+    def problems(self) -> list[str]:
+        """Every error, as full one-line messages naming their keys, in field order."""
+        order = {key: i for i, key in enumerate(self.specs)}
+        return [self.errors[k] for k in sorted(self.errors, key=lambda k: (order.get(_top(k), len(order)), k))]
+
+    @property
+    def is_valid(self) -> bool:
+        return not self.errors
+
+    def build(self) -> TrainConfig:
+        """The typed config; raises ConfigError with the first problem while any remains."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(problems[0])
+        return TrainConfig.from_dict(self.data)
+
+    # --- editing -----------------------------------------------------------------------------------
+    def set(self, key: str, value: Any) -> None:
+        """Set a field from a widget (text, bool or choice) or from code (a value)."""
+        self._set_parsed(key, self.specs[key], value)
+        self.revalidate()
+        self.notify(key)
+
+    def _set_parsed(self, key: str, spec: FieldSpec, value: Any) -> bool:
+        try:
+            parsed = parse_text(spec, value)
+        except FieldError as e:
+            self.pending[key] = value
+            self.parse_errors[key] = f"config key '{key}' {e}"
+            return False
+        self.pending.pop(key, None)
+        self.parse_errors.pop(key, None)
+        previous = get_path(self.data, key)
+        set_path(self.data, key, parsed)
+        if key == "training_method" and parsed != previous:
+            self._follow_training_method(parsed)
+        return True
+
+    def _follow_training_method(self, method_name: str) -> None:
+        """Switching LoRA <-> fine-tune switches an output format (and file name) that no longer fits."""
+        method = TrainingMethod[method_name]
+        fmt = ModelFormat[self.data["output_model_format"]]
+        destination = self.data["output_model_destination"]
+        if method == TrainingMethod.FINE_TUNE and fmt.is_lora():
+            self.data["output_model_format"] = ModelFormat.DIFFUSERS.name
+            if destination.endswith(".safetensors"):
+                self.data["output_model_destination"] = destination[: -len(".safetensors")]
+        elif method == TrainingMethod.LORA and not fmt.is_lora():
+            self.data["output_model_format"] = ModelFormat.DIFFUSERS_LORA.name
+            if not destination.endswith(".safetensors"):
+                self.data["output_model_destination"] = destination.rstrip("/\\") + ".safetensors"
+        for key in ("output_model_format", "output_model_destination"):
+            self.pending.pop(key, None)
+            self.parse_errors.pop(key, None)
+
+    def set_list(self, key: str, value: list[dict[str, Any]] | str) -> None:
+        """Replace a list field (`concepts`, `samples`) wholesale; drops its rows' pending texts."""
+        self.data[key] = copy.deepcopy(value)
+        for k in [k for k in self.pending if k.startswith(f"{key}[")]:
+            self.pending.pop(k)
+            self.parse_errors.pop(k, None)
+        self.revalidate()
+        self.notify(key)
+
+    def set_item(self, key: str, index: int, name: str, value: Any) -> None:
+        """Set field `name` of row `index` of the list `key` from a widget."""
+        item_cls = LIST_KEYS[key]
+        spec = spec_for(name, item_cls.field_types()[name])
+        path = f"{key}[{index}].{name}"
+        try:
+            parsed = parse_text(spec, value)
+        except FieldError as e:
+            self.pending[path] = value
+            self.parse_errors[path] = f"config key '{path}' {e}"
+        else:
+            self.pending.pop(path, None)
+            self.parse_errors.pop(path, None)
+            self.data[key][index][name] = parsed
+        self.revalidate()
+        self.notify(key)
+
+    # --- validation ---------------------------------------------------------------------------------
+    def revalidate(self) -> dict[str, str]:
+        """Check the whole config as the CLI would, collecting every error (not just the first)."""
+        errors = dict(self.parse_errors)
+        scratch = copy.deepcopy(self.data)
+        for key, item_cls in LIST_KEYS.items():
+            items = scratch.get(key)
+            if isinstance(items, list):
+                for i, item in enumerate(items):
+                    try:
+                        item_cls.from_dict(item, f"{key}[{i}]")
+                    except ConfigError as e:
+                        errors.setdefault(key_of_error(str(e)) or f"{key}[{i}]", str(e))
+                scratch[key] = []
+        seen: set[str] = set()
+        for _ in range(len(self.defaults) + 8):
+            try:
+                TrainConfig.from_dict(scratch)
+                break
+            except ConfigError as e:
+                key = key_of_error(str(e))
+                if not key or key in seen:  # not tied to one field, or the default did not help
+                    errors.setdefault("", str(e))
+                    break
+                seen.add(key)
+                errors.setdefault(key, str(e))
+                # Put the default back and look for the next error.
+                if "." in key and "[" not in key:
+                    set_path(scratch, key, copy.deepcopy(get_path(self.defaults, key)))
+                elif _top(key) in self.defaults:
+                    scratch[_top(key)] = copy.deepcopy(self.defaults[_top(key)])
+                else:
+                    break
+        self.errors = errors
+        return errors
+
+    # --- files ------------------------------------------------------------------------------------
+    def load_dict(self, data: dict[str, Any], source: str = "config") -> None:
+        """Replace the config with `data` (a partial config over the defaults), checked strictly."""
+        merged = deep_merge(self.defaults, migrate(data, source))
+        self._replace(TrainConfig.from_dict(merged).to_dict())
+
+    def load_file(self, path: str | os.PathLike, preset: str | None = None) -> None:
+        """Load a config file exactly as `scripts/train.py --config-path` reads it."""
+        self._replace(load_train_config(path, preset).to_dict())
+
+    def _replace(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.pending.clear()
+        self.parse_errors.clear()
+        self.revalidate()
+        self.notify(None)
+
+    def export(self, path: str | os.PathLike) -> Path:
+        """Write the full config as JSON (atomically) for `scripts/train.py --config-path`."""
+        save_config(self.build(), path)
+        return Path(path)
+
+    # --- presets ----------------------------------------------------------------------------------
+    def list_presets(self) -> list[Preset]:
+        """Shipped presets ("#name") first, then the user's own, each sorted by name."""
+        if not self.preset_dir.is_dir():
+            return []
+        files = sorted(self.preset_dir.glob("*.json"), key=lambda p: (not p.stem.startswith("#"), p.stem.lower()))
+        return [Preset(p.stem, p, p.stem.startswith("#")) for p in files]
+
+    def apply_preset(self, name: str) -> None:
+        """Defaults + the preset; the user's concepts, samples and dataset stay as they are."""
+        preset = next((p for p in self.list_presets() if p.name == name), None)
+        if preset is None:
+            raise UserError(f"preset '{name}' not found in {self.preset_dir}")
+        layer = read_json(preset.path, "preset")
+        if not isinstance(layer, dict):
+            raise ConfigError(f"preset file '{preset.path}' must hold a JSON object")
+        merged = deep_merge(self.defaults, migrate(layer, str(preset.path)))
+        for key in USER_DATA_KEYS:
+            merged[key] = copy.deepcopy(self.data[key])
+        try:
+            config = TrainConfig.from_dict(merged)
+        except ConfigError as e:
+            raise ConfigError(f"preset '{name}': {e}") from None
+        self.preset_name = name
+        self._replace(config.to_dict())
+
+    def save_preset(self, name: str) -> Path:
+        """Save what differs from the defaults (without the user's data) as the user preset `name`."""
+        name = name.strip()
+        if not name or any(c in name for c in '/\\:*?"<>|') or name.startswith((".", "#")):
+            raise UserError(f"preset name '{name}' is not usable: use letters, digits, spaces, '-' or '_' "
+                            "(names starting with '#' are the shipped presets)")
+        current = self.build().to_dict()
+        layer = {k: v for k, v in current.items()
+                 if k not in USER_DATA_KEYS and k not in HIDDEN_KEYS and v != self.defaults.get(k)}
+        path = self.preset_dir / f"{name}.json"
+        atomic_write_text(path, json.dumps(layer, indent=4) + "\n")
+        self.preset_name = name
+        self.notify("presets")
+        return path
+
+    # --- model ------------------------------------------------------------------------------------
+    def detected_variant(self) -> tuple[str, bool]:
+        """(text, ok) describing the checkpoint at base_model_name, read from its own configs."""
+        from modules.model.WanVariant import detect_variant
+
+        folder = str(self.data.get("base_model_name", "")).strip()
+        if not folder:
+            return "no base model chosen", False
+        index = Path(folder) / "model_index.json"
+        stamp = (folder, index.stat().st_mtime_ns if index.is_file() else None)
+        if self._variant_cache is None or self._variant_cache[0] != stamp:
+            try:
+                variant = detect_variant(folder)
+                described = (variant.describe(), variant.model_type.name)
+            except UserError as e:
+                described = (str(e), "")
+            self._variant_cache = (stamp, described)
+        text, model_type = self._variant_cache[1]
+        if not model_type:
+            return text, False
+        if model_type != self.data["model_type"]:
+            return f"{text} — the checkpoint is {model_type}: set the model type to match", False
+        return text, True

@@ -1,0 +1,342 @@
+"""The E2V dataset JSON being edited (seed 000 format): datasets, elements, processors, visualization.
+
+The document is kept as the plain nested dict of the file, so keys the GUI does not know survive a
+load / save unchanged. `TrainConfig.dataset_config` holds the file's path; the GUI saves the file
+atomically. The pathway settings split in two: the processors (VAE / CLIP resolution, preprocessing,
+frame conditioning) live here in the dataset JSON, the training-side options (`e2v_type`, posterior,
+target layout) in the train config's `e2v`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from modules.ui.controllers.elements_controller import PREPROCESS, ElementsController, Preview, Problem, scan_dataset
+from modules.ui.controllers.fields import (
+    BOOL,
+    CHOICE,
+    INT,
+    INT_LIST,
+    PATH,
+    TEXT,
+    TEXT_LIST,
+    FieldError,
+    FieldSpec,
+    format_value,
+    get_path,
+    parse_text,
+    set_path,
+)
+from modules.ui.controllers.observable import Observable
+from modules.util.atomic import atomic_write_text
+from modules.util.config.base_config import ConfigError
+from modules.util.config.loading import read_json
+from modules.util.errors import UserError
+
+FRAME_CONDITIONING = ("full", "index", "prefix", "first_and_last", "random")
+VISUALIZATION_TYPES = ("latent_save", "vae_decode")
+VISUALIZATION_DATA = ("input_latents", "predicted_latents", "condition_latents", "target_latents", "mask")
+
+# Keys relative to one dataset of the document ("processors.vae.resolution" is
+# datasets[i]["processors"]["vae"]["resolution"]); defaults are A2's (E2V_SPEC.md).
+DATASET_SPECS: dict[str, FieldSpec] = {spec.key: spec for spec in (
+    FieldSpec("data_root", "Dataset folder", PATH, "Folder with 001.mp4, 001.txt and 001_<suffix>.png per sample.",
+              "", path_mode="dir"),
+    FieldSpec("target_resolution", "Target resolution", INT_LIST, "[height, width] of the training videos.",
+              [480, 832]),
+    FieldSpec("auto_frame_buckets", "Auto frame buckets", BOOL, "Bucket clips by frame count.", True),
+    FieldSpec("reshape_mode", "Reshape mode", TEXT, "Interpolation used to resize videos (bicubic, bilinear, ...).",
+              "bicubic"),
+    FieldSpec("remove_common_llm_caption_prefixes", "Strip LLM caption prefixes", BOOL,
+              "Remove phrases like 'The video shows' from the start of captions.", True),
+    FieldSpec("processors.vae.resolution", "VAE resolution", INT_LIST,
+              "[height, width] every element is fitted to before the VAE.", [480, 832]),
+    FieldSpec("processors.vae.combine", "VAE combine", CHOICE,
+              "before: one reference clip, encoded in one VAE call (the only supported mode).", "before", ("before",)),
+    FieldSpec("processors.vae.default_preprocess", "VAE default preprocess", CHOICE,
+              "Fitting for elements without their own vae.preprocess (A2: pad_white).", "pad_white", PREPROCESS),
+    FieldSpec("processors.vae.frame_conditioning", "Frame conditioning", CHOICE,
+              "Which latent frames the mask marks as given; full = the reference frames (A2).", "full",
+              FRAME_CONDITIONING),
+    FieldSpec("processors.vae.frame_index", "Frame index", INT, "The conditioned frame for frame_conditioning index.", 0),
+    FieldSpec("processors.vae.concatenate_mask", "Concatenate mask", BOOL,
+              "Add the 4 mask channels to the transformer input (the I2V layout).", True),
+    FieldSpec("processors.clip.resolution", "CLIP resolution", INT_LIST,
+              "[height, width] every element is fitted to before the CLIP image processor (A2: 512x512).", [512, 512]),
+    FieldSpec("processors.clip.default_preprocess", "CLIP default preprocess", CHOICE,
+              "Fitting for elements without their own clip.preprocess (A2: pad_white).", "pad_white", PREPROCESS),
+    FieldSpec("visualization.enabled", "Enabled", BOOL, "Write the visualizations below while training.", False),
+    FieldSpec("visualization.output_dir", "Output folder", PATH, "Where they go; {run_id} is replaced by the run.",
+              "visualizations/{run_id}", path_mode="dir"),
+    FieldSpec("visualization.frequency", "Every N steps", INT, "How often (optimizer steps).", 100),
+)}
+
+VISUALIZATION_COLUMNS: dict[str, FieldSpec] = {
+    "type": FieldSpec("type", "Type", CHOICE, "latent_save: tensors; vae_decode: decoded frames as images.",
+                      "latent_save", VISUALIZATION_TYPES),
+    "data": FieldSpec("data", "Data", TEXT_LIST, "Comma-separated: " + ", ".join(VISUALIZATION_DATA), []),
+    "frames": FieldSpec("frames", "Frames", INT_LIST, "Frame indices to decode (-1 = last); empty = all.", []),
+}
+
+
+def template_dataset(data_root: str = "") -> dict[str, Any]:
+    """A2's layout: main subject, object and background (repeats 1 / 4 / 4), dual pathway."""
+    return {
+        "data_root": data_root,
+        "dataset_type": "e2v",
+        "elements": [
+            {"name": "main_subject", "suffixes": ["_person.png", "_subject.png"], "required": True,
+             "vae": {"repeat": 1, "position": 0}, "clip": {"preprocess": "pad_white"}},
+            {"name": "object", "suffixes": ["_object.png"], "required": False,
+             "vae": {"repeat": 4, "position": 1}, "clip": {"preprocess": "pad_white"}},
+            {"name": "background", "suffixes": ["_background.png"], "required": False,
+             "vae": {"repeat": 4, "position": 2, "preprocess": "center_crop"}, "clip": {"preprocess": "pad_white"}},
+        ],
+        "processors": {
+            "vae": {"resolution": [480, 832], "combine": "before", "default_preprocess": "pad_white",
+                    "frame_conditioning": "full", "frame_index": 0, "concatenate_mask": True},
+            "clip": {"resolution": [512, 512], "default_preprocess": "pad_white"},
+        },
+        "visualization": {"enabled": False, "output_dir": "visualizations/{run_id}", "frequency": 100,
+                          "processors": []},
+    }
+
+
+def template_document(data_root: str = "") -> dict[str, Any]:
+    return {"datasets": [template_dataset(data_root)]}
+
+
+class DatasetController(Observable):
+    def __init__(self) -> None:
+        super().__init__()
+        self.document: dict[str, Any] = template_document()
+        self.path: Path | None = None  # the file it was loaded from / saved to
+        self.index = 0  # the dataset shown
+        self.dirty = False
+        self.pending: dict[str, Any] = {}  # key -> text that did not parse
+        self.parse_errors: dict[str, str] = {}
+        self.elements = ElementsController(self)
+
+    # --- document ------------------------------------------------------------------------------------
+    @property
+    def datasets(self) -> list[dict[str, Any]]:
+        return self.document["datasets"]
+
+    @property
+    def current(self) -> dict[str, Any]:
+        return self.datasets[self.index]
+
+    def new(self, data_root: str = "") -> None:
+        self._replace(template_document(data_root), None)
+        self.dirty = True
+
+    def load(self, path: str | os.PathLike) -> None:
+        document = read_json(path, "dataset config")
+        if not isinstance(document, dict) or not isinstance(document.get("datasets"), list) or not document["datasets"] \
+                or not all(isinstance(d, dict) for d in document["datasets"]):
+            raise ConfigError(f"dataset config '{path}' must be an object with a non-empty 'datasets' list "
+                              "(see docs/gui.md for the format)")
+        self._replace(document, Path(path))
+
+    def _replace(self, document: dict[str, Any], path: Path | None) -> None:
+        self.document = document
+        self.path = path
+        self.index = 0
+        self.dirty = False
+        self.pending.clear()
+        self.parse_errors.clear()
+        self.elements.pending.clear()
+        self.notify(None)
+
+    def save(self, path: str | os.PathLike | None = None, frames: int | None = None) -> Path:
+        """Write the document atomically (refused while it has problems)."""
+        target = Path(path) if path else self.path
+        if target is None:
+            raise UserError("choose where to save the E2V dataset config first (dataset_config)")
+        problems = self.problems(frames)
+        if problems:
+            raise ConfigError(f"E2V dataset: {problems[0]}")
+        atomic_write_text(target, json.dumps(self.document, indent=2) + "\n")
+        self.path = target
+        self.dirty = False
+        self.notify("saved")
+        return target
+
+    def select(self, index: int) -> None:
+        self.index = max(0, min(len(self.datasets) - 1, index))
+        self.pending.clear()
+        self.parse_errors.clear()
+        self.elements.pending.clear()
+        self.notify(None)
+
+    def add_dataset(self) -> int:
+        self.datasets.append(template_dataset())
+        self.index = len(self.datasets) - 1
+        self.changed(None)
+        return self.index
+
+    def remove_dataset(self, index: int) -> None:
+        if len(self.datasets) == 1:
+            raise UserError("an E2V dataset config needs at least one dataset")
+        del self.datasets[index]
+        self.index = min(self.index, len(self.datasets) - 1)
+        self.changed(None)
+
+    def changed(self, what: Any) -> None:
+        """Called after any edit of the document (by this controller or its element table)."""
+        self.dirty = True
+        self.notify(what)
+
+    def data_root_path(self) -> Path | None:
+        """data_root, relative to the dataset JSON's folder when it exists there, else to the working dir."""
+        root = str(self.current.get("data_root", "") or "").strip()
+        if not root:
+            return None
+        path = Path(root)
+        if root and not path.is_absolute() and self.path is not None and (self.path.parent / path).is_dir():
+            return self.path.parent / path
+        return path
+
+    # --- fields (dataset level, processors, visualization) ------------------------------------------
+    def spec(self, key: str) -> FieldSpec:
+        return DATASET_SPECS[key]
+
+    def display(self, key: str) -> Any:
+        if key in self.pending:
+            return self.pending[key]
+        spec = DATASET_SPECS[key]
+        return format_value(spec, get_path(self.current, key, spec.default))
+
+    def set(self, key: str, value: Any) -> None:
+        try:
+            parsed = parse_text(DATASET_SPECS[key], value)
+        except FieldError as e:
+            self.pending[key] = value
+            self.parse_errors[key] = str(e)
+        else:
+            self.pending.pop(key, None)
+            self.parse_errors.pop(key, None)
+            set_path(self.current, key, parsed)
+        self.changed(key)
+
+    def error(self, key: str) -> str:
+        for problem in self.problems():
+            if problem.path == key:
+                return problem.message
+        return ""
+
+    # --- visualization processors -------------------------------------------------------------------
+    @property
+    def visualization_rows(self) -> list[dict[str, Any]]:
+        vis = self.current.setdefault("visualization", {})
+        if not isinstance(vis.get("processors"), list):
+            vis["processors"] = []
+        return vis["processors"]
+
+    def add_visualization(self) -> int:
+        self.visualization_rows.append({"type": "vae_decode", "data": ["input_latents", "predicted_latents"],
+                                        "frames": [0, -1]})
+        self.changed("visualization")
+        return len(self.visualization_rows) - 1
+
+    def remove_visualization(self, index: int) -> None:
+        del self.visualization_rows[index]
+        self.pending = {k: v for k, v in self.pending.items() if not k.startswith("visualization.processors[")}
+        self.parse_errors = {k: v for k, v in self.parse_errors.items()
+                             if not k.startswith("visualization.processors[")}
+        self.changed("visualization")
+
+    def visualization_display(self, index: int, column: str) -> Any:
+        key = f"visualization.processors[{index}].{column}"
+        if key in self.pending:
+            return self.pending[key]
+        value = self.visualization_rows[index].get(column, VISUALIZATION_COLUMNS[column].default)
+        if column == "data":
+            return ", ".join(str(v) for v in value or [])
+        return format_value(VISUALIZATION_COLUMNS[column], value)
+
+    def set_visualization(self, index: int, column: str, value: Any) -> None:
+        key = f"visualization.processors[{index}].{column}"
+        try:
+            parsed = parse_text(VISUALIZATION_COLUMNS[column], value)
+        except FieldError as e:
+            self.pending[key] = value
+            self.parse_errors[key] = str(e)
+        else:
+            self.pending.pop(key, None)
+            self.parse_errors.pop(key, None)
+            row = self.visualization_rows[index]
+            if column == "frames" and not parsed:
+                row.pop("frames", None)
+            else:
+                row[column] = parsed
+        self.changed("visualization")
+
+    # --- checks -------------------------------------------------------------------------------------
+    def problems(self, frames: int | None = None) -> list[Problem]:
+        """Every problem of the selected dataset, then those the dataset-config parser finds."""
+        found = [Problem(key, message) for key, message in self.parse_errors.items()]
+        found += self.elements.problems(frames)
+        current = self.current
+
+        def check_resolution(key: str) -> None:
+            value = get_path(current, key)
+            if value is not None and not (isinstance(value, list) and len(value) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+                found.append(Problem(key, f"must be [height, width] in pixels, got {value!r}"))
+
+        for key in ("target_resolution", "processors.vae.resolution", "processors.clip.resolution"):
+            if key not in self.parse_errors:
+                check_resolution(key)
+        for key, spec in DATASET_SPECS.items():
+            value = get_path(current, key)
+            if value is None or key in self.parse_errors:
+                continue
+            if spec.kind == CHOICE and value not in spec.choices:
+                found.append(Problem(key, f"must be one of {', '.join(spec.choices)}, got {value!r}"))
+            elif spec.kind == BOOL and not isinstance(value, bool):
+                found.append(Problem(key, f"must be true or false, got {value!r}"))
+            elif spec.kind == INT and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                found.append(Problem(key, f"must be a whole number >= 0, got {value!r}"))
+        frequency = get_path(current, "visualization.frequency")
+        if get_path(current, "visualization.enabled") and isinstance(frequency, int) and frequency < 1:
+            found.append(Problem("visualization.frequency", "must be at least 1 while visualization is enabled"))
+        for i, row in enumerate(get_path(current, "visualization.processors", []) or []):
+            if not isinstance(row, dict) or row.get("type") not in VISUALIZATION_TYPES:
+                found.append(Problem(f"visualization.processors[{i}].type",
+                                     f"must be one of {', '.join(VISUALIZATION_TYPES)}"))
+        if not found:
+            found += self._parser_problems()
+        return found
+
+    def _parser_problems(self) -> list[Problem]:
+        """The dataset-config parser's own verdict (modules/util/config/e2v_dataset_config.py), when present."""
+        try:
+            from modules.util.config import e2v_dataset_config as parser  # noqa: F401
+        except ImportError:
+            return []
+        from_dict = _parser_from_dict(parser)
+        if from_dict is None:
+            return []
+        try:
+            from_dict(copy.deepcopy(self.document))
+        except UserError as e:
+            return [Problem("dataset", str(e))]
+        return []
+
+    # --- discovery ------------------------------------------------------------------------------------
+    def discover(self, folder: Path, rows: list[dict[str, Any]]) -> Preview:
+        """The preview of `rows` over `folder` (the E2V data loader's discovery when it is available)."""
+        return scan_dataset(folder, rows)
+
+
+def _parser_from_dict(parser: Any) -> Any:
+    """The strict whole-document parser of the dataset-config module, if it offers one."""
+    for name in ("E2VDatasetFileConfig", "E2VDatasetConfigFile", "DatasetConfigFile", "E2VDatasetsConfig"):
+        cls = getattr(parser, name, None)
+        if cls is not None and hasattr(cls, "from_dict"):
+            return cls.from_dict
+    return getattr(parser, "parse_dataset_config", None)

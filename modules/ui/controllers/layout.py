@@ -1,0 +1,109 @@
+"""Which config fields each tab shows, in which section. Widgets are generated from the fields'
+metadata (modules/ui/controllers/fields.py); this table only places them.
+
+A field that no section names still gets a widget: it lands in the "Other" section of the general
+tab, so a key added to TrainConfig is never unreachable from the GUI.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    title: str
+    keys: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tab:
+    name: str
+    sections: tuple[Section, ...] = ()
+
+
+def _tab(name: str, *sections: tuple[str, tuple[str, ...]]) -> Tab:
+    return Tab(name, tuple(Section(title, keys) for title, keys in sections))
+
+
+TOP_BAR = ("model_type", "training_method")
+# Keys with an editor of their own (list editors, the E2V dataset file) rather than a plain field.
+SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements"}
+
+TABS: tuple[Tab, ...] = (
+    _tab("general",
+         ("Workspace", ("workspace_dir", "cache_dir", "tensorboard")),
+         ("Devices", ("train_device", "train_dtype")),
+         ("Reproducibility", ("seed",))),
+    _tab("model",
+         ("Base model", ("base_model_name", "transformer_override", "transformer_2_override")),
+         ("Weight dtypes", ("transformer_dtype", "text_encoder_dtype", "vae_dtype", "image_encoder_dtype")),
+         ("Output", ("output_model_format", "output_model_destination"))),
+    _tab("data",
+         ("Clips", ("resolution", "frames", "fps", "aspect_bucketing")),
+         ("Caching", ("latent_caching", "clear_cache_before_training")),
+         ("Captions", ("caption_dropout_probability",))),
+    _tab("concepts"),
+    _tab("training",
+         ("Length and batches", ("epochs", "max_steps", "batch_size", "gradient_accumulation_steps")),
+         ("Optimizer", ("optimizer", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",
+                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm")),
+         ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "timestep_shift",
+                         "min_sigma", "max_sigma")),
+         ("Checkpointing", ("gradient_checkpointing",)),
+         ("Wan 2.2 experts", ("train_expert",))),
+    _tab("sampling",
+         ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end"))),
+    _tab("backup",
+         ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
+         ("Resume", ("continue_last_backup",))),
+    _tab("LoRA",
+         ("Adapter", ("lora_rank", "lora_alpha", "lora_dropout", "lora_weight_path")),
+         ("Targets", ("lora_target_modules", "lora_layer_filter", "lora_blocks"))),
+    _tab("E2V elements"),
+    _tab("pathways",
+         ("Training (train config: e2v)", ("e2v.e2v_type", "e2v.vae_posterior", "e2v.target_layout",
+                                           "e2v.loss_on_reference_frames", "e2v.image_encoder_model_name"))),
+    _tab("visualization"),
+)
+
+# Dataset-JSON fields (modules/ui/controllers/e2v_dataset.py DATASET_SPECS) per tab.
+DATASET_SECTIONS: dict[str, tuple[Section, ...]] = {
+    "E2V elements": (
+        Section("Dataset", ("data_root", "target_resolution", "auto_frame_buckets", "reshape_mode",
+                            "remove_common_llm_caption_prefixes")),),
+    "pathways": (
+        Section("VAE processor (dataset JSON)", ("processors.vae.resolution", "processors.vae.combine",
+                                                 "processors.vae.default_preprocess",
+                                                 "processors.vae.frame_conditioning", "processors.vae.frame_index",
+                                                 "processors.vae.concatenate_mask")),
+        Section("CLIP processor (dataset JSON)", ("processors.clip.resolution",
+                                                  "processors.clip.default_preprocess"))),
+    "visualization": (
+        Section("Visualization (dataset JSON)", ("visualization.enabled", "visualization.output_dir",
+                                                 "visualization.frequency")),),
+}
+
+TAB_NAMES = tuple(tab.name for tab in TABS)
+
+
+def placed_keys() -> set[str]:
+    keys = set(TOP_BAR) | set(SPECIAL)
+    for tab in TABS:
+        for section in tab.sections:
+            keys.update(section.keys)
+    return keys
+
+
+def unplaced_keys(all_keys: Iterable[str]) -> list[str]:
+    """Config keys no tab names (shown in the general tab's "Other" section)."""
+    placed = placed_keys()
+    return [key for key in all_keys if key not in placed]
+
+
+def sections_of(tab_name: str, all_keys: Iterable[str]) -> tuple[Section, ...]:
+    tab = next(t for t in TABS if t.name == tab_name)
+    if tab_name != "general":
+        return tab.sections
+    other = tuple(unplaced_keys(all_keys))
+    return tab.sections + ((Section("Other", other),) if other else ())

@@ -1,0 +1,117 @@
+"""Row editors for the config's lists of records: concepts and samples.
+
+Rows are the plain dicts of the config (`ConceptConfig().to_dict()` ...); their fields come from the
+record class's metadata like every other field. Errors are reported per row and field with the key
+the strict config check names (``concepts[1].path``).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from modules.ui.controllers.config_controller import LIST_KEYS, ConfigController
+from modules.ui.controllers.fields import FieldSpec, field_specs, format_value, short_error
+
+
+class RecordListController:
+    def __init__(self, config: ConfigController, key: str):
+        self.config = config
+        self.key = key
+        self.item_cls = LIST_KEYS[key]
+        self.specs: dict[str, FieldSpec] = field_specs(self.item_cls)
+
+    # --- rows --------------------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        value = self.config.data.get(self.key)
+        return value if isinstance(value, list) else []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, **values: Any) -> int:
+        row = self.item_cls().to_dict()
+        row.update(values)
+        rows = copy.deepcopy(self.rows) + [row]
+        self.config.set_list(self.key, rows)
+        return len(rows) - 1
+
+    def duplicate(self, index: int) -> int:
+        rows = copy.deepcopy(self.rows)
+        rows.insert(index + 1, copy.deepcopy(rows[index]))
+        self.config.set_list(self.key, rows)
+        return index + 1
+
+    def remove(self, index: int) -> None:
+        rows = copy.deepcopy(self.rows)
+        del rows[index]
+        self.config.set_list(self.key, rows)
+
+    def move(self, index: int, delta: int) -> int:
+        """Move row `index` by `delta` places (clamped); returns its new index."""
+        rows = copy.deepcopy(self.rows)
+        target = max(0, min(len(rows) - 1, index + delta))
+        rows.insert(target, rows.pop(index))
+        self.config.set_list(self.key, rows)
+        return target
+
+    # --- fields --------------------------------------------------------------------------------------
+    def path(self, index: int, name: str) -> str:
+        return f"{self.key}[{index}].{name}"
+
+    def display(self, index: int, name: str) -> Any:
+        path = self.path(index, name)
+        if path in self.config.pending:
+            return self.config.pending[path]
+        return format_value(self.specs[name], self.rows[index].get(name))
+
+    def set(self, index: int, name: str, value: Any) -> None:
+        self.config.set_item(self.key, index, name, value)
+
+    def error(self, index: int, name: str) -> str:
+        path = self.path(index, name)
+        return short_error(self.config.errors.get(path, ""), path)
+
+    def row_source(self, index: int) -> "RowSource":
+        return RowSource(self, index)
+
+
+class ConceptListController(RecordListController):
+    """Concepts are a list, or the path of a JSON file holding one (`concepts: "my_concepts.json"`)."""
+
+    def __init__(self, config: ConfigController):
+        super().__init__(config, "concepts")
+        self._kept_rows: list[dict[str, Any]] = []
+
+    @property
+    def concept_file(self) -> str:
+        value = self.config.data.get("concepts")
+        return value if isinstance(value, str) else ""
+
+    def set_concept_file(self, path: str) -> None:
+        """A non-empty path replaces the list (kept aside); clearing it brings the list back."""
+        if path.strip():
+            if isinstance(self.config.data.get("concepts"), list):
+                self._kept_rows = copy.deepcopy(self.config.data["concepts"])
+            self.config.set_list("concepts", path)
+        else:
+            self.config.set_list("concepts", self._kept_rows)
+
+
+class RowSource:
+    """One row seen as a field source (spec / display / set / error by field name), for generated forms."""
+
+    def __init__(self, rows: RecordListController, index: int):
+        self.rows, self.index = rows, index
+
+    def spec(self, name: str) -> FieldSpec:
+        return self.rows.specs[name]
+
+    def display(self, name: str) -> Any:
+        return self.rows.display(self.index, name)
+
+    def set(self, name: str, value: Any) -> None:
+        self.rows.set(self.index, name, value)
+
+    def error(self, name: str) -> str:
+        return self.rows.error(self.index, name)

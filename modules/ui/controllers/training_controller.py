@@ -1,0 +1,213 @@
+"""Runs the trainer on a worker thread and hands its reports to the UI thread through a queue.
+
+Threading rule: the worker never touches a widget. The trainer's callbacks (`on_update`,
+`on_status`) and the worker's outcome (finished / stopped / error) are put on a `queue.Queue`; the Tk
+thread calls `poll()` from an `after` loop, which drains the queue, updates `state` and returns the
+events the view reacts to (an error dialog, ...). Stop, "backup now" and "sample now" set flags on
+`TrainCommands`, which the trainer polls between steps; Stop makes it write a backup and raise
+`TrainingStopped`, reported here as a "stopped" event with the backup's path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+IDLE, STARTING, TRAINING, STOPPING = "idle", "starting", "training", "stopping"
+
+
+@dataclasses.dataclass
+class TrainState:
+    phase: str = IDLE
+    step: int = 0
+    total_steps: int = 0
+    epoch: int = 0
+    epochs: int = 0
+    loss: float | None = None
+    eta_seconds: float | None = None
+    status: str = "ready"
+    outputs: list[str] = dataclasses.field(default_factory=list)
+    backup_path: str = ""
+    error: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.phase != IDLE
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+
+    def progress_text(self) -> str:
+        if not self.total_steps:
+            return "step – · epoch –"
+        epoch = min(self.epoch + 1, self.epochs) if self.epochs else self.epoch + 1
+        return f"step {self.step}/{self.total_steps} · epoch {epoch}/{self.epochs}"
+
+    def loss_text(self) -> str:
+        return "loss –" if self.loss is None else f"loss {self.loss:.4f}"
+
+    def eta_text(self) -> str:
+        return "ETA –" if self.eta_seconds is None else f"ETA {format_duration(self.eta_seconds)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    kind: str  # status | update | finished | stopped | error | done
+    payload: Any = None
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def default_trainer_factory(config: Any, callbacks: TrainCallbacks, commands: TrainCommands) -> Any:
+    from modules.trainer.GenericTrainer import GenericTrainer
+
+    return GenericTrainer(config, callbacks, commands)
+
+
+class TrainingController:
+    def __init__(self, trainer_factory: Callable[[Any, TrainCallbacks, TrainCommands], Any] | None = None):
+        self.trainer_factory = trainer_factory or default_trainer_factory
+        self.state = TrainState()
+        self.queue: queue.Queue[Event] = queue.Queue()
+        self.commands: TrainCommands | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state.running
+
+    # --- Tk thread ---------------------------------------------------------------------------------
+    def start(self, config: Any) -> None:
+        """Start training `config` (a TrainConfig) on a worker thread."""
+        if self.running:
+            raise UserError("training is already running: stop it first")
+        self.state = TrainState(phase=STARTING, status="starting", epochs=getattr(config, "epochs", 0))
+        self.commands = TrainCommands()
+        self.thread = threading.Thread(target=self._work, args=(config, self.commands), name="training", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the trainer to stop after the current step; it writes a backup first."""
+        if self.running and self.commands is not None:
+            self.commands.stop()
+            self.state.phase = STOPPING
+            self.state.status = "stopping after this step (a backup is written)"
+
+    def backup_now(self) -> bool:
+        if self.running and self.commands is not None:
+            self.commands.backup()
+            self.state.status = "a backup is written after this step"
+            return True
+        return False
+
+    def sample_now(self) -> bool:
+        if self.running and self.commands is not None:
+            self.commands.sample()
+            self.state.status = "sampling after this step"
+            return True
+        return False
+
+    def poll(self) -> list[Event]:
+        """Drain the worker's messages into `state`; returns them for the view (Tk thread only)."""
+        events: list[Event] = []
+        while True:
+            try:
+                event = self.queue.get_nowait()
+            except queue.Empty:
+                return events
+            self._apply(event)
+            events.append(event)
+
+    def _apply(self, event: Event) -> None:
+        state = self.state
+        if event.kind == "status":
+            state.status = event.payload
+        elif event.kind == "update":
+            update: TrainUpdate = event.payload
+            state.step, state.total_steps = update.global_step, update.total_steps
+            state.epoch, state.epochs = update.epoch, update.epochs
+            state.loss, state.eta_seconds = update.loss, update.eta_seconds
+            if state.phase == STARTING:
+                state.phase = TRAINING
+            if state.phase != STOPPING:
+                state.status = update.status
+        elif event.kind == "finished":
+            state.outputs = list(event.payload)
+            state.status = "done: " + ", ".join(state.outputs) if state.outputs else "done"
+        elif event.kind == "stopped":
+            state.backup_path = event.payload
+            state.status = f"stopped; backup written to {event.payload} (resume with continue_last_backup)"
+        elif event.kind == "error":
+            state.error = event.payload
+            state.status = f"error: {event.payload}"
+        elif event.kind == "done":
+            state.phase = IDLE
+            state.eta_seconds = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the worker (tests, shutdown); True when it has ended."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+            return not self.thread.is_alive()
+        return True
+
+    # --- worker thread --------------------------------------------------------------------------------
+    def _put(self, kind: str, payload: Any = None) -> None:
+        self.queue.put(Event(kind, payload))
+
+    def _work(self, config: Any, commands: TrainCommands) -> None:
+        trainer = None
+        started = time.monotonic()
+        try:
+            callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
+                                       on_status=lambda text: self._put("status", text))
+            self._put("status", "loading")
+            trainer = self.trainer_factory(config, callbacks, commands)
+            trainer.start()
+            trainer.train()
+            paths = trainer.end()
+            self._put("finished", [str(p) for p in paths])
+            logger.info("training finished in %.1f s", time.monotonic() - started)
+        except Exception as e:
+            self._close(trainer)
+            path = _stopped_backup(e)
+            if path is not None:
+                self._put("stopped", path)
+            elif isinstance(e, UserError):
+                self._put("error", str(e))
+            else:  # a bug: keep the traceback in the log, show one line
+                logger.exception("training failed")
+                self._put("error", f"{type(e).__name__}: {e} (the log has the details)")
+        finally:
+            self._put("done")
+
+    @staticmethod
+    def _close(trainer: Any) -> None:
+        close = getattr(trainer, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - closing must not hide the original outcome
+                logger.exception("closing the trainer failed")
+
+
+def _stopped_backup(error: Exception) -> str | None:
+    """The backup path of a `TrainingStopped` (the trainer's answer to Stop), else None."""
+    trainer_module = sys.modules.get("modules.trainer.GenericTrainer")  # loaded if it was raised
+    stopped = getattr(trainer_module, "TrainingStopped", None)
+    return str(error.path) if stopped is not None and isinstance(error, stopped) else None

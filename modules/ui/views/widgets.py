@@ -1,0 +1,224 @@
+"""Generated field widgets: one row per config field, drawn from its FieldSpec.
+
+A "source" is anything with ``spec(key)``, ``display(key)``, ``set(key, value)`` and ``error(key)``
+(the ConfigController, the DatasetController, one row of a list). Enums become dropdowns, bools
+switches, paths an entry with a picker, string lists a text box, everything else an entry; the doc
+is shown beside the field and replaced by the error, in red, while the value is bad.
+"""
+from __future__ import annotations
+
+import tkinter as tk
+from tkinter import filedialog
+from typing import Any, Callable, Iterable
+
+import customtkinter as ctk
+
+from modules.ui.controllers.fields import BOOL, CHOICE, PATH, TEXT_LIST, FieldSpec
+from modules.ui.controllers.layout import Section
+
+GRAY = ("gray40", "gray60")
+RED = ("#c62828", "#ff6e6e")
+GREEN = ("#2e7d32", "#81c784")
+SMALL = 12
+
+
+def small_font() -> ctk.CTkFont:
+    return ctk.CTkFont(size=SMALL)
+
+
+def bold_font(size: int = 14) -> ctk.CTkFont:
+    return ctk.CTkFont(size=size, weight="bold")
+
+
+class Tooltip:
+    """A small window with `text` shown while the mouse rests on `widget`."""
+
+    def __init__(self, widget: Any, text: str, delay_ms: int = 600):
+        self.widget, self.text, self.delay_ms = widget, text, delay_ms
+        self.window: tk.Toplevel | None = None
+        self._job: str | None = None
+        if text:
+            widget.bind("<Enter>", self._schedule, add="+")
+            widget.bind("<Leave>", self._hide, add="+")
+
+    def _schedule(self, _event: Any = None) -> None:
+        self._job = self.widget.after(self.delay_ms, self._show)
+
+    def _show(self) -> None:
+        if self.window is not None:
+            return
+        x = self.widget.winfo_rootx() + 10
+        y = self.widget.winfo_rooty() + self.widget.winfo_height() + 4
+        self.window = tk.Toplevel(self.widget)
+        self.window.wm_overrideredirect(True)
+        self.window.wm_geometry(f"+{x}+{y}")
+        tk.Label(self.window, text=self.text, justify="left", wraplength=420, background="#ffffe0",
+                 relief="solid", borderwidth=1, padx=6, pady=3).pack()
+
+    def _hide(self, _event: Any = None) -> None:
+        if self._job is not None:
+            self.widget.after_cancel(self._job)
+            self._job = None
+        if self.window is not None:
+            self.window.destroy()
+            self.window = None
+
+
+def pick_path(mode: str, current: str = "") -> str:
+    """Open the file / folder picker for a path field; "" when cancelled."""
+    if mode == "dir":
+        return filedialog.askdirectory(initialdir=current or ".", mustexist=False) or ""
+    if mode == "save":
+        return filedialog.asksaveasfilename(initialfile=current) or ""
+    return filedialog.askopenfilename(initialfile=current) or ""
+
+
+class FieldInput:
+    """The input widget of one field, bound to `source`; `refresh()` re-reads the source."""
+
+    def __init__(self, master: Any, source: Any, key: str, width: int = 260,
+                 on_change: Callable[[], None] | None = None):
+        self.source, self.key = source, key
+        self.spec: FieldSpec = source.spec(key)
+        self.on_change = on_change
+        self._updating = False
+        kind = self.spec.kind
+        if kind == BOOL:
+            self.var: Any = tk.BooleanVar(master)
+            self.widget = ctk.CTkSwitch(master, text="", variable=self.var, command=self._switched, width=50)
+        elif kind == CHOICE:
+            self.var = tk.StringVar(master)
+            self.widget = ctk.CTkOptionMenu(master, values=list(self.spec.choices), variable=self.var,
+                                            command=self._chosen, width=min(width, 200), dynamic_resizing=False)
+        elif kind == TEXT_LIST:
+            self.var = None
+            self.widget = ctk.CTkTextbox(master, width=width, height=96)
+            self.widget.bind("<KeyRelease>", self._typed_box, add="+")
+            self.widget.bind("<FocusOut>", self._typed_box, add="+")
+        elif kind == PATH:
+            self.var = tk.StringVar(master)
+            self.widget = ctk.CTkFrame(master, fg_color="transparent")
+            self.entry = ctk.CTkEntry(self.widget, textvariable=self.var, width=width - 34)
+            self.entry.pack(side="left", fill="x", expand=True)
+            button = ctk.CTkButton(self.widget, text="…", width=30, command=self._pick)
+            button.pack(side="left", padx=(4, 0))
+            self.var.trace_add("write", self._typed)
+        else:
+            self.var = tk.StringVar(master)
+            self.widget = self.entry = ctk.CTkEntry(master, textvariable=self.var, width=width)
+            self.var.trace_add("write", self._typed)
+        self.refresh()
+
+    # user -> source
+    def _set(self, value: Any) -> None:
+        if self._updating:
+            return
+        self.source.set(self.key, value)
+        if self.on_change is not None:
+            self.on_change()
+
+    def _switched(self) -> None:
+        self._set(bool(self.var.get()))
+
+    def _chosen(self, value: str) -> None:
+        self._set(value)
+
+    def _typed(self, *_args: Any) -> None:
+        self._set(self.var.get())
+
+    def _typed_box(self, _event: Any = None) -> None:
+        self._set(self.widget.get("1.0", "end-1c"))
+
+    def _pick(self) -> None:
+        chosen = pick_path(self.spec.path_mode, self.var.get())
+        if chosen:
+            self.var.set(chosen)
+
+    # source -> widget
+    def refresh(self) -> None:
+        value = self.source.display(self.key)
+        self._updating = True
+        try:
+            if self.spec.kind == TEXT_LIST:
+                if self.widget.get("1.0", "end-1c") != value and self.widget.focus_get() is not self.widget._textbox:
+                    self.widget.delete("1.0", "end")
+                    self.widget.insert("1.0", value)
+            elif self.spec.kind == BOOL:
+                if bool(self.var.get()) != bool(value):
+                    self.var.set(bool(value))
+            elif self.var.get() != value:
+                self.var.set(value)
+        finally:
+            self._updating = False
+
+    def grid(self, **kwargs: Any) -> None:
+        self.widget.grid(**kwargs)
+
+
+class FieldRow:
+    """label | input | doc-or-error, on one grid row of `master`."""
+
+    def __init__(self, master: Any, source: Any, key: str, row: int):
+        self.source, self.key = source, key
+        spec = source.spec(key)
+        self.doc = spec.doc
+        self.label = ctk.CTkLabel(master, text=spec.label, anchor="w")
+        self.label.grid(row=row, column=0, sticky="nw", padx=(12, 8), pady=3)
+        Tooltip(self.label, spec.doc)
+        self.input = FieldInput(master, source, key)
+        self.input.grid(row=row, column=1, sticky="w", padx=4, pady=3)
+        self.note = ctk.CTkLabel(master, text=spec.doc, anchor="w", justify="left", wraplength=520,
+                                 text_color=GRAY, font=small_font())
+        self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3)
+        self._shown: tuple[str, bool] = (spec.doc, False)
+
+    def refresh(self) -> None:
+        self.input.refresh()
+        error = self.source.error(self.key)
+        shown = (error, True) if error else (self.doc, False)
+        if shown != self._shown:
+            self.note.configure(text=shown[0], text_color=RED if shown[1] else GRAY)
+            self._shown = shown
+
+    @property
+    def error_text(self) -> str:
+        return self._shown[0] if self._shown[1] else ""
+
+
+class FieldForm(ctk.CTkFrame):
+    """Titled sections of generated field rows for one source."""
+
+    def __init__(self, master: Any, source: Any, sections: Iterable[Section], **kwargs: Any):
+        super().__init__(master, fg_color="transparent", **kwargs)
+        self.rows: dict[str, FieldRow] = {}
+        self.grid_columnconfigure(2, weight=1)
+        row = 0
+        for section in sections:
+            if not section.keys:
+                continue
+            ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w").grid(
+                row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+            row += 1
+            for key in section.keys:
+                self.rows[key] = FieldRow(self, source, key, row)
+                row += 1
+
+    def refresh(self) -> None:
+        for field_row in self.rows.values():
+            field_row.refresh()
+
+
+def scrollable(master: Any) -> ctk.CTkScrollableFrame:
+    """A scrollable frame filling `master` (every tab's body)."""
+    frame = ctk.CTkScrollableFrame(master, fg_color="transparent")
+    frame.pack(fill="both", expand=True)
+    frame.grid_columnconfigure(0, weight=1)
+    return frame
+
+
+def button(master: Any, text: str, command: Callable[[], Any], width: int = 110, **kwargs: Any) -> ctk.CTkButton:
+    return ctk.CTkButton(master, text=text, command=command, width=width, **kwargs)
+
+
+def small_button(master: Any, text: str, command: Callable[[], Any], **kwargs: Any) -> ctk.CTkButton:
+    return ctk.CTkButton(master, text=text, command=command, width=28, **kwargs)

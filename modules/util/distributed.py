@@ -1,0 +1,68 @@
+"""Data-parallel context from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK).
+
+A single process is the world of size 1, so code never branches on "is this distributed" beyond asking
+`is_main` (only rank 0 writes files) and slicing its share of each global batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def share(self, items: list) -> tuple[list, int]:
+        """This rank's contiguous slice of a global batch and the slice's offset in it."""
+        per_rank = -(-len(items) // self.world_size)
+        start = min(self.rank * per_rank, len(items))
+        return items[start:start + per_rank], start
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank."""
+        if not self.enabled:
+            return flag
+        tensor = torch.tensor([1 if flag else 0], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        return bool(tensor.item())
+
+    def broadcast_object(self, value):
+        if not self.enabled:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+def init_distributed(train_device: str) -> tuple[DistributedContext, str]:
+    """Start the process group when launched by torchrun; returns the context and this rank's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistributedContext(), train_device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and train_device in ("auto", "cuda") or train_device.startswith("cuda")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=30))
+    device = f"cuda:{local_rank}" if use_cuda else "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    return DistributedContext(rank, world_size, local_rank), device
