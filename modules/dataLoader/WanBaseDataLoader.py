@@ -212,6 +212,10 @@ class WanBaseDataLoader:
         _, video = self._decode(item.sample)
         return {**self._encode_latents(video, item.bucket), "prompt_embeds": self._encode_text(item.sample.caption)}
 
+    def fingerprint(self) -> str:
+        """Identity of the prepared dataset (for resume checks)."""
+        return hashlib.sha256(json.dumps([i.latent_key + i.text_key for i in self.items]).encode()).hexdigest()
+
     # --- epochs and batches ----------------------------------------------------------------------------
     def _seed(self, *parts: object) -> int:
         digest = hashlib.sha256(json.dumps([self.config.seed, *parts]).encode()).digest()

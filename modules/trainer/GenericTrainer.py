@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
@@ -76,11 +77,10 @@ class GenericTrainer:
     # --- set-up -------------------------------------------------------------------------------------
     def start(self) -> None:
         config = self.config
-        if config.dataset_config:
-            raise UserError("config key 'dataset_config' (E2V training) is not supported by this version yet: "
-                            "remove it to train on plain video concepts")
         if not config.base_model_name:
             raise UserError("config key 'base_model_name' is empty: set it to a diffusers Wan folder")
+        if config.dataset_config:  # an E2V config error stops before any model loads
+            validate_e2v_config(config)
         self.dist, device_name = init_distributed(config.train_device)
         self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
@@ -103,7 +103,8 @@ class GenericTrainer:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
             if module is not None:
                 module.to(device)
-        self.data = WanBaseDataLoader(config, self.model, self.skips, self.dist)
+        loader_cls = WanE2VDataLoader if config.dataset_config else WanBaseDataLoader
+        self.data = loader_cls(config, self.model, self.skips, self.dist)
         self.data.prepare()
         if config.latent_caching:  # encoders are not needed until sampling: free the GPU for training
             for module in (self.model.text_encoder, self.model.image_encoder):
@@ -159,9 +160,8 @@ class GenericTrainer:
 
     def _fingerprints(self) -> dict[str, str]:
         training = {k: v for k, v in self.config.to_dict().items() if k not in _RESUME_NEUTRAL_KEYS}
-        dataset = [item.latent_key + item.text_key for item in self.data.items]
         return {"config": hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest(),
-                "dataset": hashlib.sha256(json.dumps(dataset).encode()).hexdigest()}
+                "dataset": self.data.fingerprint()}
 
     def _resume(self) -> None:
         backup = latest_backup(self.workspace)

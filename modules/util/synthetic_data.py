@@ -44,3 +44,54 @@ def write_video_dataset(folder: str | Path, count: int = 4, frames: int = 17, he
             write_video(video_path, render_clip(shape, colour, motion, frames, height, width), fps)
             (folder / f"{i:03d}.txt").write_text(f"a {colour} {shape} moving {motion}", encoding="utf-8")
     return folder
+
+
+def _solid(height: int, width: int, rgb: tuple[int, int, int]) -> np.ndarray:
+    return np.full((height, width, 3), rgb, np.uint8)
+
+
+def write_e2v_dataset(folder: str | Path, count: int = 4, frames: int = 25, height: int = 64, width: int = 64,
+                      fps: float = 16.0, seed: int = 0, with_object: bool = True) -> Path:
+    """An E2V dataset in the seeds' layout: `001.mp4`, `001.txt`, `001_subject.png`, `001_object.png`,
+    `001_background.png`. The video shows the subject's shape moving over the background's colour."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    backgrounds = {"gray": (96, 96, 96), "teal": (30, 120, 120), "purple": (100, 50, 130)}
+    for i in range(count):
+        shape, colour, motion = rng.choice(_SHAPES), rng.choice(list(_COLOURS)), rng.choice(list(_MOTIONS))
+        background = rng.choice(list(backgrounds))
+        stem = folder / f"{i + 1:03d}"
+        video = render_clip(shape, colour, motion, frames, height, width)
+        video[(video == 96).all(axis=-1)] = backgrounds[background]
+        if not stem.with_suffix(".mp4").exists():
+            write_video(stem.with_suffix(".mp4"), video, fps)
+        stem.with_suffix(".txt").write_text(f"The video shows a {colour} {shape} moving {motion} over {background}",
+                                            encoding="utf-8")
+        subject = render_clip(shape, colour, "left to right", 1, height, width * 3 // 4)[0]
+        subject[(subject == 96).all(axis=-1)] = 255
+        cv2.imwrite(str(folder / f"{stem.name}_subject.png"), cv2.cvtColor(subject, cv2.COLOR_RGB2BGR))
+        if with_object or i % 2 == 0:
+            obj = _solid(height // 2, width // 2, _COLOURS[rng.choice(list(_COLOURS))])
+            cv2.imwrite(str(folder / f"{stem.name}_object.png"), cv2.cvtColor(obj, cv2.COLOR_RGB2BGR))
+        bg = _solid(height, width + 16, backgrounds[background])
+        cv2.imwrite(str(folder / f"{stem.name}_background.png"), cv2.cvtColor(bg, cv2.COLOR_RGB2BGR))
+    return folder
+
+
+def e2v_dataset_json(data_root: str | Path, height: int = 64, width: int = 64, frames: int = 25) -> dict:
+    """A2's three elements (subject, object, background; repeats 1/4/4) in the seeds' nested form."""
+    return {"datasets": [{
+        "data_root": str(data_root), "dataset_type": "e2v", "target_resolution": [height, width],
+        "auto_frame_buckets": True, "max_frames": frames, "remove_common_llm_caption_prefixes": True,
+        "elements": [
+            {"name": "subject", "suffixes": ["_subject.png"], "required": True,
+             "vae": {"repeat": 1, "position": 0}, "clip": {"preprocess": "pad_white"}},
+            {"name": "object", "suffixes": ["_object.png"], "required": False,
+             "vae": {"repeat": 4, "position": 1}, "clip": {"preprocess": "pad_white"}},
+            {"name": "background", "suffixes": ["_background.png"], "required": False,
+             "vae": {"repeat": 4, "position": 2, "preprocess": "center_crop"}, "clip": {"preprocess": "center_crop"}},
+        ],
+        "processors": {"vae": {"combine": "before", "default_preprocess": "pad_white"},
+                       "clip": {"resolution": [224, 224], "default_preprocess": "pad_white"}},
+    }]}

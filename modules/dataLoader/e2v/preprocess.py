@@ -95,6 +95,6 @@ def to_unit_range(image: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor
 
 def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     """uint8 H×W×3 -> float32 (3, H, W) in [−1, 1]: one VAE-pathway frame (§2)."""
-    tensor = to_unit_range(torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1))
+    tensor = to_unit_range(torch.from_numpy(np.array(image, copy=True)).permute(2, 0, 1))  # PIL arrays are read-only
     assert isinstance(tensor, torch.Tensor)
     return tensor.contiguous()

@@ -9,84 +9,85 @@ target layout) in the train config's `e2v`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from modules.ui.controllers.elements_controller import PREPROCESS, ElementsController, Preview, Problem, scan_dataset
+from modules.ui.controllers.elements_controller import COLUMNS, ElementsController, Problem
 from modules.ui.controllers.fields import (
-    BOOL,
     CHOICE,
-    INT,
     INT_LIST,
-    PATH,
-    TEXT,
     TEXT_LIST,
     FieldError,
     FieldSpec,
+    field_specs,
     format_value,
     get_path,
+    key_of_error,
     parse_text,
     set_path,
+    short_error,
 )
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
 from modules.util.config.base_config import ConfigError
+from modules.util.config.e2v_dataset_config import (
+    FRAME_CONDITIONING_MODES,
+    PREPROCESS_METHODS,
+    VISUALIZATION_DATA,
+    VISUALIZATION_FORMATS,
+    VISUALIZATION_TYPES,
+    E2VDatasetConfig,
+    E2VDatasetFile,
+    VisualizationProcessorConfig,
+    normalize_flat_form,
+)
 from modules.util.config.loading import read_json
 from modules.util.errors import UserError
 
-FRAME_CONDITIONING = ("full", "index", "prefix", "first_and_last", "random")
-VISUALIZATION_TYPES = ("latent_save", "vae_decode")
-VISUALIZATION_DATA = ("input_latents", "predicted_latents", "condition_latents", "target_latents", "mask")
+DEFAULT = "default"
+# Choices the typed config checks in code rather than in its field types.
+_CHOICES = {
+    "dataset_type": ("e2v",),
+    "reshape_mode": ("bicubic",),
+    "processors.vae.combine": ("before",),
+    "processors.vae.default_preprocess": PREPROCESS_METHODS,
+    "processors.vae.frame_conditioning": FRAME_CONDITIONING_MODES,
+    "processors.clip.default_preprocess": PREPROCESS_METHODS,
+}
+# Keys edited by their own tables, not as fields.
+_TABLES = ("elements", "visualization.processors")
 
-# Keys relative to one dataset of the document ("processors.vae.resolution" is
-# datasets[i]["processors"]["vae"]["resolution"]); defaults are A2's (E2V_SPEC.md).
-DATASET_SPECS: dict[str, FieldSpec] = {spec.key: spec for spec in (
-    FieldSpec("data_root", "Dataset folder", PATH, "Folder with 001.mp4, 001.txt and 001_<suffix>.png per sample.",
-              "", path_mode="dir"),
-    FieldSpec("target_resolution", "Target resolution", INT_LIST, "[height, width] of the training videos.",
-              [480, 832]),
-    FieldSpec("auto_frame_buckets", "Auto frame buckets", BOOL, "Bucket clips by frame count.", True),
-    FieldSpec("reshape_mode", "Reshape mode", TEXT, "Interpolation used to resize videos (bicubic, bilinear, ...).",
-              "bicubic"),
-    FieldSpec("remove_common_llm_caption_prefixes", "Strip LLM caption prefixes", BOOL,
-              "Remove phrases like 'The video shows' from the start of captions.", True),
-    FieldSpec("processors.vae.resolution", "VAE resolution", INT_LIST,
-              "[height, width] every element is fitted to before the VAE.", [480, 832]),
-    FieldSpec("processors.vae.combine", "VAE combine", CHOICE,
-              "before: one reference clip, encoded in one VAE call (the only supported mode).", "before", ("before",)),
-    FieldSpec("processors.vae.default_preprocess", "VAE default preprocess", CHOICE,
-              "Fitting for elements without their own vae.preprocess (A2: pad_white).", "pad_white", PREPROCESS),
-    FieldSpec("processors.vae.frame_conditioning", "Frame conditioning", CHOICE,
-              "Which latent frames the mask marks as given; full = the reference frames (A2).", "full",
-              FRAME_CONDITIONING),
-    FieldSpec("processors.vae.frame_index", "Frame index", INT, "The conditioned frame for frame_conditioning index.", 0),
-    FieldSpec("processors.vae.concatenate_mask", "Concatenate mask", BOOL,
-              "Add the 4 mask channels to the transformer input (the I2V layout).", True),
-    FieldSpec("processors.clip.resolution", "CLIP resolution", INT_LIST,
-              "[height, width] every element is fitted to before the CLIP image processor (A2: 512x512).", [512, 512]),
-    FieldSpec("processors.clip.default_preprocess", "CLIP default preprocess", CHOICE,
-              "Fitting for elements without their own clip.preprocess (A2: pad_white).", "pad_white", PREPROCESS),
-    FieldSpec("visualization.enabled", "Enabled", BOOL, "Write the visualizations below while training.", False),
-    FieldSpec("visualization.output_dir", "Output folder", PATH, "Where they go; {run_id} is replaced by the run.",
-              "visualizations/{run_id}", path_mode="dir"),
-    FieldSpec("visualization.frequency", "Every N steps", INT, "How often (optimizer steps).", 100),
-)}
+
+def _with_choices(specs: dict[str, FieldSpec], choices: dict[str, tuple[str, ...]]) -> dict[str, FieldSpec]:
+    return {key: (dataclasses.replace(spec, kind=CHOICE, choices=choices[key]) if key in choices else spec)
+            for key, spec in specs.items() if key not in _TABLES}
+
+
+# Fields of one dataset ("processors.vae.resolution" is datasets[i]["processors"]["vae"]["resolution"]),
+# generated from the typed dataset config's metadata like the train config's fields.
+DATASET_SPECS: dict[str, FieldSpec] = _with_choices(field_specs(E2VDatasetConfig), _CHOICES)
 
 VISUALIZATION_COLUMNS: dict[str, FieldSpec] = {
-    "type": FieldSpec("type", "Type", CHOICE, "latent_save: tensors; vae_decode: decoded frames as images.",
-                      "latent_save", VISUALIZATION_TYPES),
-    "data": FieldSpec("data", "Data", TEXT_LIST, "Comma-separated: " + ", ".join(VISUALIZATION_DATA), []),
-    "frames": FieldSpec("frames", "Frames", INT_LIST, "Frame indices to decode (-1 = last); empty = all.", []),
+    key: spec for key, spec in _with_choices(field_specs(VisualizationProcessorConfig), {
+        "type": VISUALIZATION_TYPES, "format": (DEFAULT,) + VISUALIZATION_FORMATS}).items()
 }
+VISUALIZATION_COLUMNS["data"] = dataclasses.replace(
+    VISUALIZATION_COLUMNS["data"], doc="Comma-separated: " + ", ".join(VISUALIZATION_DATA))
+assert VISUALIZATION_COLUMNS["data"].kind == TEXT_LIST and VISUALIZATION_COLUMNS["frames"].kind == INT_LIST
 
 
 def template_dataset(data_root: str = "") -> dict[str, Any]:
-    """A2's layout: main subject, object and background (repeats 1 / 4 / 4), dual pathway."""
+    """A2's layout: main subject, object and background (repeats 1 / 4 / 4), both pathways."""
     return {
         "data_root": data_root,
         "dataset_type": "e2v",
+        "target_resolution": [480, 832],
+        "auto_frame_buckets": True,
+        "max_frames": 81,
         "elements": [
             {"name": "main_subject", "suffixes": ["_person.png", "_subject.png"], "required": True,
              "vae": {"repeat": 1, "position": 0}, "clip": {"preprocess": "pad_white"}},
@@ -96,8 +97,8 @@ def template_dataset(data_root: str = "") -> dict[str, Any]:
              "vae": {"repeat": 4, "position": 2, "preprocess": "center_crop"}, "clip": {"preprocess": "pad_white"}},
         ],
         "processors": {
-            "vae": {"resolution": [480, 832], "combine": "before", "default_preprocess": "pad_white",
-                    "frame_conditioning": "full", "frame_index": 0, "concatenate_mask": True},
+            "vae": {"combine": "before", "default_preprocess": "pad_white", "frame_conditioning": "full",
+                    "frame_index": 0, "concatenate_mask": True},
             "clip": {"resolution": [512, 512], "default_preprocess": "pad_white"},
         },
         "visualization": {"enabled": False, "output_dir": "visualizations/{run_id}", "frequency": 100,
@@ -107,6 +108,27 @@ def template_dataset(data_root: str = "") -> dict[str, Any]:
 
 def template_document(data_root: str = "") -> dict[str, Any]:
     return {"datasets": [template_dataset(data_root)]}
+
+
+_ROW_ERROR = re.compile(r"^elements\[(\d+)\]\.(name|suffixes|required|vae\.\w+|clip)")
+
+
+def locate(key: str, message: str, index: int) -> Problem:
+    """Place an error of the typed config (key "datasets[0].elements[1].vae.position") in the editor."""
+    text = short_error(message, key)
+    prefix = f"datasets[{index}]."
+    if not key.startswith(prefix):
+        return Problem(key or "dataset", text)
+    rest = key[len(prefix):]
+    row = _ROW_ERROR.match(rest)
+    if row:
+        column = row.group(2)
+        if column.startswith("vae.") and column not in COLUMNS:
+            column = "vae.position"
+        return Problem(f"elements[{row.group(1)}].{column}", text, int(row.group(1)), column)
+    if rest.startswith("visualization.processors["):
+        rest = re.sub(r"^(visualization\.processors\[\d+\]\.\w+).*$", r"\1", rest)
+    return Problem(rest, text)
 
 
 class DatasetController(Observable):

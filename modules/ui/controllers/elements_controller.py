@@ -3,9 +3,10 @@
 A row is exactly what the dataset JSON holds (seed 000 / E2V_SPEC.md §1):
 ``{"name", "suffixes": [...], "required", "vae": {"repeat", "position", "preprocess"?},
 "clip": {"preprocess"?} | false}``. The table edits these dicts in place (add / remove / reorder /
-edit), checks them (unique names and positions, non-empty suffixes, known preprocess names,
-repeat >= 1, the reference frames fit the clip) and previews, for a dataset folder, which file each
-element matches for each video and how many samples are complete.
+edit), checks them all at once (unique names and positions, non-empty image suffixes, known
+preprocess names, repeat >= 1; the typed dataset config then checks the whole file) and previews,
+for a dataset folder, which file each element matches for each video and how many samples are
+complete.
 
 Matching (the loader's rule): a sample is a video (``001.mp4``) with its caption (``001.txt``); for
 each element the first suffix, in list order, for which ``<base><suffix>`` exists wins; the
@@ -20,34 +21,40 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modules.ui.controllers.fields import BOOL, CHOICE, INT, TEXT, TEXT_LIST, FieldError, FieldSpec, parse_text
+from modules.ui.controllers.fields import (
+    BOOL, CHOICE, INT, TEXT, TEXT_LIST, FieldError, FieldSpec, field_specs, parse_text,
+)
+from modules.util.config.e2v_dataset_config import IMAGE_SUFFIX_EXTENSIONS, PREPROCESS_METHODS, ElementConfig
 
 if TYPE_CHECKING:
     from modules.ui.controllers.e2v_dataset import DatasetController
 
-PREPROCESS = ("pad_white", "center_crop", "resize", "letterbox")
 DEFAULT, OFF = "default", "off"
 VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".webm", ".avi")
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+
+_ELEMENT_DOCS = field_specs(ElementConfig)  # docs and defaults come from the typed dataset config
+
+
+def _column(key: str, label: str, kind: str, choices: tuple[str, ...] = ()) -> FieldSpec:
+    generated = _ELEMENT_DOCS.get(key)
+    doc = generated.doc if generated else ""
+    default = generated.default if generated else None
+    return FieldSpec(key, label, kind, doc, default, choices)
+
 
 # Table columns: key in the row dict -> FieldSpec. "vae.preprocess" and "clip" offer "default"
 # (the processor's default_preprocess: the key is absent) and "clip" also "off" (clip: false).
-COLUMNS: dict[str, FieldSpec] = {
-    "name": FieldSpec("name", "Name", TEXT, "Unique name of the element (main_subject, object, background, ...)."),
-    "suffixes": FieldSpec("suffixes", "Suffixes", TEXT_LIST,
-                          "File suffixes after the sample's base name, comma-separated; the first that exists wins.",
-                          []),
-    "required": FieldSpec("required", "Required", BOOL, "A sample without this element is skipped.", False),
-    "vae.position": FieldSpec("vae.position", "VAE pos", INT,
-                              "Place in the VAE reference clip (ascending; 0 = main subject).", 0),
-    "vae.repeat": FieldSpec("vae.repeat", "Repeat", INT, "Frames this element fills in the VAE reference clip.", 1),
-    "vae.preprocess": FieldSpec("vae.preprocess", "VAE prep", CHOICE,
-                                "Fit to the VAE resolution; default = processors.vae.default_preprocess.",
-                                DEFAULT, (DEFAULT,) + PREPROCESS),
-    "clip": FieldSpec("clip", "CLIP", CHOICE,
-                      "Fit to the CLIP resolution, or off to leave the element out of CLIP.",
-                      DEFAULT, (DEFAULT,) + PREPROCESS + (OFF,)),
-}
+COLUMNS: dict[str, FieldSpec] = {spec.key: spec for spec in (
+    _column("name", "Name", TEXT),
+    _column("suffixes", "Suffixes", TEXT_LIST),
+    _column("required", "Required", BOOL),
+    _column("vae.position", "VAE pos", INT),
+    _column("vae.repeat", "Repeat", INT),
+    _column("vae.preprocess", "VAE prep", CHOICE, (DEFAULT,) + PREPROCESS_METHODS),
+    dataclasses.replace(_column("clip", "CLIP", CHOICE, (DEFAULT,) + PREPROCESS_METHODS + (OFF,)),
+                        doc="CLIP pathway: the element's preprocess, default (processors.clip.default_preprocess), "
+                            "or off to leave the element out of CLIP."),
+)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,18 +76,19 @@ class SampleMatch:
     video: str  # "001.mp4"
     caption: bool
     files: dict[str, str | None]  # element name -> matched file name (None: not found)
-    missing_required: tuple[str, ...]
+    skipped: str = ""  # why the data loader skips this video ("" = it trains)
 
     @property
     def complete(self) -> bool:
-        return self.caption and not self.missing_required
+        """The loader trains it: every required element is there (a missing caption trains as "")."""
+        return not self.skipped
 
 
 @dataclasses.dataclass
 class Preview:
     folder: str
     samples: list[SampleMatch]
-    counts: dict[str, int]  # element name -> samples where it was found
+    counts: dict[str, int]  # element name -> videos where it was found
     error: str = ""
 
     @property
@@ -97,58 +105,90 @@ class Preview:
         if not self.samples:
             return f"no videos in {self.folder}"
         parts = [f"{self.complete} of {self.total} samples complete"]
+        uncaptioned = sum(1 for s in self.samples if not s.caption)
+        if uncaptioned:
+            parts.append(f"{uncaptioned} without caption")
         parts += [f"{name} {count}/{self.total}" for name, count in self.counts.items()]
         return " · ".join(parts)
 
 
-def split_suffix(suffix: str) -> tuple[str, str]:
-    """'_dog.png' -> ('_dog', '.png'); a suffix without an extension matches any image extension."""
-    stem, ext = os.path.splitext(suffix)
-    if ext and not stem:  # ".png": no name part
-        return "", ext.lower()
-    return stem, ext.lower()
+def index_folder(folder: Path) -> dict[tuple[str, str], Path]:
+    """(name without extension, lower-case extension) -> file, for suffix matching."""
+    index: dict[tuple[str, str], Path] = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
+        stem, ext = os.path.splitext(path.name)
+        index.setdefault((stem, ext.lower()), path)
+    return index
+
+
+def find_file(index: dict[tuple[str, str], Path], base: str, suffixes: list[Any]) -> Path | None:
+    """The first suffix, in list order, for which ``base + suffix`` exists (extension case-insensitive)."""
+    for suffix in suffixes:
+        if isinstance(suffix, str) and suffix:
+            stem, ext = os.path.splitext(suffix)
+            found = index.get((base + stem, ext.lower()))
+            if found is not None:
+                return found
+    return None
 
 
 def scan_dataset(folder: str | os.PathLike, elements: list[dict[str, Any]]) -> Preview:
-    """Which file each element matches for each video of `folder` (see the module doc for the rule)."""
+    """Which file each element (plain rows) matches for each video of `folder`, by the loader's rule.
+
+    Used for rows the typed config cannot parse yet; otherwise `preview_with_loader` asks the E2V data
+    loader's own discovery.
+    """
     folder = Path(folder)
     names = [str(e.get("name", "")) for e in elements]
-    if not str(folder) or not folder.is_dir():
+    if not folder.is_dir():
         return Preview(str(folder), [], {n: 0 for n in names}, f"dataset folder '{folder}' does not exist")
-    index: dict[tuple[str, str], str] = {}
-    videos: list[tuple[str, str]] = []
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.is_file():
-                continue
-            stem, ext = os.path.splitext(entry.name)
-            index.setdefault((stem, ext.lower()), entry.name)
-            if ext.lower() in VIDEO_EXTENSIONS:
-                videos.append((stem, entry.name))
-    videos.sort()
+    index = index_folder(folder)
     samples: list[SampleMatch] = []
     counts = {n: 0 for n in names}
-    for base, video in videos:
+    for (base, ext), video in sorted(index.items(), key=lambda item: item[1].name):
+        if ext not in VIDEO_EXTENSIONS:
+            continue
         files: dict[str, str | None] = {}
         missing: list[str] = []
         for element, name in zip(elements, names):
-            found = None
-            for suffix in element.get("suffixes") or []:
-                if not isinstance(suffix, str) or not suffix:
-                    continue
-                stem, ext = split_suffix(suffix)
-                for candidate in ([ext] if ext else IMAGE_EXTENSIONS):
-                    found = index.get((base + stem, candidate))
-                    if found:
-                        break
-                if found:
-                    break
-            files[name] = found
+            found = find_file(index, base, element.get("suffixes") or [])
+            files[name] = found.name if found else None
             if found:
                 counts[name] += 1
             elif element.get("required"):
                 missing.append(name)
-        samples.append(SampleMatch(base, video, (base, ".txt") in index, files, tuple(missing)))
+        skipped = f"required element '{missing[0]}' not found" if missing else ""
+        samples.append(SampleMatch(base, video.name, (base, ".txt") in index, files, skipped))
+    return Preview(str(folder), samples, counts)
+
+
+def preview_with_loader(folder: str | os.PathLike, elements: list[dict[str, Any]]) -> Preview | None:
+    """The preview from the E2V loader's own discovery (modules/dataLoader/e2v/discovery.py); None when
+    the rows do not parse as typed elements yet (then `scan_dataset` answers)."""
+    from modules.dataLoader.e2v.discovery import discover_e2v_samples, find_element_image
+    from modules.util.config.base_config import ConfigError
+
+    folder = Path(folder)
+    try:
+        typed = [ElementConfig.from_dict(row, f"elements[{i}]") for i, row in enumerate(elements)]
+    except ConfigError:
+        return None
+    names = [e.name for e in typed]
+    if not folder.is_dir():
+        return Preview(str(folder), [], {n: 0 for n in names}, f"dataset folder '{folder}' does not exist")
+    found, skipped = discover_e2v_samples(folder, typed)
+    index = index_folder(folder)
+    samples = [SampleMatch(s.id, s.video.name, s.caption_path is not None,
+                           {name: (p.name if p else None) for name, p in s.element_images.items()}) for s in found]
+    for video, reason in skipped:
+        base = os.path.splitext(video.name)[0]
+        files = {}
+        for element in typed:
+            match = find_element_image(index, base, element.suffixes)
+            files[element.name] = match.name if match else None
+        samples.append(SampleMatch(base, video.name, (base, ".txt") in index, files, reason))
+    samples.sort(key=lambda s: s.video)
+    counts = {n: sum(1 for s in samples if s.files.get(n)) for n in names}
     return Preview(str(folder), samples, counts)
 
 
@@ -215,15 +255,19 @@ class ElementsController:
 
     # --- cells -----------------------------------------------------------------------------------
     def value(self, index: int, column: str) -> Any:
+        """The cell's value, with the typed config's defaults for absent keys."""
         row = self.rows[index]
         if column == "clip":
             clip = row.get("clip", {})
             if clip is False:
                 return OFF
-            return clip.get("preprocess", DEFAULT) if isinstance(clip, dict) else DEFAULT
+            return (clip.get("preprocess") or DEFAULT) if isinstance(clip, dict) else DEFAULT
         if column.startswith("vae."):
             vae = row.get("vae") if isinstance(row.get("vae"), dict) else {}
-            return vae.get(column[4:], DEFAULT if column == "vae.preprocess" else None)
+            value = vae.get(column[4:])
+            if value is None:
+                return {"vae.position": index, "vae.repeat": 1, "vae.preprocess": DEFAULT}[column]
+            return value
         return row.get(column)
 
     def display(self, index: int, column: str) -> Any:
@@ -274,8 +318,8 @@ class ElementsController:
         return ""
 
     # --- checks ------------------------------------------------------------------------------------
-    def problems(self, frames: int | None = None) -> list[Problem]:
-        """Everything wrong with the table; `frames` (the training clip length) bounds the repeats."""
+    def problems(self) -> list[Problem]:
+        """Everything wrong with the table, all at once (the typed config stops at the first error)."""
         found: list[Problem] = []
 
         def add(row: int | None, column: str, message: str) -> None:
@@ -289,41 +333,47 @@ class ElementsController:
                 add(row, column, str(e))
         rows = self.rows
         if not rows:
-            add(None, "", "add at least one element")
+            add(None, "", "is empty: add at least one element")
         names: dict[str, int] = {}
         positions: dict[int, int] = {}
-        suffix_owner: dict[str, int] = {}
-        total_repeat = 0
+        suffix_owner: dict[tuple[str, str], int] = {}
         for i, row in enumerate(rows):
             if not isinstance(row, dict):
                 add(i, "name", "must be an object with name, suffixes, required, vae and clip")
                 continue
             name = row.get("name")
             if not isinstance(name, str) or not name.strip():
-                add(i, "name", "must not be empty")
+                add(i, "name", "is empty: give the element a name")
             elif name in names:
                 add(i, "name", f"'{name}' is also the name of element {names[name] + 1}: names must be unique")
             else:
                 names[name] = i
             suffixes = row.get("suffixes")
             if not isinstance(suffixes, list) or not suffixes:
-                add(i, "suffixes", "give at least one file suffix, e.g. _person.png")
+                add(i, "suffixes", "is empty: give at least one file suffix, e.g. _person.png")
             else:
                 for suffix in suffixes:
                     if not isinstance(suffix, str) or not suffix.strip():
-                        add(i, "suffixes", "a suffix must not be empty")
-                        continue
-                    stem, ext = split_suffix(suffix.strip())
-                    owner = suffix_owner.setdefault(stem.lower() + ext, i)
-                    if owner != i:
-                        add(i, "suffixes", f"'{suffix}' is also a suffix of element '{rows[owner].get('name')}'")
+                        add(i, "suffixes", "a suffix is empty")
+                    elif not suffix.lower().endswith(IMAGE_SUFFIX_EXTENSIONS):
+                        add(i, "suffixes", f"'{suffix}' must end in an image extension "
+                                           f"({', '.join(IMAGE_SUFFIX_EXTENSIONS)})")
+                    else:
+                        stem, ext = os.path.splitext(suffix)
+                        owner = suffix_owner.setdefault((stem, ext.lower()), i)
+                        if owner != i:
+                            add(i, "suffixes", f"'{suffix}' is also a suffix of element '{rows[owner].get('name')}'")
+                        elif suffixes.count(suffix) > 1:
+                            add(i, "suffixes", f"'{suffix}' is listed twice")
             if not isinstance(row.get("required", False), bool):
                 add(i, "required", "must be true or false")
             vae = row.get("vae", {})
             if not isinstance(vae, dict):
-                add(i, "vae.position", "vae must be an object with repeat and position")
+                add(i, "vae.position", "vae must be an object like {\"repeat\": 4, \"position\": 1}")
                 vae = {}
-            position = vae.get("position", 0)
+            position = vae.get("position", i)  # the typed config defaults a missing position to the row index
+            if position is None:
+                position = i
             if not isinstance(position, int) or isinstance(position, bool) or position < 0:
                 add(i, "vae.position", f"must be a whole number >= 0, got {position!r}")
             elif position in positions:
@@ -333,20 +383,15 @@ class ElementsController:
             repeat = vae.get("repeat", 1)
             if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
                 add(i, "vae.repeat", f"must be at least 1, got {repeat!r}")
-            else:
-                total_repeat += repeat
-            if "preprocess" in vae and vae["preprocess"] not in PREPROCESS:
-                add(i, "vae.preprocess", f"must be one of {', '.join(PREPROCESS)}, got {vae['preprocess']!r}")
+            preprocess = vae.get("preprocess")
+            if preprocess is not None and preprocess not in PREPROCESS_METHODS:
+                add(i, "vae.preprocess", f"must be one of {', '.join(PREPROCESS_METHODS)}, got {preprocess!r}")
             clip = row.get("clip", {})
-            if clip is True:
-                clip = {}
-            if clip is not False and not isinstance(clip, dict):
+            if clip is not False and clip is not True and not isinstance(clip, dict):
                 add(i, "clip", "must be an object like {\"preprocess\": \"pad_white\"} or false")
-            elif isinstance(clip, dict) and "preprocess" in clip and clip["preprocess"] not in PREPROCESS:
-                add(i, "clip", f"must be one of {', '.join(PREPROCESS)}, got {clip['preprocess']!r}")
-        if frames is not None and total_repeat > frames:
-            add(None, "vae.repeat", f"the VAE repeats add up to {total_repeat} reference frames, more than the "
-                                    f"{frames} frames of a training clip: lower the repeats or raise frames")
+            elif isinstance(clip, dict) and clip.get("preprocess") is not None \
+                    and clip["preprocess"] not in PREPROCESS_METHODS:
+                add(i, "clip", f"must be one of {', '.join(PREPROCESS_METHODS)}, got {clip['preprocess']!r}")
         return found
 
     # --- preview -----------------------------------------------------------------------------------
@@ -363,6 +408,6 @@ class ElementsController:
 
         key = (str(folder), stamp, json.dumps(self.rows, sort_keys=True, default=str))
         if key != self._preview_key or self._preview is None:
-            self._preview = self.dataset.discover(folder, self.rows)
+            self._preview = preview_with_loader(folder, self.rows) or scan_dataset(folder, self.rows)
             self._preview_key = key
         return self._preview

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import types
 import typing
 from enum import Enum
 from typing import Any
@@ -49,6 +50,7 @@ class FieldSpec:
     default: Any = None  # JSON form (enums by name)
     choices: tuple[str, ...] = ()
     path_mode: str = ""  # dir | file | save, for PATH
+    optional: bool = False  # the value may be None (null): an empty widget means "not set"
 
     @property
     def name(self) -> str:
@@ -67,6 +69,10 @@ def spec_for(key: str, tp: Any, doc: str = "", default: Any = None) -> FieldSpec
     """The FieldSpec of one annotated field (`tp` is the dataclass annotation)."""
     name = key.rsplit(".", 1)[-1]
     origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
+        inner = spec_for(key, next(a for a in args if a is not type(None)), doc, default)
+        return dataclasses.replace(inner, optional=True)
     kind, choices, path_mode = JSON, (), ""
     if tp is bool:
         kind = BOOL
@@ -116,6 +122,8 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
     if not isinstance(value, str):
         return value  # already a value (set programmatically)
     text = value.strip()
+    if spec.optional and not text:
+        return None
     if spec.kind == INT:
         try:
             return int(text)
@@ -207,3 +215,14 @@ def short_error(message: str, key: str) -> str:
     """The error without its "config key 'x'" prefix, for showing right beside field x."""
     prefix = f"config key '{key}' "
     return message[len(prefix):] if key and message.startswith(prefix) else message
+
+
+def same_value(spec: FieldSpec, a: Any, b: Any) -> bool:
+    """Whether two widget texts mean the same value ("0.10" and "0.1"): a view then leaves the text the
+    user is typing alone instead of rewriting it."""
+    if a == b:
+        return True
+    try:
+        return parse_text(spec, a) == parse_text(spec, b)
+    except FieldError:
+        return False

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import customtkinter as ctk
 
-from modules.ui.controllers.fields import BOOL, CHOICE, PATH, TEXT_LIST, FieldSpec
+from modules.ui.controllers.fields import BOOL, CHOICE, PATH, TEXT_LIST, FieldSpec, same_value
 from modules.ui.controllers.layout import Section
 
 GRAY = ("gray40", "gray60")
@@ -140,13 +140,13 @@ class FieldInput:
         self._updating = True
         try:
             if self.spec.kind == TEXT_LIST:
-                if self.widget.get("1.0", "end-1c") != value and self.widget.focus_get() is not self.widget._textbox:
+                if not same_value(self.spec, self.widget.get("1.0", "end-1c"), value):
                     self.widget.delete("1.0", "end")
                     self.widget.insert("1.0", value)
             elif self.spec.kind == BOOL:
                 if bool(self.var.get()) != bool(value):
                     self.var.set(bool(value))
-            elif self.var.get() != value:
+            elif not same_value(self.spec, self.var.get(), value):
                 self.var.set(value)
         finally:
             self._updating = False
@@ -196,9 +196,10 @@ class FieldForm(ctk.CTkFrame):
         for section in sections:
             if not section.keys:
                 continue
-            ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w").grid(
-                row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
-            row += 1
+            if section.title:
+                ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w").grid(
+                    row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+                row += 1
             for key in section.keys:
                 self.rows[key] = FieldRow(self, source, key, row)
                 row += 1

@@ -1,0 +1,340 @@
+"""Elements-to-Video data: the seeds' dataset JSON -> cached VAE / CLIP / UMT5 tensors -> step inputs.
+
+Built on our pipeline engine (dataLoader/pipeline). Per sample, cache stages hold: the caption's UMT5
+embedding; the target video's VAE posterior; the ONE reference clip's VAE posterior and pixel mask; and
+each element's CLIP embedding (one stage per element, so editing one element's CLIP settings re-encodes
+only that element). `assemble()` turns a batch into exactly what E2V_SPEC.md §6 feeds the transformer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from modules.dataLoader.buckets import batch_by_bucket
+from modules.dataLoader.cache import DiskCache, file_fingerprint
+from modules.dataLoader.discovery import read_caption
+from modules.dataLoader.e2v.discovery import discover_e2v_samples
+from modules.dataLoader.e2v.layout import (
+    fold_mask,
+    latent_loss_mask,
+    layout_elements,
+    min_num_frames,
+    reference_latent_frames,
+)
+from modules.dataLoader.e2v.modules import (
+    BuildConditionClip,
+    BuildJointClip,
+    DecodeTargetVideo,
+    EncodeCaption,
+    EncodeClipElement,
+    EncodePosterior,
+    LoadReferences,
+    encode_caption,
+)
+from modules.dataLoader.errors import DataError
+from modules.dataLoader.pipeline import CacheStage, Pipeline
+from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.WanBaseDataLoader import PREPROCESS_VERSION, component_fingerprint
+from modules.model.WanModel import WanModel
+from modules.modelSetup.step_inputs import StepInputs, StepRandom
+from modules.util.config.base_config import ConfigError
+from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
+from modules.util.config.train_config import TrainConfig
+from modules.util.distributed import DistributedContext
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_e2v_type(requested: str, model: WanModel) -> str:
+    """`auto` is `dual` when the base has a CLIP branch and an image encoder, else `vae` (E2V_SPEC §8)."""
+    has_clip = model.variant.has_clip_branch and model.image_encoder is not None
+    if requested == "auto":
+        return "dual" if has_clip else "vae"
+    if requested in ("dual", "clip") and not has_clip:
+        raise UserError(f"config key 'e2v.e2v_type' is '{requested}' but the {model.variant.name} base has no CLIP "
+                        "branch and image encoder: use 'vae' (or 'auto')")
+    return requested
+
+
+def validate_e2v_config(config: TrainConfig) -> None:
+    """Dataset JSON and layout checks that need no model (run before loading one)."""
+    for index, dataset in enumerate(load_dataset_config(config.dataset_config).datasets):
+        needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
+        if needed > dataset.max_num_frames:
+            raise ConfigError(
+                f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
+                f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
+                f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
+
+
+def check_e2v_base(model: WanModel) -> None:
+    variant = model.variant
+    if not (variant.channel_concat_condition or variant.expand_timesteps):
+        raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V base; the {variant.name} base has "
+                        f"{variant.in_channels} input channels and patch-embedding expansion is not built yet: "
+                        "use an I2V checkpoint as base_model_name")
+
+
+@dataclasses.dataclass
+class E2VItem:
+    dataset: int
+    position: int  # index among all discovered samples: keys the item's random streams
+    source: dict[str, Any]
+    bucket: tuple = ()
+
+
+class WanE2VDataLoader:
+    def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
+                 dist: DistributedContext | None = None):
+        check_e2v_base(model)
+        self.config = config
+        self.model = model
+        self.skips = skips if skips is not None else SkipCounter()
+        self.dist = dist or DistributedContext()
+        self.batch_size = config.batch_size * self.dist.world_size
+        self.datasets = load_dataset_config(config.dataset_config).datasets
+        self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
+        self.uses_vae = self.e2v_type in ("dual", "vae")
+        self.uses_clip = self.e2v_type in ("dual", "clip")
+        self.layout = config.e2v.target_layout
+        self.fps = config.fps or model.variant.fps
+        self.cache = DiskCache(config.cache_dir)
+        model_dir = model.model_dir
+        self._vae_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "vae"), str(model.vae.dtype)]
+        self._text_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "text_encoder"),
+                               component_fingerprint(model_dir / "tokenizer"), str(model.text_encoder.dtype)]
+        self._clip_identity = ([PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")]
+                               if self.uses_clip else None)
+        self.pipelines = [self._pipeline(d) for d in self.datasets]
+        self.items: list[E2VItem] = []
+
+    # --- pipeline per dataset ------------------------------------------------------------------------
+    def _resolution(self, dataset: E2VDatasetConfig) -> tuple[int, int]:
+        height, width = dataset.vae_resolution
+        spatial = self.model.variant.vae_scale_spatial * self.model.variant.patch_size[1]
+        return max(spatial, height // spatial * spatial), max(spatial, width // spatial * spatial)
+
+    def _pipeline(self, dataset: E2VDatasetConfig) -> Pipeline:
+        height, width = self._resolution(dataset)
+        model = self.model
+        decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width)
+        encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
+        vae = dataset.processors.vae
+        variations = 4 if vae.frame_conditioning == "random" else 1
+        stages = [CacheStage([EncodeCaption(model, self._text_identity, dataset.remove_common_llm_caption_prefixes)],
+                             ["caption"], self.cache, "e2v-text", name="text")]
+        if self.uses_vae and self.layout == "joint":
+            stages.append(CacheStage(
+                [decode, LoadReferences(dataset, height, width), BuildConditionClip(vae.frame_conditioning, vae.frame_index),
+                 EncodePosterior(model, "condition_clip", "condition", self._vae_identity), BuildJointClip(),
+                 EncodePosterior(model, "target_clip", "video", self._vae_identity)],
+                ["video_fp", "element_fps", "num_reference_frames"], self.cache, "e2v-joint", variations,
+                outputs=["num_frames", "video_mean", "video_std", "condition_mean", "condition_std", "pixel_mask"],
+                name="joint"))
+        else:
+            stages.append(CacheStage([decode, encode_video], ["video_fp", "num_reference_frames"], self.cache,
+                                     "e2v-video", outputs=["num_frames", "video_mean", "video_std"], name="video"))
+            if self.uses_vae:
+                stages.append(CacheStage(
+                    [LoadReferences(dataset, height, width), BuildConditionClip(vae.frame_conditioning, vae.frame_index),
+                     EncodePosterior(model, "condition_clip", "condition", self._vae_identity)],
+                    ["element_fps", "num_frames"], self.cache, "e2v-condition", variations,
+                    outputs=["condition_mean", "condition_std", "pixel_mask"], name="condition"))
+        if self.uses_clip:
+            for element in dataset.elements:
+                if element.in_clip:
+                    stages.append(CacheStage([EncodeClipElement(model, dataset, element.name, self._clip_identity)],
+                                             [f"fp_{element.name}"], self.cache, "e2v-clip",
+                                             name=f"clip[{element.name}]"))
+        sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
+                   "num_reference_frames", *[f"fp_{e.name}" for e in dataset.elements]]
+        return Pipeline(sources, stages, self.config.seed)
+
+    # --- discovery and caching -----------------------------------------------------------------------
+    def prepare(self) -> None:
+        raw: list[E2VItem] = []
+        for index, dataset in enumerate(self.datasets):
+            if not Path(dataset.data_root).is_dir():
+                raise UserError(f"E2V data_root '{dataset.data_root}' (datasets[{index}]) is not a folder: fix the dataset JSON")
+            samples, skipped = discover_e2v_samples(dataset.data_root, dataset.elements)
+            for path, reason in skipped:
+                self.skips.record(path, "missing element", reason)
+            for sample in samples:
+                item = self._source(index, len(raw), dataset, sample)
+                if item is not None:
+                    raw.append(item)
+        if self.dist.enabled:  # each rank fills its share of the cache first
+            for item in raw[self.dist.rank::self.dist.world_size]:
+                self._bucket(item, SkipCounter())
+            self.dist.barrier()
+        self.items = []
+        for item in tqdm(raw, desc="caching E2V", unit="sample", disable=not raw or not self.dist.is_main):
+            if self._bucket(item, self.skips):
+                self.items.append(item)
+        if not self.items:
+            raise UserError(f"no usable E2V sample ({self.skips.summary()}): check the dataset folder and element suffixes")
+        logger.info("%d E2V samples in %d buckets (pathways: %s, target layout: %s)", len(self.items),
+                    len({i.bucket for i in self.items}), self.e2v_type, self.layout)
+
+    def _source(self, index: int, position: int, dataset: E2VDatasetConfig, sample) -> E2VItem | None:
+        try:
+            caption = read_caption(sample.caption_path) if sample.caption_path else ""
+            paths = {name: str(p) for name, p in sample.element_images.items() if p is not None}
+            fps = {name: file_fingerprint(p) for name, p in paths.items()}
+            video_fp = file_fingerprint(sample.video)
+        except OSError as e:
+            self.skips.record(sample.video, "unreadable file", str(e))
+            return None
+        present = {name: True for name in paths}
+        p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
+        source = {"sample_id": sample.id, "video_path": str(sample.video), "caption": caption, "element_paths": paths,
+                  "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p,
+                  **{f"fp_{e.name}": fps.get(e.name, "") for e in dataset.elements}}
+        return E2VItem(index, position, source)
+
+    def _run(self, item: E2VItem, epoch: int) -> dict[str, Any]:
+        pipeline = self.pipelines[item.dataset]
+        return pipeline.run(item.source, pipeline.context(item.position, epoch))
+
+    def _bucket(self, item: E2VItem, skips: SkipCounter) -> bool:
+        try:
+            fields = self._run(item, 0)
+        except DataError as e:
+            skips.record_error(e)
+            return False
+        k = reference_latent_frames(item.source["num_reference_frames"])
+        clips = tuple(name for name in self._clip_names(item) if fields[f"clip_{name}"].shape[0])
+        item.bucket = (item.dataset, int(fields["num_frames"]), k, clips, *self._resolution(self.datasets[item.dataset]))
+        return True
+
+    def _clip_names(self, item: E2VItem) -> list[str]:
+        if not self.uses_clip:
+            return []
+        dataset = self.datasets[item.dataset]
+        present = {n: True for n in item.source["element_paths"]}
+        in_clip = {e.name for e in dataset.elements if e.in_clip}
+        return [name for name, _ in layout_elements(dataset.elements, present) if name in in_clip]
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps([i.source for i in self.items], sort_keys=True).encode()).hexdigest()
+
+    # --- epochs and batches --------------------------------------------------------------------------
+    def _seed(self, *parts: object) -> int:
+        digest = hashlib.sha256(json.dumps([self.config.seed, *parts]).encode()).digest()
+        return int.from_bytes(digest[:8], "little")
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        rng = random.Random(self._seed("order", epoch))
+        batches = batch_by_bucket(list(enumerate(_SortableBucket(i.bucket) for i in self.items)), self.batch_size, rng, False)
+        return [b for b in batches if len(b) >= self.dist.world_size]
+
+    def load_batch(self, indices: list[int], epoch: int) -> dict[str, Any]:
+        fields = [self._run(self.items[i], epoch) for i in indices]
+        first = self.items[indices[0]]
+        batch: dict[str, Any] = {
+            "num_frames": int(fields[0]["num_frames"]),
+            "reference_latents": first.bucket[2],
+            "video_mean": torch.stack([f["video_mean"] for f in fields]),
+            "video_std": torch.stack([f["video_std"] for f in fields]),
+            "prompt_embeds": torch.stack([self._pad(self._maybe_drop(f["prompt_embeds"], epoch, i))
+                                          for f, i in zip(fields, indices)]),
+        }
+        if self.uses_vae:
+            for name in ("condition_mean", "condition_std", "pixel_mask"):
+                batch[name] = torch.stack([f[name] for f in fields])
+        if self.uses_clip:
+            batch["clip_embeds"] = torch.stack([
+                torch.cat([f[f"clip_{name}"] for name in self._clip_names(item)])
+                for f, item in zip(fields, (self.items[i] for i in indices))])
+        return batch
+
+    def _maybe_drop(self, embeds: torch.Tensor, epoch: int, index: int) -> torch.Tensor:
+        p = self.config.caption_dropout_probability
+        if p <= 0 or random.Random(self._seed("caption_dropout", epoch, index)).random() >= p:
+            return embeds
+        if not hasattr(self, "_empty_embeds"):
+            self._empty_embeds = encode_caption(self.model, "")
+        return self._empty_embeds
+
+    @staticmethod
+    def _pad(embeds: torch.Tensor, length: int = 512) -> torch.Tensor:
+        return torch.cat([embeds, embeds.new_zeros(length - embeds.shape[0], embeds.shape[1])])
+
+    # --- step inputs (E2V_SPEC §6) ------------------------------------------------------------------------
+    def assemble(self, batch: dict[str, Any], random: StepRandom) -> StepInputs:
+        return self._step_inputs(batch, lambda shape: random.randn(shape), self.config.e2v.vae_posterior)
+
+    def _step_inputs(self, batch: dict[str, Any], noise, vae_posterior: str) -> StepInputs:
+        """`noise(shape)` -> (B, *shape) draws for the posterior samples (zeros give the posterior mode)."""
+        model, device = self.model, self.model.train_device
+        k = batch["reference_latents"]
+        video_mean = batch["video_mean"].to(device)
+        video = model.normalize_latents(video_mean + batch["video_std"].to(device)
+                                        * noise(tuple(video_mean.shape[1:])).to(device))
+        condition_z = None
+        if self.uses_vae:
+            mean = batch["condition_mean"].to(device)
+            if vae_posterior == "sample":  # A2's inference draws a sample; diffusers takes the mode
+                mean = mean + batch["condition_std"].to(device) * noise(tuple(mean.shape[1:])).to(device)
+            condition_z = model.normalize_latents(mean)
+        x0 = torch.cat([condition_z[:, :, :k], video], dim=2) if self.layout == "separate" and k else video
+        b, c, t, h, w = x0.shape
+        condition = None
+        if model.variant.channel_concat_condition:
+            if condition_z is None:  # CLIP pathway only: the VAE channels carry nothing
+                condition = x0.new_zeros(b, 4 + c, t, h, w)
+            else:
+                condition = torch.cat([self.latent_mask(batch, h, w).to(device), condition_z], dim=1)
+        clip = batch.get("clip_embeds")
+        return StepInputs(
+            x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), condition=condition,
+            clip_embeds=clip.to(device) if clip is not None and model.variant.has_clip_branch else None,
+            # TI2V has no mask channels: the reference latents are clean tokens with timestep 0 (§8)
+            clean_frames=k if model.variant.expand_timesteps else 0,
+            loss_frame_weights=latent_loss_mask(t, k, self.config.e2v.loss_on_reference_frames),
+        )
+
+    def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
+        """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""
+        masks = torch.stack([fold_mask(m, h, w, self.model.variant.vae_scale_temporal) for m in batch["pixel_mask"]])
+        return masks if self.datasets[0].processors.vae.concatenate_mask else torch.zeros_like(masks)
+
+    # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
+    def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Exactly what the trainer feeds the transformer for one sample, with posterior modes:
+        ({mask, condition_latents, clip_embeds, target_latents}, reference mini-video (3, P, H, W))."""
+        matches = [i for i, item in enumerate(self.items) if item.source["sample_id"] == sample_id]
+        if not matches:
+            known = ", ".join(sorted(i.source["sample_id"] for i in self.items)[:10])
+            raise UserError(f"no usable E2V sample '{sample_id}' (known: {known}); see the log for skipped ones")
+        batch = self.load_batch(matches[:1], 0)
+        inputs = self._step_inputs(batch, lambda shape: torch.zeros(1, *shape), "mode")
+        _, _, t, h, w = inputs.x0.shape
+        out = {"target_latents": inputs.x0[0].cpu()}
+        if self.uses_vae:
+            out["mask"] = self.latent_mask(batch, h, w)[0]
+            out["condition_latents"] = self.model.normalize_latents(batch["condition_mean"])[0]
+        if "clip_embeds" in batch:
+            out["clip_embeds"] = batch["clip_embeds"][0]
+        item = self.items[matches[0]]
+        dataset = self.datasets[item.dataset]
+        references = torch.zeros(3, 0, h, w)
+        if self.uses_vae:
+            fields = LoadReferences(dataset, *self._resolution(dataset)).process(item.source, None)
+            references = torch.cat([frame[:, None].expand(-1, repeat, -1, -1)
+                                    for frame, repeat in zip(fields["reference_frames"].unbind(1), fields["repeats"])], 1)
+        return out, references
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class _SortableBucket:
+    key: tuple

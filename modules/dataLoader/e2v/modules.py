@@ -1,0 +1,223 @@
+"""Pipeline modules of the E2V data path (E2V_SPEC.md §2–§6), for the engine in dataLoader/pipeline.
+
+Decoding and encoding modules are deterministic, so they sit in CacheStages: the VAE, UMT5 and CLIP
+run once per sample and setting. Posterior sampling and noise happen later, at train time, from the
+step's random streams.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import cv2
+import numpy as np
+import torch
+
+from modules.dataLoader.e2v.layout import (
+    joint_clip,
+    layout_elements,
+    mask_reference_clip,
+    min_num_frames,
+    pixel_frame_mask,
+    reference_clip,
+    reference_latent_frames,
+    separate_target_frames,
+)
+from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.dataLoader.errors import TOO_FEW_FRAMES, UNREADABLE_IMAGE, DataError
+from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
+from modules.dataLoader.pipeline import ItemContext, PipelineModule
+from modules.dataLoader.video_io import read_video_frames
+from modules.model.WanModel import WanModel
+from modules.util.config.e2v_dataset_config import E2VDatasetConfig
+
+# Openers that captioning LLMs put before the content ("The video shows a dog ..." -> "a dog ...").
+_LLM_PREFIXES = re.compile(
+    r"^\s*(?:in\s+)?(?:this|the)\s+(?:video|clip|footage|scene|animation)\s*(?:shows|showcases|depicts|features|"
+    r"captures|presents|displays|portrays|illustrates)?\s*(?:that\s+)?[,:]?\s*",
+    re.IGNORECASE,
+)
+
+
+def strip_llm_prefix(caption: str) -> str:
+    stripped = _LLM_PREFIXES.sub("", caption, count=1)
+    return stripped[:1].lower() + stripped[1:] if stripped and stripped != caption else caption
+
+
+def read_image(path: str) -> np.ndarray:
+    data = np.fromfile(path, dtype=np.uint8) if Path(path).is_file() else np.zeros(0, np.uint8)
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if image is None:
+        raise DataError(path, "element image cannot be read", UNREADABLE_IMAGE)
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+class DecodeTargetVideo(PipelineModule):
+    """The training video's frames that the target needs, and the clip length F (E2V_SPEC §6).
+
+    `separate`: the first F − 4K frames are encoded on their own; `joint`: the first F − P frames follow
+    the P reference frames. With auto frame buckets F is the largest 4k+1 the video supports (capped by
+    `max_frames`); otherwise F is `frames` and a shorter video is skipped.
+    """
+
+    inputs = ("video_path", "num_reference_frames")
+    outputs = ("video_frames", "num_frames")
+
+    def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int):
+        self.dataset, self.fps, self.target_layout = dataset, fps, target_layout
+        self.height, self.width = height, width
+
+    def cache_identity(self) -> Any:
+        d = self.dataset
+        return [self.fps, self.target_layout, self.height, self.width, d.auto_frame_buckets, d.max_frames, d.frames]
+
+    def _reserved(self, p: int, f: int | None = None) -> int:
+        """Frames of F that the references take in the target: 4K (separate) or P (joint)."""
+        return 4 * reference_latent_frames(p) if self.target_layout == "separate" else p
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        path, p = item["video_path"], item["num_reference_frames"]
+        limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
+        frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit)
+        reserved = self._reserved(p)
+        if self.dataset.auto_frame_buckets:
+            count = min(largest_4k1(len(frames) + reserved), largest_4k1(limit))
+        else:
+            count = self.dataset.frames
+        needed = max(count - reserved, 1)
+        if count < min_num_frames(self.target_layout, p) or len(frames) < needed:
+            raise DataError(path, f"{len(frames)} frames at {self.fps:g} fps are too few for {p} reference frames "
+                                  f"and a {self.target_layout} target of {count} frames", TOO_FEW_FRAMES)
+        clip = resize_and_crop(frames[:needed], self.height, self.width)
+        return {"video_frames": to_tensor(clip), "num_frames": count}
+
+
+class LoadReferences(PipelineModule):
+    """The present elements' images through their VAE preprocessing, in layout order (§1–§2)."""
+
+    inputs = ("element_paths",)
+    outputs = ("reference_frames", "repeats")
+
+    def __init__(self, dataset: E2VDatasetConfig, height: int, width: int):
+        self.dataset, self.height, self.width = dataset, height, width
+
+    def cache_identity(self) -> Any:
+        return [[e.name, e.vae.position, e.vae.repeat, self.dataset.vae_preprocess(e)] for e in self.dataset.elements] + \
+               [self.height, self.width]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        paths = item["element_paths"]
+        by_name = {e.name: e for e in self.dataset.elements}
+        frames, repeats = [], []
+        for name, repeat in layout_elements(self.dataset.elements, {n: True for n in paths}):
+            image = preprocess(read_image(paths[name]), self.dataset.vae_preprocess(by_name[name]), self.height, self.width)
+            frames.append(image_to_tensor(image))
+            repeats.append(repeat)
+        return {"reference_frames": torch.stack(frames, dim=1), "repeats": repeats}
+
+
+class BuildConditionClip(PipelineModule):
+    """ONE pixel clip of F frames (references, then zero frames) and its pixel mask (§3.1, §4.1)."""
+
+    inputs = ("reference_frames", "repeats", "num_frames")
+    outputs = ("condition_clip", "pixel_mask")
+
+    def __init__(self, frame_conditioning: str, frame_index: int):
+        self.frame_conditioning, self.frame_index = frame_conditioning, frame_index
+
+    def cache_identity(self) -> Any:
+        return [self.frame_conditioning, self.frame_index]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        refs, repeats, f = item["reference_frames"], item["repeats"], item["num_frames"]
+        clip = reference_clip(list(refs.unbind(1)), repeats, f)
+        mask = pixel_frame_mask(f, sum(repeats), self.frame_conditioning, self.frame_index,
+                                rng=ctx.torch_generator(self.name))
+        return {"condition_clip": mask_reference_clip(clip, mask), "pixel_mask": mask}
+
+
+class BuildJointClip(PipelineModule):
+    """`joint` target: [the P reference frames, the first F − P video frames], encoded in one call (§6)."""
+
+    inputs = ("condition_clip", "repeats", "video_frames", "num_frames")
+    outputs = ("target_clip",)
+
+    def cache_identity(self) -> Any:
+        return 1
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        p = sum(item["repeats"])
+        return {"target_clip": joint_clip(item["condition_clip"][:, :p], item["video_frames"], item["num_frames"])}
+
+
+class EncodePosterior(PipelineModule):
+    """VAE posterior (raw mean and std) of one pixel clip — one call, never pieces (§3.2–3.3)."""
+
+    def __init__(self, model: WanModel, source: str, prefix: str, identity: Any):
+        self.model, self.identity = model, identity
+        self.name = f"EncodePosterior[{prefix}]"
+        self.inputs, self.outputs = (source,), (f"{prefix}_mean", f"{prefix}_std")
+
+    def cache_identity(self) -> Any:
+        return self.identity
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        mean, std = self.model.encode_video(item[self.inputs[0]][None])
+        return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
+
+
+class EncodeClipElement(PipelineModule):
+    """CLIP second-to-last hidden state of one element, encoded on its own (§2, §5); (0, D) if absent."""
+
+    inputs = ("element_paths",)
+
+    def __init__(self, model: WanModel, dataset: E2VDatasetConfig, element_name: str, identity: Any):
+        self.model, self.dataset, self.identity = model, dataset, identity
+        self.element = next(e for e in dataset.elements if e.name == element_name)
+        self.name = f"EncodeClip[{element_name}]"
+        self.outputs = (f"clip_{element_name}",)
+
+    def cache_identity(self) -> Any:
+        height, width = self.dataset.processors.clip.resolution
+        return [self.identity, self.dataset.clip_preprocess(self.element), height, width]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        path = item["element_paths"].get(self.element.name)
+        width_out = self.model.image_encoder.config.hidden_size
+        if path is None:
+            return {self.outputs[0]: torch.zeros(0, width_out)}
+        height, width = self.dataset.processors.clip.resolution
+        image = preprocess(read_image(path), self.dataset.clip_preprocess(self.element), height, width)
+        return {self.outputs[0]: self.model.encode_images([image])[0]}
+
+
+class EncodeCaption(PipelineModule):
+    """UMT5 embeddings of the caption's real tokens (seq, D); batches zero-pad to 512 (§5)."""
+
+    inputs = ("caption",)
+    outputs = ("prompt_embeds",)
+
+    def __init__(self, model: WanModel, identity: Any, strip_prefixes: bool):
+        self.model, self.identity, self.strip_prefixes = model, identity, strip_prefixes
+
+    def cache_identity(self) -> Any:
+        return [self.identity, self.strip_prefixes]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        caption = strip_llm_prefix(item["caption"]) if self.strip_prefixes else item["caption"]
+        return {"prompt_embeds": encode_caption(self.model, caption)}
+
+
+def encode_caption(model: WanModel, caption: str) -> torch.Tensor:
+    embeds = model.encode_prompts([caption])[0]
+    nonzero = (embeds.abs().sum(-1) > 0).nonzero()
+    length = int(nonzero.max()) + 1 if len(nonzero) else 1
+    return embeds[:length].clone()
+
+
+def video_target_frames(target_layout: str, num_frames: int, num_reference_frames: int) -> int:
+    """How many video frames the target holds (F − 4K or F − P)."""
+    if target_layout == "separate":
+        return separate_target_frames(num_frames, reference_latent_frames(num_reference_frames))
+    return num_frames - num_reference_frames

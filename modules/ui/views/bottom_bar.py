@@ -1,0 +1,72 @@
+"""Bottom bar: progress (step and epoch), loss, ETA, status, what blocks Start, and the buttons."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import customtkinter as ctk
+
+from modules.ui.views.widgets import GRAY, RED, button, small_font
+
+if TYPE_CHECKING:
+    from modules.ui.views.main_window import TrainUI
+
+
+class BottomBar(ctk.CTkFrame):
+    def __init__(self, master: Any, ui: "TrainUI"):
+        super().__init__(master, corner_radius=0)
+        self.ui, self.app = ui, ui.app
+        self.grid_columnconfigure(1, weight=1)
+        self.progress = ctk.CTkProgressBar(self, width=240)
+        self.progress.grid(row=0, column=0, padx=12, pady=(10, 2), sticky="w")
+        self.progress.set(0)
+        stats = ctk.CTkFrame(self, fg_color="transparent")
+        stats.grid(row=0, column=1, sticky="w", pady=(10, 2))
+        self.step_label = ctk.CTkLabel(stats, text="", width=210, anchor="w")
+        self.step_label.pack(side="left", padx=4)
+        self.loss_label = ctk.CTkLabel(stats, text="", width=110, anchor="w")
+        self.loss_label.pack(side="left", padx=4)
+        self.eta_label = ctk.CTkLabel(stats, text="", width=100, anchor="w")
+        self.eta_label.pack(side="left", padx=4)
+        buttons = ctk.CTkFrame(self, fg_color="transparent")
+        buttons.grid(row=0, column=2, rowspan=2, padx=8, pady=6, sticky="e")
+        self.load_button = button(buttons, "Load config…", self.ui.load_config, width=110)
+        self.load_button.pack(side="left", padx=3)
+        self.export_button = button(buttons, "Export config…", self.ui.export_config, width=120)
+        self.export_button.pack(side="left", padx=3)
+        self.start_button = button(buttons, "Start", self.ui.start_training, width=90, fg_color="#2e7d32",
+                                   hover_color="#1b5e20")
+        self.start_button.pack(side="left", padx=3)
+        self.stop_button = button(buttons, "Stop", self.ui.stop_training, width=90, fg_color="#c62828",
+                                  hover_color="#8e0000")
+        self.stop_button.pack(side="left", padx=3)
+        self.status_label = ctk.CTkLabel(self, text="", anchor="w", justify="left", wraplength=760, font=small_font(),
+                                         text_color=GRAY)
+        self.status_label.grid(row=1, column=0, columnspan=2, padx=12, pady=(0, 8), sticky="w")
+        self._shown: tuple[Any, ...] = ()
+
+    def refresh(self) -> None:
+        state = self.app.training.state
+        can_start, reason = self.app.can_start()
+        if state.running:
+            status, color = state.status, GRAY
+        elif not can_start:
+            status, color = f"cannot start: {reason}", RED
+        else:
+            status, color = state.status, RED if state.error and state.status.startswith("error") else GRAY
+        shown = (state.fraction, state.progress_text(), state.loss_text(), state.eta_text(), status, color,
+                 can_start, state.running, state.phase)
+        if shown == self._shown:
+            return
+        self._shown = shown
+        self.progress.set(state.fraction)
+        self.step_label.configure(text=state.progress_text())
+        self.loss_label.configure(text=state.loss_text())
+        self.eta_label.configure(text=state.eta_text())
+        self.status_label.configure(text=status, text_color=color)
+        self.start_button.configure(state="normal" if can_start else "disabled")
+        self.stop_button.configure(state="normal" if state.running and state.phase != "stopping" else "disabled")
+        self.load_button.configure(state="disabled" if state.running else "normal")
+
+    @property
+    def status_text(self) -> str:
+        return self.status_label.cget("text")

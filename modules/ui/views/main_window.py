@@ -1,0 +1,158 @@
+"""The main window: top bar, one tab per area, bottom bar; polls the training thread with `after`."""
+from __future__ import annotations
+
+import logging
+from tkinter import filedialog
+from typing import Any, Callable
+
+import customtkinter as ctk
+
+from modules.ui.controllers.app_controller import WINDOW_TITLE, AppController
+from modules.ui.controllers.training_controller import Event
+from modules.ui.views.backup_tab import BackupTab
+from modules.ui.views.base_tab import BaseTab
+from modules.ui.views.bottom_bar import BottomBar
+from modules.ui.views.concepts_tab import ConceptsTab
+from modules.ui.views.data_tab import DataTab
+from modules.ui.views.dialogs import MessageDialog
+from modules.ui.views.elements_tab import ElementsTab
+from modules.ui.views.general_tab import GeneralTab
+from modules.ui.views.lora_tab import LoRATab
+from modules.ui.views.model_tab import ModelTab
+from modules.ui.views.pathways_tab import PathwaysTab
+from modules.ui.views.sampling_tab import SamplingTab
+from modules.ui.views.top_bar import TopBar
+from modules.ui.views.training_tab import TrainingTab
+from modules.ui.views.visualization_tab import VisualizationTab
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
+                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab)
+
+
+class TrainUI(ctk.CTk):
+    POLL_MS = 100
+
+    def __init__(self, app: AppController | None = None):
+        super().__init__()
+        self.app = app or AppController()
+        self.title(WINDOW_TITLE)
+        self.geometry("1280x860")
+        self.minsize(980, 600)
+        self.grid_columnconfigure(0, weight=1)
+        self.grid_rowconfigure(1, weight=1)
+        self.last_dialog: MessageDialog | None = None
+        self._refresh_pending = False
+        self._closing = False
+
+        self.top_bar = TopBar(self, self)
+        self.top_bar.grid(row=0, column=0, sticky="ew")
+        self.tabview = ctk.CTkTabview(self, anchor="nw")
+        self.tabview.grid(row=1, column=0, sticky="nsew", padx=8, pady=(2, 4))
+        self.tabs: dict[str, BaseTab] = {}
+        for tab_cls in TAB_CLASSES:
+            self.tabs[tab_cls.name] = tab_cls(self.tabview.add(tab_cls.name), self)
+        self.bottom_bar = BottomBar(self, self)
+        self.bottom_bar.grid(row=2, column=0, sticky="ew")
+
+        self.app.config.subscribe(self.schedule_refresh)
+        self.app.dataset.subscribe(self.schedule_refresh)
+        self.refresh()
+        self._poll_job: str | None = self.after(self.POLL_MS, self._poll)
+        self.protocol("WM_DELETE_WINDOW", self.on_close)
+
+    # --- refreshing (Tk thread only) ---------------------------------------------------------------
+    def schedule_refresh(self, _what: Any = None) -> None:
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            self.after_idle(self.refresh)
+
+    def refresh(self) -> None:
+        self._refresh_pending = False
+        self.top_bar.refresh()
+        for tab in self.tabs.values():
+            tab.refresh()
+        self.bottom_bar.refresh()
+
+    def refresh_status(self) -> None:
+        self.bottom_bar.refresh()
+        for name in ("backup", "sampling"):
+            self.tabs[name].refresh()
+
+    def set_status(self, text: str) -> None:
+        if not self.app.training.running:
+            self.app.training.state.status = text
+        self.bottom_bar.refresh()
+
+    # --- the training thread's messages --------------------------------------------------------------
+    def _poll(self) -> None:
+        """Drain the worker's queue on the Tk thread; the worker itself never touches a widget."""
+        events = self.app.training.poll()
+        for event in events:
+            self._handle(event)
+        if events:
+            self.refresh_status()
+        if self._closing and not self.app.training.running:
+            self.destroy()
+            return
+        self._poll_job = self.after(self.POLL_MS, self._poll)
+
+    def _handle(self, event: Event) -> None:
+        if event.kind == "error":
+            self.show_message("Training failed", event.payload)
+        elif event.kind == "done":
+            self.tabs["backup"].refresh()
+
+    # --- actions ---------------------------------------------------------------------------------------
+    def guard(self, action: Callable[[], Any]) -> Any:
+        """Run a user action; a UserError becomes a dialog with its one-line reason."""
+        try:
+            return action()
+        except UserError as e:
+            self.show_message("Cannot do that", str(e))
+            return None
+
+    def show_message(self, title: str, message: str, error: bool = True) -> MessageDialog:
+        if self.last_dialog is not None and self.last_dialog.winfo_exists():
+            self.last_dialog.destroy()
+        self.last_dialog = MessageDialog(self, title, message, error)
+        return self.last_dialog
+
+    def start_training(self) -> None:
+        self.guard(self.app.start)
+        self.refresh_status()
+
+    def stop_training(self) -> None:
+        self.app.stop()
+        self.refresh_status()
+
+    def export_config(self, path: str | None = None) -> None:
+        path = path or filedialog.asksaveasfilename(defaultextension=".json", filetypes=[("JSON", "*.json")],
+                                                    initialfile="config.json")
+        if path:
+            written = self.guard(lambda: self.app.export(path))
+            if written:
+                self.set_status(f"config exported to {written}; run it with "
+                                f"python scripts/train.py --config-path {written}")
+
+    def load_config(self, path: str | None = None) -> None:
+        path = path or filedialog.askopenfilename(filetypes=[("JSON", "*.json")])
+        if path:
+            self.guard(lambda: self.app.load(path))
+            self.refresh()
+
+    def on_close(self) -> None:
+        if self.app.training.running:  # stop cleanly (a backup is written), then close
+            self._closing = True
+            self.app.stop()
+            self.set_status("stopping training before closing…")
+        else:
+            self.destroy()
+
+    def destroy(self) -> None:
+        if self._poll_job is not None:
+            self.after_cancel(self._poll_job)
+            self._poll_job = None
+        super().destroy()

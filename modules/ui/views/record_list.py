@@ -1,0 +1,69 @@
+"""A list editor of config records (concepts, samples): one card per row with a generated form."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import customtkinter as ctk
+
+from modules.ui.controllers.layout import Section
+from modules.ui.controllers.list_controller import RecordListController
+from modules.ui.views.widgets import FieldForm, bold_font, button, small_button
+
+
+class RecordListView(ctk.CTkFrame):
+    def __init__(self, master: Any, rows: RecordListController, title: str, add_text: str,
+                 summary: Callable[[dict[str, Any]], str]):
+        super().__init__(master, fg_color="transparent")
+        self.rows, self.summary = rows, summary
+        self.grid_columnconfigure(0, weight=1)
+        header = ctk.CTkFrame(self, fg_color="transparent")
+        header.grid(row=0, column=0, sticky="ew", padx=8, pady=(4, 2))
+        ctk.CTkLabel(header, text=title, font=bold_font()).pack(side="left")
+        self.add_button = button(header, add_text, self._add)
+        self.add_button.pack(side="left", padx=12)
+        self.empty = ctk.CTkLabel(self, text="(none yet)", anchor="w")
+        self.cards: list[tuple[ctk.CTkFrame, ctk.CTkLabel, FieldForm]] = []
+        self._signature: Any = None
+        self.refresh()
+
+    def _add(self) -> None:
+        self.rows.add()
+
+    def _signature_now(self) -> Any:
+        return id(self.rows.config.data.get(self.rows.key)), len(self.rows)
+
+    def rebuild(self) -> None:
+        for card, _, _ in self.cards:
+            card.destroy()
+        self.cards = []
+        names = tuple(self.rows.specs)
+        for i in range(len(self.rows)):
+            card = ctk.CTkFrame(self, border_width=1)
+            card.grid(row=i + 1, column=0, sticky="ew", padx=8, pady=4)
+            card.grid_columnconfigure(0, weight=1)
+            top = ctk.CTkFrame(card, fg_color="transparent")
+            top.grid(row=0, column=0, sticky="ew", padx=6, pady=(6, 0))
+            title = ctk.CTkLabel(top, text="", font=bold_font(13), anchor="w")
+            title.pack(side="left")
+            for text, command in (("✕", lambda i=i: self.rows.remove(i)), ("⧉", lambda i=i: self.rows.duplicate(i)),
+                                  ("↓", lambda i=i: self.rows.move(i, 1)), ("↑", lambda i=i: self.rows.move(i, -1))):
+                small_button(top, text, command).pack(side="right", padx=2)
+            form = FieldForm(card, self.rows.row_source(i), [Section("", names)])
+            form.grid(row=1, column=0, sticky="ew", padx=4, pady=(0, 6))
+            self.cards.append((card, title, form))
+        if self.cards:
+            self.empty.grid_forget()
+        else:
+            self.empty.grid(row=1, column=0, sticky="w", padx=16)
+        self._signature = self._signature_now()
+
+    def refresh(self) -> None:
+        if self._signature != self._signature_now():
+            self.rebuild()
+        for i, (_, title, form) in enumerate(self.cards):
+            title.configure(text=f"{i + 1}. {self.summary(self.rows.rows[i])}")
+            form.refresh()
+
+    def field_errors(self) -> dict[str, str]:
+        return {f"{self.rows.key}[{i}].{k}": r.error_text for i, (_, _, form) in enumerate(self.cards)
+                for k, r in form.rows.items() if r.error_text}

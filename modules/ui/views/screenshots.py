@@ -1,0 +1,45 @@
+"""Screenshots of the main window's tabs (docs/images), taken from the X display with Pillow."""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from modules.ui.views.main_window import TrainUI
+
+
+def settle(ui: "TrainUI", seconds: float = 0.4) -> None:
+    """Let Tk process the redraws customtkinter schedules after a change."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        ui.update()
+        time.sleep(0.05)
+
+
+def capture_window(ui: "TrainUI", path: str | os.PathLike) -> Path:
+    from PIL import ImageGrab
+
+    settle(ui)
+    x, y = ui.winfo_rootx(), ui.winfo_rooty()
+    image = ImageGrab.grab(bbox=(x, y, x + ui.winfo_width(), y + ui.winfo_height()),
+                           xdisplay=os.environ.get("DISPLAY"))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path)
+    return path
+
+
+def tab_file_name(tab: str) -> str:
+    return "gui-" + re.sub(r"[^a-z0-9]+", "-", tab.lower()).strip("-") + ".png"
+
+
+def capture_tabs(ui: "TrainUI", out_dir: str | os.PathLike, tabs: Iterable[str] | None = None) -> list[Path]:
+    """One PNG per tab (gui-<tab>.png) in `out_dir`."""
+    written = []
+    for name in tabs or list(ui.tabs):
+        ui.tabview.set(name)
+        written.append(capture_window(ui, Path(out_dir) / tab_file_name(name)))
+    return written

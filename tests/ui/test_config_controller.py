@@ -1,0 +1,237 @@
+"""The config controller: fields generated from metadata, typed bindings, errors per field, presets,
+export / load round trip. No display needed."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modules.ui.controllers.app_controller import AppController
+from modules.ui.controllers.config_controller import ConfigController
+from modules.ui.controllers.fields import (
+    BOOL, CHOICE, FLOAT, INT, INT_LIST, PATH, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
+)
+from modules.ui.controllers.layout import TABS, placed_keys, sections_of, unplaced_keys
+from modules.util.config.base_config import ConfigError
+from modules.util.config.loading import load_train_config
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+
+
+@pytest.fixture
+def config(tmp_path) -> ConfigController:
+    return ConfigController(tmp_path / "presets")
+
+
+# --- fields from metadata -------------------------------------------------------------------------
+def test_widget_kinds_come_from_the_field_types(config):
+    kinds = {key: spec.kind for key, spec in config.specs.items()}
+    assert kinds["optimizer"] == CHOICE and config.specs["optimizer"].choices == ("ADAMW", "ADAMW_8BIT")
+    assert kinds["tensorboard"] == BOOL
+    assert kinds["epochs"] == INT and kinds["learning_rate"] == FLOAT
+    assert kinds["resolution"] == INT_LIST and kinds["lora_target_modules"] == TEXT_LIST
+    assert kinds["base_model_name"] == PATH and config.specs["base_model_name"].path_mode == "dir"
+    assert kinds["train_device"] == TEXT
+    assert config.specs["e2v.e2v_type"].choices == ("auto", "dual", "vae", "clip")  # read from the doc
+    assert config.specs["epochs"].doc == "Passes over the data."
+
+
+def test_every_config_field_is_reachable_from_a_tab(config):
+    layout_keys = {k for tab in TABS for section in tab.sections for k in section.keys}
+    assert layout_keys <= set(config.specs), "the layout names a field that does not exist"
+    assert unplaced_keys(config.specs) == []
+    assert set(config.specs) | {"concepts", "samples"} <= placed_keys()
+
+
+def test_a_field_no_tab_places_lands_in_the_other_section():
+    sections = sections_of("general", ["epochs", "brand_new_option"])
+    assert sections[-1].title == "Other" and sections[-1].keys == ("brand_new_option",)
+
+
+@pytest.mark.parametrize("kind, text, value", [
+    (INT, " 12 ", 12), (FLOAT, "1e-4", 1e-4), (INT_LIST, "480, 832", [480, 832]), (INT_LIST, "[16,32]", [16, 32]),
+    (TEXT_LIST, "attn1.to_q\nattn1.to_k, ffn.net.2", ["attn1.to_q", "attn1.to_k", "ffn.net.2"]),
+])
+def test_text_parses_to_typed_values(config, kind, text, value):
+    spec = next(s for s in config.specs.values() if s.kind == kind)
+    assert parse_text(spec, text) == value
+
+
+@pytest.mark.parametrize("key, text", [("epochs", "ten"), ("learning_rate", "fast"), ("resolution", "480 x 832"),
+                                       ("learning_rate", "nan")])
+def test_text_that_does_not_parse_is_a_field_error(config, key, text):
+    with pytest.raises(FieldError):
+        parse_text(config.specs[key], text)
+
+
+def test_formatted_values_parse_back_exactly(config):
+    data = TrainConfig().to_dict()
+    for key, spec in config.specs.items():
+        value = config.value(key)
+        if spec.kind in (INT, FLOAT, INT_LIST, TEXT_LIST, BOOL):
+            assert parse_text(spec, format_value(spec, value)) == value, key
+    assert data == config.data
+
+
+# --- bindings and errors -------------------------------------------------------------------------------
+def test_a_bad_value_is_reported_beside_its_field_and_blocks_start(config):
+    config.set("epochs", "ten")
+    assert config.error("epochs") == "must be a whole number"
+    assert config.display("epochs") == "ten"  # the user's text stays in the field
+    assert config.value("epochs") == 10  # the config keeps the last good value
+    assert not config.is_valid
+    with pytest.raises(ConfigError, match="epochs"):
+        config.build()
+    config.set("epochs", "3")
+    assert config.error("epochs") == "" and config.is_valid and config.build().epochs == 3
+
+
+def test_the_strict_config_check_runs_on_every_change_and_names_each_field(config):
+    config.set("frames", "10")
+    config.set("lora_rank", "0")
+    config.set("e2v.e2v_type", "dual")
+    assert config.error("frames").startswith("must be of the form 4k+1")
+    assert config.error("lora_rank") == "must be at least 1, got 0"
+    assert config.error("e2v.e2v_type") == ""
+    assert len(config.problems()) == 2
+
+
+def test_cross_field_errors_are_shown_on_the_field_they_name(config):
+    config.set("min_sigma", "0.8")
+    config.set("max_sigma", "0.5")
+    assert "max_sigma" in config.error("min_sigma")
+
+
+def test_switching_the_training_method_switches_an_output_format_that_no_longer_fits(config):
+    config.set("training_method", "FINE_TUNE")
+    assert config.value("output_model_format") == "DIFFUSERS"
+    assert config.value("output_model_destination") == "output/lora"
+    assert config.is_valid
+    config.set("training_method", "LORA")
+    assert config.value("output_model_format") == "DIFFUSERS_LORA"
+    assert config.value("output_model_destination") == "output/lora.safetensors"
+
+
+def test_a_choice_outside_its_list_is_an_error(config):
+    config.set("optimizer", "SGD")
+    assert config.error("optimizer").startswith("must be one of ADAMW")
+
+
+def test_listeners_hear_about_every_change(config):
+    heard = []
+    config.subscribe(heard.append)
+    config.set("epochs", "2")
+    config.load_dict({"epochs": 4})
+    assert heard == ["epochs", None]
+
+
+# --- files ---------------------------------------------------------------------------------------
+def test_export_writes_what_the_cli_loads_and_it_loads_back_unchanged(config, tmp_path):
+    config.set("base_model_name", "models/tiny")
+    config.set("learning_rate", "3e-4")
+    config.set("resolution", "256, 448")
+    config.set("lora_target_modules", "attn1.to_q\nattn1.to_k")
+    config.set("e2v.target_layout", "joint")
+    config.set_list("concepts", [{"path": "data/clips", "repeats": 2}])
+    path = config.export(tmp_path / "config.json")
+
+    cli = load_train_config(path)
+    assert cli == config.build()
+    again = ConfigController(tmp_path / "presets")
+    again.load_file(path)
+    assert again.data == config.data
+    again.export(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+
+
+def test_export_refuses_an_invalid_config(config, tmp_path):
+    config.set("batch_size", "0")
+    with pytest.raises(ConfigError, match="batch_size"):
+        config.export(tmp_path / "config.json")
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_loading_a_bad_file_names_the_key(config, tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"epohcs": 3}))
+    with pytest.raises(ConfigError, match="did you mean 'epochs'"):
+        config.load_file(tmp_path / "bad.json")
+
+
+# --- presets ---------------------------------------------------------------------------------------
+def test_shipped_presets_are_listed_first(tmp_path):
+    from modules.util.config.loading import PRESET_DIR
+
+    presets = ConfigController(PRESET_DIR).list_presets()
+    assert presets and all(p.shipped for p in presets)
+    assert "#wan2.1 t2v 1.3B lora" in [p.name for p in presets]
+
+
+def test_a_preset_sets_options_and_keeps_the_users_data():
+    from modules.util.config.loading import PRESET_DIR
+
+    config = ConfigController(PRESET_DIR)
+    config.set_list("concepts", [{"path": "my/clips"}])
+    config.set("epochs", "77")
+    config.apply_preset("#wan2.2 ti2v 5B lora")
+    assert config.value("model_type") == "WAN_2_2" and config.value("fps") == 24.0
+    assert config.value("epochs") == 10  # back to the default: a preset starts from the defaults
+    assert config.data["concepts"] == [{"path": "my/clips", "name": "", "enabled": True,
+                                        "include_subdirectories": False, "repeats": 1}]
+
+
+def test_a_saved_user_preset_holds_only_the_changes_and_applies_back(config):
+    config.set("lora_rank", "8")
+    config.set("learning_rate", "0.0002")
+    config.set_list("concepts", [{"path": "my/clips"}])
+    path = config.save_preset("my rank 8")
+    assert json.loads(path.read_text()) == {"learning_rate": 0.0002, "lora_rank": 8}
+    assert [p.name for p in config.list_presets()] == ["my rank 8"]
+    other = ConfigController(config.preset_dir)
+    other.apply_preset("my rank 8")
+    assert other.value("lora_rank") == 8 and other.value("learning_rate") == 0.0002
+
+
+@pytest.mark.parametrize("name", ["", "#mine", "a/b", "../up"])
+def test_unusable_preset_names_are_refused(config, name):
+    with pytest.raises(UserError):
+        config.save_preset(name)
+
+
+# --- the detected variant ----------------------------------------------------------------------------
+def write_fake_checkpoint(folder, z_dim=16, experts=False):
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "vae").mkdir()
+    index = {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]}
+    if experts:
+        (folder / "transformer_2").mkdir()
+        index.update(transformer_2=["diffusers", "WanTransformer3DModel"], boundary_ratio=0.875)
+    (folder / "model_index.json").write_text(json.dumps(index))
+    (folder / "transformer" / "config.json").write_text(json.dumps({"in_channels": 16, "out_channels": 16}))
+    (folder / "vae" / "config.json").write_text(json.dumps({"z_dim": z_dim}))
+    return folder
+
+
+def test_the_variant_is_read_from_the_checkpoint_and_a_model_type_mismatch_is_flagged(config, tmp_path):
+    config.set("base_model_name", str(write_fake_checkpoint(tmp_path / "a14b", experts=True)))
+    text, ok = config.detected_variant()
+    assert text.startswith("a14b_t2v") and "WAN_2_2" in text and not ok
+    config.set("model_type", "WAN_2_2")
+    text, ok = config.detected_variant()
+    assert ok and "two experts" in text
+
+
+def test_a_missing_model_folder_is_described_not_raised(config, tmp_path):
+    config.set("base_model_name", str(tmp_path / "nowhere"))
+    text, ok = config.detected_variant()
+    assert "does not exist" in text and not ok
+
+
+# --- the app as a whole ------------------------------------------------------------------------------
+def test_start_is_blocked_with_the_first_problem_named(tmp_path):
+    app = AppController(tmp_path / "presets")
+    app.config.set("frames", "8")
+    ok, reason = app.can_start()
+    assert not ok and "frames" in reason
+    with pytest.raises(UserError, match="frames"):
+        app.start()
+    assert not app.training.running
