@@ -18,6 +18,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--negative-prompt", default="")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
+    parser.add_argument("--elements", nargs="+", metavar="IMG",
+                        help="E2V reference images in layout order (subject, object, background)")
+    parser.add_argument("--dataset-config", help="E2V dataset JSON whose element layout (repeats, preprocessing) "
+                                                 "to use; default: A2's (repeats 1/4/4)")
+    parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
+    parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--height", type=int, default=480)
     parser.add_argument("--width", type=int, default=832)
@@ -38,15 +44,36 @@ def main() -> int:
 
     sample = SampleConfig.from_dict({
         "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
+        "elements": args.elements or [],
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "seed": args.seed,
     }, "sample")
     model = WanModelLoader().load(args.model, resolve_device(args.device))
     if args.lora:
         attach_lora_for_inference(model, args.lora, args.lora_scale)
-    path = WanModelSampler(model).sample_to_file(sample, args.output)
+    path = WanModelSampler(model, e2v_options(args, model)).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0
+
+
+def e2v_options(args: argparse.Namespace, model):
+    from modules.modelSampler.e2v_sampling import ElementSpec
+    from modules.modelSampler.WanModelSampler import E2VSamplingOptions
+    from modules.util.errors import UserError
+
+    has_clip = model.variant.has_clip_branch and model.image_encoder is not None
+    e2v_type = ("dual" if has_clip else "vae") if args.e2v_type == "auto" else args.e2v_type
+    if e2v_type in ("dual", "clip") and not has_clip:
+        raise UserError(f"--e2v-type {e2v_type} needs a model with a CLIP branch and image encoder")
+    options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=args.target_layout)
+    if args.dataset_config:
+        from modules.util.config.e2v_dataset_config import load_dataset_config
+
+        d = load_dataset_config(args.dataset_config).datasets[0]
+        options.layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
+                          for e in d.layout_order()]
+        options.clip_resolution = tuple(d.processors.clip.resolution)
+    return options
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import PREPROCESS_VERSION, component_fingerprint
 from modules.model.WanModel import WanModel
+from modules.modelSampler.e2v_sampling import ElementSpec
+from modules.modelSampler.WanModelSampler import E2VSamplingOptions
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
@@ -307,6 +309,13 @@ class WanE2VDataLoader:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""
         masks = torch.stack([fold_mask(m, h, w, self.model.variant.vae_scale_temporal) for m in batch["pixel_mask"]])
         return masks if self.datasets[0].processors.vae.concatenate_mask else torch.zeros_like(masks)
+
+    def sampling_options(self) -> E2VSamplingOptions:
+        """The first dataset's layout and pathways, so samples during training condition like the data."""
+        d = self.datasets[0]
+        layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
+                  for e in d.layout_order()]
+        return E2VSamplingOptions(layout, self.uses_vae, self.uses_clip, self.layout, tuple(d.processors.clip.resolution))
 
     # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
     def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

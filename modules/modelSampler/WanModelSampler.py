@@ -4,37 +4,62 @@ Writes an mp4 and a PNG strip of evenly spaced frames beside it.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+from tqdm import tqdm
 
 from modules.dataLoader.video_io import write_png_strip, write_video
 from modules.model.WanModel import WanModel
+from modules.modelSampler.e2v_sampling import ElementSpec, a2_layout, build_conditioning, contact_sheet, denoise_e2v
+from modules.util.atomic import atomic_path
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 
-class WanModelSampler:
-    def __init__(self, model: WanModel):
-        self.model = model
+@dataclasses.dataclass
+class E2VSamplingOptions:
+    """How element images are laid out and which pathways are used (from the training config)."""
 
-    def _load_image(self, path: str, height: int, width: int) -> Image.Image:
+    layout: list[ElementSpec] | None = None  # None: A2's roles for 1-3 elements
+    use_vae: bool = True
+    use_clip: bool = True
+    target_layout: str = "separate"
+    clip_resolution: tuple[int, int] = (512, 512)
+
+    def specs(self, count: int) -> list[ElementSpec]:
+        if self.layout is None:
+            return a2_layout(count)
+        if count > len(self.layout):
+            raise UserError(f"{count} element images given but the layout has {len(self.layout)} elements")
+        return self.layout[:count]
+
+
+class WanModelSampler:
+    def __init__(self, model: WanModel, e2v: E2VSamplingOptions | None = None):
+        self.model = model
+        self.e2v = e2v or E2VSamplingOptions(use_clip=model.variant.has_clip_branch and model.image_encoder is not None)
+
+    def _load_image(self, path: str, height: int, width: int, keep_size: bool = False) -> Image.Image:
         if not Path(path).is_file():
             raise UserError(f"sample image '{path}' does not exist: fix the sample's image path")
         try:
             image = Image.open(path).convert("RGB")
         except OSError as e:
             raise UserError(f"sample image '{path}' cannot be read ({e})") from None
-        return image.resize((width, height), Image.BICUBIC)
+        return image if keep_size else image.resize((width, height), Image.BICUBIC)
 
     @torch.no_grad()
     def generate(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
         """uint8 frames (F, H, W, 3) for one sample definition."""
+        if sample.elements:
+            return self.generate_e2v(sample, show_progress)[0]
         variant = self.model.variant
         needs_image = variant.channel_concat_condition
         if needs_image and not sample.image:
@@ -63,6 +88,30 @@ class WanModelSampler:
                 t.train(was_training)
         return (np.clip(video, 0, 1) * 255).round().astype(np.uint8)
 
+    @torch.no_grad()
+    def generate_e2v(self, sample: SampleConfig, show_progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(generated frames without the reference frames, references as the VAE sees them)."""
+        variant = self.model.variant
+        if not (variant.channel_concat_condition or variant.expand_timesteps):
+            raise UserError(f"the {variant.name} model has no E2V input layout (use an I2V/TI2V base or an E2V-expanded model)")
+        images = [np.asarray(self._load_image(path, sample.height, sample.width, keep_size=True)) for path in sample.elements]
+        self._move(self.model.train_device)
+        conditioning = build_conditioning(
+            self.model, images, self.e2v.specs(len(images)), sample.frames, sample.height, sample.width,
+            self.e2v.use_vae, self.e2v.use_clip and self.model.image_encoder is not None, self.e2v.clip_resolution)
+        was_training = [t.training for t in self.model.transformers()]
+        for t in self.model.transformers():
+            t.eval()
+        try:
+            frames = denoise_e2v(self.model, conditioning, sample.prompt, sample.negative_prompt, sample.frames,
+                                 sample.height, sample.width, sample.steps, sample.cfg_scale, sample.seed,
+                                 self.e2v.target_layout, progress=(lambda it: tqdm(it, desc="sampling", leave=False))
+                                 if show_progress else None)
+        finally:
+            for t, training in zip(self.model.transformers(), was_training):
+                t.train(training)
+        return frames, conditioning.references_preview
+
     def _move(self, device: torch.device) -> None:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
             if module is not None:
@@ -70,8 +119,18 @@ class WanModelSampler:
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:
         output = Path(output)
-        frames = self.generate(sample, show_progress)
-        write_video(output, frames, fps=self.model.variant.fps)
-        write_png_strip(output.with_suffix(".png"), frames)
+        if sample.elements:
+            frames, references = self.generate_e2v(sample, show_progress)
+            write_video(output, frames, fps=self.model.variant.fps)
+            atomic_save_png(output.with_suffix(".png"), contact_sheet(references, frames))
+        else:
+            frames = self.generate(sample, show_progress)
+            write_video(output, frames, fps=self.model.variant.fps)
+            write_png_strip(output.with_suffix(".png"), frames)
         logger.info("sample written to %s", output)
         return output
+
+
+def atomic_save_png(path: Path, image: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        Image.fromarray(image).save(tmp, format="PNG")

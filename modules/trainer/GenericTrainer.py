@@ -315,7 +315,8 @@ class GenericTrainer:
         if not samples or not self.dist.is_main:
             return []
         self._status("sampling")
-        sampler = WanModelSampler(self.model)
+        options = self.data.sampling_options() if hasattr(self.data, "sampling_options") else None
+        sampler = WanModelSampler(self.model, options)
         paths = []
         for index, sample in enumerate(samples):
             output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"

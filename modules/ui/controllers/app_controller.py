@@ -35,12 +35,8 @@ class AppController:
         """Every error that blocks Start and Export, one line each."""
         problems = self.config.problems()
         if self.uses_dataset():
-            problems += [f"E2V dataset: {p}" for p in self.dataset.problems(self._frames())]
+            problems += [f"E2V dataset: {p}" for p in self.dataset.problems()]
         return problems
-
-    def _frames(self) -> int | None:
-        frames = self.config.value("frames")
-        return frames if isinstance(frames, int) else None
 
     def can_start(self) -> tuple[bool, str]:
         if self.training.running:
@@ -100,7 +96,7 @@ class AppController:
         path = str(self.config.value("dataset_config") or "").strip()
         if not path:
             raise UserError("set the E2V dataset file (dataset_config) before saving it")
-        return self.dataset.save(path, self._frames())
+        return self.dataset.save(path)
 
     # --- backups -------------------------------------------------------------------------------------
     def latest_backup(self) -> str:

@@ -147,7 +147,11 @@ class ConfigController(Observable):
             self.parse_errors.pop(key, None)
 
     def set_list(self, key: str, value: list[dict[str, Any]] | str) -> None:
-        """Replace a list field (`concepts`, `samples`) wholesale; drops its rows' pending texts."""
+        """Replace a list field (`concepts`, `samples`) wholesale (rows filled up with the record's
+        defaults); drops its rows' pending texts."""
+        if isinstance(value, list):
+            defaults = LIST_KEYS[key]().to_dict()
+            value = [{**defaults, **row} if isinstance(row, dict) else row for row in value]
         self.data[key] = copy.deepcopy(value)
         for k in [k for k in self.pending if k.startswith(f"{key}[")]:
             self.pending.pop(k)

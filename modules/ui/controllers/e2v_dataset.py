@@ -161,6 +161,10 @@ class DatasetController(Observable):
                 or not all(isinstance(d, dict) for d in document["datasets"]):
             raise ConfigError(f"dataset config '{path}' must be an object with a non-empty 'datasets' list "
                               "(see docs/gui.md for the format)")
+        try:
+            document = normalize_flat_form(document)  # seed 001's flat keys -> the nested form the table edits
+        except ConfigError as e:
+            raise ConfigError(f"dataset config '{path}': {e}") from None
         self._replace(document, Path(path))
 
     def _replace(self, document: dict[str, Any], path: Path | None) -> None:
@@ -173,12 +177,13 @@ class DatasetController(Observable):
         self.elements.pending.clear()
         self.notify(None)
 
-    def save(self, path: str | os.PathLike | None = None, frames: int | None = None) -> Path:
-        """Write the document atomically (refused while it has problems)."""
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Write the document atomically, as edited (refused while it has problems: what is written
+        always loads with `load_dataset_config`)."""
         target = Path(path) if path else self.path
         if target is None:
             raise UserError("choose where to save the E2V dataset config first (dataset_config)")
-        problems = self.problems(frames)
+        problems = self.problems()
         if problems:
             raise ConfigError(f"E2V dataset: {problems[0]}")
         atomic_write_text(target, json.dumps(self.document, indent=2) + "\n")
@@ -213,14 +218,9 @@ class DatasetController(Observable):
         self.notify(what)
 
     def data_root_path(self) -> Path | None:
-        """data_root, relative to the dataset JSON's folder when it exists there, else to the working dir."""
+        """data_root as the data loader reads it (as given: relative paths from the working folder)."""
         root = str(self.current.get("data_root", "") or "").strip()
-        if not root:
-            return None
-        path = Path(root)
-        if root and not path.is_absolute() and self.path is not None and (self.path.parent / path).is_dir():
-            return self.path.parent / path
-        return path
+        return Path(root) if root else None
 
     # --- fields (dataset level, processors, visualization) ------------------------------------------
     def spec(self, key: str) -> FieldSpec:
@@ -250,6 +250,10 @@ class DatasetController(Observable):
                 return problem.message
         return ""
 
+    def visualization_error(self, index: int) -> str:
+        prefix = f"visualization.processors[{index}]."
+        return "; ".join(f"{p.path[len(prefix):]}: {p.message}" for p in self.problems() if p.path.startswith(prefix))
+
     # --- visualization processors -------------------------------------------------------------------
     @property
     def visualization_rows(self) -> list[dict[str, Any]]:
@@ -261,6 +265,7 @@ class DatasetController(Observable):
     def add_visualization(self) -> int:
         self.visualization_rows.append({"type": "vae_decode", "data": ["input_latents", "predicted_latents"],
                                         "frames": [0, -1]})
+        self.pending = {k: v for k, v in self.pending.items() if not k.startswith("visualization.processors[")}
         self.changed("visualization")
         return len(self.visualization_rows) - 1
 
@@ -278,6 +283,8 @@ class DatasetController(Observable):
         value = self.visualization_rows[index].get(column, VISUALIZATION_COLUMNS[column].default)
         if column == "data":
             return ", ".join(str(v) for v in value or [])
+        if column == "format" and value is None:
+            return DEFAULT
         return format_value(VISUALIZATION_COLUMNS[column], value)
 
     def set_visualization(self, index: int, column: str, value: Any) -> None:
@@ -291,74 +298,23 @@ class DatasetController(Observable):
             self.pending.pop(key, None)
             self.parse_errors.pop(key, None)
             row = self.visualization_rows[index]
-            if column == "frames" and not parsed:
-                row.pop("frames", None)
+            if (column == "frames" and not parsed) or (column == "format" and parsed == DEFAULT):
+                row.pop(column, None)
             else:
                 row[column] = parsed
         self.changed("visualization")
 
     # --- checks -------------------------------------------------------------------------------------
-    def problems(self, frames: int | None = None) -> list[Problem]:
-        """Every problem of the selected dataset, then those the dataset-config parser finds."""
+    def problems(self) -> list[Problem]:
+        """Every problem of the shown dataset (the element table reports all of its own at once), then
+        the typed dataset config's verdict on the whole file — the check the trainer makes."""
         found = [Problem(key, message) for key, message in self.parse_errors.items()]
-        found += self.elements.problems(frames)
-        current = self.current
-
-        def check_resolution(key: str) -> None:
-            value = get_path(current, key)
-            if value is not None and not (isinstance(value, list) and len(value) == 2 and all(
-                    isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
-                found.append(Problem(key, f"must be [height, width] in pixels, got {value!r}"))
-
-        for key in ("target_resolution", "processors.vae.resolution", "processors.clip.resolution"):
-            if key not in self.parse_errors:
-                check_resolution(key)
-        for key, spec in DATASET_SPECS.items():
-            value = get_path(current, key)
-            if value is None or key in self.parse_errors:
-                continue
-            if spec.kind == CHOICE and value not in spec.choices:
-                found.append(Problem(key, f"must be one of {', '.join(spec.choices)}, got {value!r}"))
-            elif spec.kind == BOOL and not isinstance(value, bool):
-                found.append(Problem(key, f"must be true or false, got {value!r}"))
-            elif spec.kind == INT and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                found.append(Problem(key, f"must be a whole number >= 0, got {value!r}"))
-        frequency = get_path(current, "visualization.frequency")
-        if get_path(current, "visualization.enabled") and isinstance(frequency, int) and frequency < 1:
-            found.append(Problem("visualization.frequency", "must be at least 1 while visualization is enabled"))
-        for i, row in enumerate(get_path(current, "visualization.processors", []) or []):
-            if not isinstance(row, dict) or row.get("type") not in VISUALIZATION_TYPES:
-                found.append(Problem(f"visualization.processors[{i}].type",
-                                     f"must be one of {', '.join(VISUALIZATION_TYPES)}"))
-        if not found:
-            found += self._parser_problems()
+        found += self.elements.problems()
+        try:
+            E2VDatasetFile.from_dict(copy.deepcopy(self.document))
+        except ConfigError as e:
+            problem = locate(key_of_error(str(e)), str(e), self.index)
+            if not any((p.row, p.field, p.path) == (problem.row, problem.field, problem.path) or
+                       (problem.row is not None and (p.row, p.field) == (problem.row, problem.field)) for p in found):
+                found.append(problem)
         return found
-
-    def _parser_problems(self) -> list[Problem]:
-        """The dataset-config parser's own verdict (modules/util/config/e2v_dataset_config.py), when present."""
-        try:
-            from modules.util.config import e2v_dataset_config as parser  # noqa: F401
-        except ImportError:
-            return []
-        from_dict = _parser_from_dict(parser)
-        if from_dict is None:
-            return []
-        try:
-            from_dict(copy.deepcopy(self.document))
-        except UserError as e:
-            return [Problem("dataset", str(e))]
-        return []
-
-    # --- discovery ------------------------------------------------------------------------------------
-    def discover(self, folder: Path, rows: list[dict[str, Any]]) -> Preview:
-        """The preview of `rows` over `folder` (the E2V data loader's discovery when it is available)."""
-        return scan_dataset(folder, rows)
-
-
-def _parser_from_dict(parser: Any) -> Any:
-    """The strict whole-document parser of the dataset-config module, if it offers one."""
-    for name in ("E2VDatasetFileConfig", "E2VDatasetConfigFile", "DatasetConfigFile", "E2VDatasetsConfig"):
-        cls = getattr(parser, name, None)
-        if cls is not None and hasattr(cls, "from_dict"):
-            return cls.from_dict
-    return getattr(parser, "parse_dataset_config", None)

@@ -50,7 +50,8 @@ TABS: tuple[Tab, ...] = (
                         "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm")),
          ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "timestep_shift",
                          "min_sigma", "max_sigma")),
-         ("Checkpointing", ("gradient_checkpointing",)),
+         ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",
+                     "vae_tiling")),
          ("Wan 2.2 experts", ("train_expert",))),
     _tab("sampling",
          ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end"))),
@@ -70,8 +71,8 @@ TABS: tuple[Tab, ...] = (
 # Dataset-JSON fields (modules/ui/controllers/e2v_dataset.py DATASET_SPECS) per tab.
 DATASET_SECTIONS: dict[str, tuple[Section, ...]] = {
     "E2V elements": (
-        Section("Dataset", ("data_root", "target_resolution", "auto_frame_buckets", "reshape_mode",
-                            "remove_common_llm_caption_prefixes")),),
+        Section("Dataset", ("data_root", "target_resolution", "auto_frame_buckets", "max_frames", "frames",
+                            "reshape_mode", "remove_common_llm_caption_prefixes", "dataset_type")),),
     "pathways": (
         Section("VAE processor (dataset JSON)", ("processors.vae.resolution", "processors.vae.combine",
                                                  "processors.vae.default_preprocess",

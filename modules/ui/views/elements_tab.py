@@ -214,8 +214,7 @@ class ElementsTab(BaseTab):
         for cells in self.cells:
             for cell in cells:
                 cell.refresh()
-        problems = app.dataset.problems(app.config.value("frames") if isinstance(app.config.value("frames"), int)
-                                        else None)
+        problems = app.dataset.problems()
         per_row: dict[int, list[str]] = {}
         general = []
         for problem in problems:

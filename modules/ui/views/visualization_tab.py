@@ -42,13 +42,14 @@ class VisualizationTab(BaseTab):
                     widget = ctk.CTkOptionMenu(self.table, values=list(spec.choices), variable=var, width=130,
                                                command=lambda v, i=i, c=column: dataset.set_visualization(i, c, v))
                 else:
-                    widget = ctk.CTkEntry(self.table, textvariable=var, width=320 if column == "data" else 120)
+                    widget = ctk.CTkEntry(self.table, textvariable=var, width=300 if column == "data" else 100)
                     var.trace_add("write", lambda *_, i=i, c=column, v=var: self._typed(i, c, v))
                 widget.grid(row=1 + i, column=col, sticky="w", padx=3, pady=2)
                 widgets[column] = var
-            small_button(self.table, "✕", lambda i=i: dataset.remove_visualization(i)).grid(row=1 + i, column=3, padx=3)
+            end = len(VISUALIZATION_COLUMNS)
+            small_button(self.table, "✕", lambda i=i: dataset.remove_visualization(i)).grid(row=1 + i, column=end, padx=3)
             error = ctk.CTkLabel(self.table, text="", text_color=RED)
-            error.grid(row=1 + i, column=4, sticky="w", padx=6)
+            error.grid(row=1 + i, column=end + 1, sticky="w", padx=6)
             widgets["_error"] = error
             self.rows.append(widgets)
         self._signature = self._signature_now()
@@ -68,7 +69,5 @@ class VisualizationTab(BaseTab):
                 value = dataset.visualization_display(i, column)
                 if not same_value(VISUALIZATION_COLUMNS[column], widgets[column].get(), value):
                     widgets[column].set(value)
-            message = dataset.parse_errors.get(f"visualization.processors[{i}].data") or dataset.parse_errors.get(
-                f"visualization.processors[{i}].frames", "")
-            widgets["_error"].configure(text=message)
+            widgets["_error"].configure(text=dataset.visualization_error(i))
         self._updating = False

@@ -1,0 +1,142 @@
+"""Elements-to-Video generation, as SkyReels-A2's pipeline does it (E2V_SPEC.md §3–§6).
+
+The references are laid out, encoded with ONE VAE call and masked exactly as in training (the same
+functions build both), the transformer denoises with classifier-free guidance on the text only (the
+negative branch keeps the image embeddings, as A2 does), two-expert models switch at the boundary, and
+the decoded reference frames are dropped (4K for `separate`, P for `joint`).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import torch
+
+from modules.dataLoader.e2v.layout import (
+    concat_clip_embeds,
+    dropped_decoded_frames,
+    fold_mask,
+    pixel_frame_mask,
+    reference_clip,
+    reference_latent_frames,
+)
+from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.model.WanModel import WanModel
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementSpec:
+    """How one reference image enters the two pathways (layout order is the list order)."""
+
+    repeat: int = 1
+    vae_preprocess: str = "pad_white"
+    clip_preprocess: str | None = "pad_white"  # None: left out of CLIP
+
+
+# A2's roles: main subject, object, background (E2V_SPEC §1–§2).
+A2_ELEMENTS = (ElementSpec(1, "pad_white", "pad_white"), ElementSpec(4, "pad_white", "pad_white"),
+               ElementSpec(4, "center_crop", "pad_white"))
+
+
+def a2_layout(count: int) -> list[ElementSpec]:
+    if not 1 <= count <= 3:
+        raise ValueError(f"A2's layout takes 1 to 3 elements, got {count}")
+    if count == 1:
+        return [A2_ELEMENTS[0]]
+    return list(A2_ELEMENTS[:count])
+
+
+@dataclasses.dataclass
+class E2VConditioning:
+    condition_latents: torch.Tensor | None  # normalised (1, C, T, h, w)
+    mask: torch.Tensor | None  # (1, 4, T, h, w)
+    clip_embeds: torch.Tensor | None  # (1, 257·N, D)
+    reference_frames: int  # P
+    reference_latents: int  # K
+    references_preview: np.ndarray  # uint8 (N, H, W, 3): each element as the VAE sees it
+
+
+@torch.no_grad()
+def build_conditioning(model: WanModel, images: list[np.ndarray], layout: list[ElementSpec], num_frames: int,
+                       height: int, width: int, use_vae: bool, use_clip: bool,
+                       clip_resolution: tuple[int, int] = (512, 512)) -> E2VConditioning:
+    vae_images = [preprocess(image, spec.vae_preprocess, height, width) for image, spec in zip(images, layout)]
+    p = sum(spec.repeat for spec in layout) if use_vae else 0
+    condition = mask = None
+    if use_vae:
+        clip = reference_clip([image_to_tensor(i) for i in vae_images], [s.repeat for s in layout], num_frames)
+        mean, _ = model.encode_video(clip[None])
+        condition = model.normalize_latents(mean)  # posterior mode, as diffusers' I2V pipeline
+        _, _, _, h, w = condition.shape
+        mask = fold_mask(pixel_frame_mask(num_frames, p), h, w, model.variant.vae_scale_temporal)[None]
+    clip_embeds = None
+    if use_clip:
+        embeds = [model.encode_images([preprocess(image, spec.clip_preprocess, *clip_resolution)])[0]
+                  for image, spec in zip(images, layout) if spec.clip_preprocess is not None]
+        clip_embeds = concat_clip_embeds(embeds)[None] if embeds else None
+    return E2VConditioning(condition, mask, clip_embeds, p, reference_latent_frames(p), np.stack(vae_images))
+
+
+@torch.no_grad()
+def denoise_e2v(model: WanModel, conditioning: E2VConditioning, prompt: str, negative_prompt: str,
+                num_frames: int, height: int, width: int, steps: int, cfg_scale: float, seed: int,
+                target_layout: str = "separate", progress=None) -> np.ndarray:
+    """uint8 frames (F − dropped, H, W, 3) of the generated video, reference frames removed."""
+    device, dtype = model.train_device, model.train_dtype
+    variant = model.variant
+    prompt_embeds = model.encode_prompts([prompt]).to(device, dtype)
+    negative_embeds = model.encode_prompts([negative_prompt]).to(device, dtype) if cfg_scale > 1 else None
+    t = (num_frames - 1) // variant.vae_scale_temporal + 1
+    shape = (1, variant.out_channels, t, height // variant.vae_scale_spatial, width // variant.vae_scale_spatial)
+    latents = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+    scheduler = copy.deepcopy(model.scheduler)
+    scheduler.set_timesteps(steps, device=device)
+    condition = None
+    if variant.channel_concat_condition:
+        condition = (torch.cat([conditioning.mask, conditioning.condition_latents], dim=1).to(device, dtype)
+                     if conditioning.condition_latents is not None else
+                     torch.zeros(1, 4 + shape[1], *shape[2:], device=device, dtype=dtype))
+    k = conditioning.reference_latents if variant.expand_timesteps else 0
+    clip = conditioning.clip_embeds.to(device, dtype) if conditioning.clip_embeds is not None and variant.has_clip_branch else None
+    boundary = variant.boundary_ratio * scheduler.config.num_train_timesteps if variant.boundary_ratio else None
+    for timestep in (progress(scheduler.timesteps) if progress else scheduler.timesteps):
+        if k:  # TI2V: reference latents stay clean tokens with timestep 0
+            latents[:, :, :k] = conditioning.condition_latents[:, :, :k].to(device)
+        transformer = model.transformer if boundary is None or timestep >= boundary or model.transformer_2 is None \
+            else model.transformer_2
+        hidden = latents if condition is None else torch.cat([latents, condition], dim=1)
+        per_sample = timestep.expand(1).to(device)
+        if variant.expand_timesteps:
+            per_frame = per_sample[:, None].expand(-1, t).clone()
+            per_frame[:, :k] = 0
+            _, ph, pw = variant.patch_size
+            per_sample = per_frame[:, :, None].expand(-1, -1, (shape[3] // ph) * (shape[4] // pw)).reshape(1, -1)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            prediction = transformer(hidden.to(dtype), per_sample, prompt_embeds, encoder_hidden_states_image=clip,
+                                     return_dict=False)[0].float()
+            if negative_embeds is not None:  # CFG on the text only: the image context stays (A2)
+                unconditional = transformer(hidden.to(dtype), per_sample, negative_embeds,
+                                            encoder_hidden_states_image=clip, return_dict=False)[0].float()
+                prediction = unconditional + cfg_scale * (prediction - unconditional)
+        latents = scheduler.step(prediction, timestep, latents, return_dict=False)[0]
+    if k:
+        latents[:, :, :k] = conditioning.condition_latents[:, :, :k].to(device)
+    video = model.decode_latents(latents)[0]  # (3, F, H, W) in [-1, 1]
+    drop = dropped_decoded_frames(target_layout, conditioning.reference_frames) if conditioning.reference_frames else 0
+    frames = ((video.permute(1, 2, 3, 0).cpu().numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8)
+    return frames[drop:]
+
+
+def contact_sheet(references: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """One row: the references | the first, middle and last generated frames (gray gap between)."""
+    height = frames.shape[1]
+    def fit(image: np.ndarray) -> np.ndarray:
+        import cv2
+
+        scale = height / image.shape[0]
+        return cv2.resize(image, (max(1, round(image.shape[1] * scale)), height), interpolation=cv2.INTER_AREA)
+
+    gap = np.full((height, max(4, height // 8), 3), 128, np.uint8)
+    picks = [frames[0], frames[len(frames) // 2], frames[-1]] if len(frames) else []
+    return np.concatenate([*[fit(r) for r in references], gap, *picks], axis=1)

@@ -1,0 +1,122 @@
+"""The training worker thread and its queue, with a stand-in trainer (the real one runs in
+test_gui_training.py): updates reach the UI thread only through poll(), Stop returns the backup path
+and the idle state, a UserError becomes one line."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from modules.trainer.GenericTrainer import TrainingStopped
+from modules.ui.controllers.training_controller import IDLE, TrainingController, TrainState, format_duration
+from modules.util.commands import TrainUpdate
+from modules.util.errors import UserError
+
+
+class FakeTrainer:
+    """Reports a step at a time until stopped; optionally fails."""
+
+    def __init__(self, config, callbacks, commands, fail=None, steps=1000):
+        self.callbacks, self.commands, self.fail, self.steps = callbacks, commands, fail, steps
+        self.closed = False
+        self.thread = None
+
+    def start(self):
+        self.thread = threading.current_thread()
+        self.callbacks.on_status("loading model")
+        if self.fail:
+            raise self.fail
+
+    def train(self):
+        for step in range(1, self.steps + 1):
+            self.callbacks.on_update(TrainUpdate(step, self.steps, 0, 1, 0.5 / step, 10.0, "training"))
+            if self.commands.stop_requested:
+                raise TrainingStopped("workspace/backup/step-00000001")
+            time.sleep(0.005)
+
+    def end(self):
+        return ["output/lora.safetensors"]
+
+    def close(self):
+        self.closed = True
+
+
+def run_until(controller, condition, timeout=10.0):
+    events = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        events += controller.poll()
+        if condition():
+            return events
+        time.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+def test_updates_arrive_only_through_poll_on_the_calling_thread():
+    made = []
+    controller = TrainingController(lambda *a: made.append(FakeTrainer(*a, steps=3)) or made[-1])
+    controller.start(object())
+    assert controller.wait(10)
+    assert controller.state.step == 0  # nothing applied until the UI thread polls
+    events = controller.poll()
+    assert [e.kind for e in events] == ["status", "status", "update", "update", "update", "finished", "done"]
+    assert made[0].thread is not threading.current_thread()
+    state = controller.state
+    assert (state.phase, state.step, state.total_steps) == (IDLE, 3, 3)
+    assert state.outputs == ["output/lora.safetensors"] and state.status.startswith("done")
+
+
+def test_stop_reports_the_backup_and_returns_to_idle():
+    made = []
+    controller = TrainingController(lambda *a: made.append(FakeTrainer(*a)) or made[-1])
+    controller.start(object())
+    run_until(controller, lambda: controller.state.step >= 1)
+    controller.stop()
+    assert controller.state.phase == "stopping"
+    events = run_until(controller, lambda: not controller.running)
+    assert [e.kind for e in events][-2:] == ["stopped", "done"]
+    assert controller.state.backup_path == "workspace/backup/step-00000001"
+    assert "backup written" in controller.state.status and made[0].closed
+
+
+@pytest.mark.parametrize("error, expected", [
+    (UserError("config key 'base_model_name' is empty: set it"), "config key 'base_model_name' is empty: set it"),
+    (RuntimeError("boom"), "RuntimeError: boom (the log has the details)"),
+])
+def test_errors_in_the_worker_become_one_line(error, expected):
+    controller = TrainingController(lambda *a: FakeTrainer(*a, fail=error))
+    controller.start(object())
+    events = run_until(controller, lambda: not controller.running)
+    assert [e.payload for e in events if e.kind == "error"] == [expected]
+    assert controller.state.error == expected and controller.state.phase == IDLE
+
+
+def test_a_second_start_while_running_is_refused():
+    controller = TrainingController(lambda *a: FakeTrainer(*a))
+    controller.start(object())
+    try:
+        with pytest.raises(UserError, match="already running"):
+            controller.start(object())
+    finally:
+        controller.stop()
+        run_until(controller, lambda: not controller.running)
+
+
+def test_backup_and_sample_requests_only_while_running():
+    controller = TrainingController(lambda *a: FakeTrainer(*a))
+    assert not controller.backup_now() and not controller.sample_now()
+    controller.start(object())
+    assert controller.backup_now() and controller.sample_now()
+    assert controller.commands.take_backup() and controller.commands.take_sample()
+    controller.stop()
+    run_until(controller, lambda: not controller.running)
+
+
+def test_progress_texts():
+    state = TrainState(step=3, total_steps=10, epoch=1, epochs=2, loss=0.123456, eta_seconds=3725)
+    assert state.progress_text() == "step 3/10 · epoch 2/2"
+    assert state.loss_text() == "loss 0.1235"
+    assert state.eta_text() == "ETA 1:02:05"
+    assert format_duration(59.6) == "1:00"
+    assert state.fraction == 0.3
