@@ -24,6 +24,8 @@ def parse_args() -> argparse.Namespace:
                                                  "to use; default: A2's (repeats 1/4/4)")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for bases without "
+                                                "them (E2V LoRAs trained on T2V bases with the CLIP pathway)")
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--height", type=int, default=480)
     parser.add_argument("--width", type=int, default=832)
@@ -49,6 +51,8 @@ def main() -> int:
         "cfg_scale": args.cfg_scale, "seed": args.seed,
     }, "sample")
     model = WanModelLoader().load(args.model, resolve_device(args.device))
+    if args.image_encoder and model.image_encoder is None:
+        model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if args.lora:
         attach_lora_for_inference(model, args.lora, args.lora_scale)
     path = WanModelSampler(model, e2v_options(args, model)).sample_to_file(sample, args.output)

@@ -81,9 +81,8 @@ def validate_e2v_config(config: TrainConfig) -> None:
 def check_e2v_base(model: WanModel) -> None:
     variant = model.variant
     if not (variant.channel_concat_condition or variant.expand_timesteps):
-        raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V base; the {variant.name} base has "
-                        f"{variant.in_channels} input channels and patch-embedding expansion is not built yet: "
-                        "use an I2V checkpoint as base_model_name")
+        raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V layout; the {variant.name} transformer has "
+                        f"{variant.in_channels} input channels (the trainer expands T2V bases first)")
 
 
 @dataclasses.dataclass

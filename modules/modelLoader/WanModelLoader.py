@@ -119,6 +119,18 @@ class WanModelLoader:
         )
 
     @staticmethod
+    def load_image_encoder(folder: str, device: torch.device, dtype: DataType = DataType.FLOAT32):
+        """CLIP image encoder + processor from another checkpoint's image_encoder/ and image_processor/."""
+        root = Path(folder)
+        if not (root / "image_encoder").is_dir() or not (root / "image_processor").is_dir():
+            raise UserError(f"'{root}' has no image_encoder/ and image_processor/ folders: point "
+                            "e2v.image_encoder_model_name at an I2V checkpoint folder")
+        encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=resolve_dtype(dtype, device))
+        encoder.requires_grad_(False)
+        encoder.eval()
+        return encoder.to(device), CLIPImageProcessor.from_pretrained(root / "image_processor")
+
+    @staticmethod
     def _load_transformer(folder: Path, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
         if not override:
             return WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype)

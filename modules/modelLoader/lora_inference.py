@@ -10,6 +10,7 @@ from pathlib import Path
 
 from modules.model.WanModel import WanModel
 from modules.modelSaver.lora_formats import expert_lora_paths
+from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ def expert_files(path: str | Path) -> tuple[Path | None, Path | None]:
 
 def attach_lora_for_inference(model: WanModel, path: str | Path, scale: float = 1.0) -> None:
     path = Path(path)
+    if _is_expanded_lora(path if model.transformer_2 is None else next(p for p in expert_files(path) if p)):
+        attach_expanded_lora(model, path, scale)
+        return
     pipe = model.pipeline()
     if model.transformer_2 is None:
         if not path.is_file():
@@ -53,3 +57,38 @@ def attach_lora_for_inference(model: WanModel, path: str | Path, scale: float = 
     for transformer, name in ((model.transformer, "high"), (model.transformer_2, "low")):
         if name in names:
             transformer.set_adapters([name], [scale])
+
+
+def _is_expanded_lora(path: Path) -> bool:
+    from safetensors import safe_open
+
+    if not path.is_file():
+        return False
+    with safe_open(str(path), "pt") as f:
+        return TRANSFORMER_CONFIG_KEY in (f.metadata() or {})
+
+
+def attach_expanded_lora(model: WanModel, path: Path, scale: float = 1.0) -> None:
+    """A LoRA trained on an E2V-expanded base (T2V + E2V): expand the transformer(s) the same way, then
+    load the LoRA and the fully trained new weights with our own loader (diffusers knows no such file)."""
+    import json
+
+    from peft import LoraConfig
+
+    from modules.modelLoader.WanLoRALoader import load_lora_file
+    from modules.modelSaver.lora_formats import apply_to_peft
+    from modules.modelSetup.e2v_expansion import expand_model_for_e2v
+
+    files = {0: path} if model.transformer_2 is None else dict(enumerate(expert_files(path)))
+    weights = {expert: load_lora_file(file) for expert, file in files.items() if file is not None}
+    config = json.loads(next(iter(weights.values()))[1][TRANSFORMER_CONFIG_KEY])
+    expand_model_for_e2v(model, config.get("image_dim") is not None, config.get("image_dim"), seed=0)
+    for expert, (lora, _) in weights.items():
+        transformer = model.transformer if expert == 0 else model.transformer_2
+        ranks = {layer.rank for layer in lora.layers.values()}
+        transformer.add_adapter(LoraConfig(r=max(ranks), lora_alpha=max(ranks), target_modules=sorted(lora.layers),
+                                           rank_pattern={n: l.rank for n, l in lora.layers.items()}), "default")
+        apply_to_peft(transformer, lora, "default")
+        if scale != 1.0:
+            transformer.set_adapters(["default"], [scale])
+    logger.info("E2V-expanded LoRA loaded from %s", path)

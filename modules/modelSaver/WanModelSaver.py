@@ -18,6 +18,7 @@ from modules.util.enum import ModelFormat
 logger = logging.getLogger(__name__)
 
 TRANSFORMER_FOLDERS = ("transformer", "transformer_2")
+TRANSFORMER_CONFIG_KEY = "wantrainer.transformer_config"
 
 
 def variant_tag(model: WanModel) -> str:
@@ -49,9 +50,13 @@ class WanModelSaver:
         config_hash = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         written = []
         for expert, transformer in self.setup.trained_transformers():
-            weights = extract_from_peft(transformer, "default")
+            full = self.setup.full_train.get(expert, [])
+            weights = extract_from_peft(transformer, "default", full_weight_names=full)
             metadata = lora_metadata(variant_tag(self.model), base_model=str(self.config.base_model_name),
                                      config_hash=config_hash)
+            if full:  # an E2V-expanded transformer: loading needs its new shape
+                metadata[TRANSFORMER_CONFIG_KEY] = json.dumps(
+                    {k: v for k, v in transformer.config.items() if not k.startswith("_")})
             save_lora(weights, paths[expert], fmt.name, metadata)
             logger.info("LoRA written to %s", paths[expert])
             written.append(paths[expert])

@@ -32,9 +32,11 @@ class StepOutput:
 
 
 class BaseWanSetup:
-    def __init__(self, model: WanModel, config: TrainConfig):
+    def __init__(self, model: WanModel, config: TrainConfig, full_train: dict[int, list[str]] | None = None):
         self.model = model
         self.config = config
+        # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
+        self.full_train = full_train or {}
         self.sigma_sampler = SigmaSampler(
             distribution=config.timestep_distribution, logit_mean=config.logit_mean, logit_std=config.logit_std,
             sigmoid_scale=config.sigmoid_scale, shift=config.timestep_shift,

@@ -20,4 +20,4 @@ class WanFineTuneSetup(BaseWanSetup):
                 for expert, transformer in self.trained_transformers() for name, p in transformer.named_parameters()}
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
-        load_named_parameters(self, state, lambda name: True)
+        load_named_parameters(self, state, lambda expert, name: True)

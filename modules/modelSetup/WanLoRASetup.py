@@ -22,13 +22,15 @@ class WanLoRASetup(BaseWanSetup):
         params: list[torch.nn.Parameter] = []
         for expert, transformer in self.trained_transformers():
             if config.fp8_base_weights:  # before injection, so the LoRA matrices stay in full precision
-                enable_fp8_storage(transformer, self.model.train_dtype)
-            targets = select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
-                                          config.lora_layer_filter)
+                keep = tuple(name.rsplit(".", 1)[0] for name in self.full_train.get(expert, []))
+                enable_fp8_storage(transformer, self.model.train_dtype, keep)
+            full = set(self.full_train.get(expert, []))
+            targets = [t for t in select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
+                                                      config.lora_layer_filter) if f"{t}.weight" not in full]
             lora_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                                      target_modules=targets, init_lora_weights=True)
             transformer.add_adapter(lora_config, adapter_name=ADAPTER)
-            expert_params = [p for n, p in transformer.named_parameters() if "lora_" in n]
+            expert_params = [p for n, p in transformer.named_parameters() if "lora_" in n or n in full]
             for p in expert_params:
                 p.data = p.data.float()  # LoRA weights train in fp32 even on a bf16 base
                 p.requires_grad_(True)
@@ -37,16 +39,19 @@ class WanLoRASetup(BaseWanSetup):
             params.extend(expert_params)
         return params
 
+    def _trains(self, expert: int, name: str) -> bool:
+        return "lora_" in name or name in self.full_train.get(expert, [])
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
         state = {}
         for expert, transformer in self.trained_transformers():
             for name, param in transformer.named_parameters():
-                if "lora_" in name:
+                if self._trains(expert, name):
                     state[EXPERT_PREFIX[expert] + name] = param.detach().clone()
         return state
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
-        load_named_parameters(self, state, lambda name: "lora_" in name)
+        load_named_parameters(self, state, self._trains)
 
 
 def load_named_parameters(setup: BaseWanSetup, state: dict[str, torch.Tensor], selected) -> None:
@@ -55,7 +60,7 @@ def load_named_parameters(setup: BaseWanSetup, state: dict[str, torch.Tensor], s
     for expert, transformer in setup.trained_transformers():
         params = dict(transformer.named_parameters())
         for name, param in params.items():
-            if not selected(name):
+            if not selected(expert, name):
                 continue
             key = EXPERT_PREFIX[expert] + name
             expected.add(key)

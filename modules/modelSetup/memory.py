@@ -16,12 +16,16 @@ from modules.util.errors import UserError
 logger = logging.getLogger(__name__)
 
 
-def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.dtype) -> None:
+def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.dtype,
+                       keep: tuple[str, ...] = ()) -> None:
     """Store the frozen base weights in float8 (e4m3) and upcast each layer just for its forward.
 
-    Must run before LoRA injection: the LoRA matrices added afterwards keep their own dtype.
+    Must run before LoRA injection: the LoRA matrices added afterwards keep their own dtype. `keep`
+    names modules that train fully (E2V-expanded inputs) and so stay in full precision.
     """
-    transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype)
+    patterns = tuple(getattr(transformer, "_skip_layerwise_casting_patterns", None) or ()) + keep
+    transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype,
+                                         skip_modules_pattern=patterns or None)
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 from modules.modelSetup.memory import enable_vae_tiling
 from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
@@ -96,8 +97,9 @@ class GenericTrainer:
         )
         if config.vae_tiling:
             enable_vae_tiling(self.model.vae)
+        full_train = self._prepare_e2v_base() if config.dataset_config else {}
         setup_cls = WanLoRASetup if config.training_method == TrainingMethod.LORA else WanFineTuneSetup
-        self.setup = setup_cls(self.model, config)
+        self.setup = setup_cls(self.model, config, full_train)
 
         self._status("preparing data")
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
@@ -126,6 +128,22 @@ class GenericTrainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
+
+    def _prepare_e2v_base(self) -> dict[int, list[str]]:
+        """E2V on a base without the I2V input layout: add it (E2V_SPEC §8). Returns the full-train names."""
+        model, config = self.model, self.config
+        if config.e2v.image_encoder_model_name and model.image_encoder is None:
+            model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(
+                config.e2v.image_encoder_model_name, model.train_device, config.image_encoder_dtype)
+        if model.variant.channel_concat_condition or model.variant.expand_timesteps:
+            return {}
+        wants_clip = config.e2v.e2v_type in ("dual", "clip") or (config.e2v.e2v_type == "auto" and model.image_encoder)
+        if wants_clip and model.image_encoder is None:
+            raise UserError(f"config key 'e2v.e2v_type' is '{config.e2v.e2v_type}' but the {model.variant.name} base has "
+                            "no image encoder: set e2v.image_encoder_model_name to a folder with image_encoder/ "
+                            "(e.g. an I2V checkpoint) or use e2v_type 'vae'")
+        image_dim = model.image_encoder.config.hidden_size if wants_clip else None
+        return expand_model_for_e2v(model, bool(wants_clip), image_dim, config.seed)
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"

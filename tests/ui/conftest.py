@@ -3,8 +3,9 @@ server started on a free display, and are skipped, with the reason, only when Xv
 from __future__ import annotations
 
 import os
-import select
+import random
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,27 +14,58 @@ from typing import Callable
 import pytest
 
 
+def _x_server_answers(number: int, timeout: float) -> bool:
+    """Whether display `number` accepts an X11 connection, tried the way Xlib does (the abstract
+    socket first: it is shared by every process of the network namespace, /tmp may not be)."""
+    hello = b"l\0\x0b\0\0\0\0\0\0\0\0\0"  # little-endian, protocol 11.0, no authorization
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for address in (f"\0/tmp/.X11-unix/X{number}", f"/tmp/.X11-unix/X{number}"):
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(2)
+                    probe.connect(address)
+                    probe.sendall(hello)
+                    return probe.recv(1) == b"\x01"
+            except OSError:
+                continue
+        time.sleep(0.05)
+    return False
+
+
+def _display_is_free(number: int) -> bool:
+    if os.path.exists(f"/tmp/.X{number}-lock") or os.path.exists(f"/tmp/.X11-unix/X{number}"):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(f"\0/tmp/.X11-unix/X{number}")  # taken by a server in another mount namespace?
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture(scope="session")
 def xvfb_display():
-    """Start Xvfb on a display number it picks itself (-displayfd) and point DISPLAY at it."""
+    """Start Xvfb on a free display (checked in /tmp and in the abstract socket namespace, since other
+    sessions may share the machine) and point DISPLAY at it."""
     if shutil.which("Xvfb") is None:
         pytest.skip("Xvfb is not installed (apt-get install xvfb — .ci/run does): widget tests need an X display")
     try:
         import tkinter  # noqa: F401
     except ImportError:
         pytest.skip("tkinter is not available in this Python (install python3-tk): widget tests need Tk")
-    read_fd, write_fd = os.pipe()
-    server = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1400x1000x24", "-nolisten", "tcp"],
-                              pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write_fd)
-    try:
-        ready, _, _ = select.select([read_fd], [], [], 20)
-        number = os.read(read_fd, 64).decode().strip() if ready else ""
-    finally:
-        os.close(read_fd)
-    if not number:
+    candidates = [n for n in random.Random(os.getpid()).sample(range(100, 1000), 40) if _display_is_free(n)]
+    server = None
+    for number in candidates[:5]:
+        server = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1400x1000x24", "-nolisten", "tcp"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if _x_server_answers(number, 15) and server.poll() is None:
+            break
         server.kill()
-        pytest.fail("Xvfb did not report a display within 20 s")
+        server.wait()
+        server = None
+    if server is None:
+        pytest.fail("could not start Xvfb on a free display")
     previous = os.environ.get("DISPLAY")
     os.environ["DISPLAY"] = f":{number}"
     yield os.environ["DISPLAY"]

@@ -10,6 +10,8 @@ from modules.ui.views.widgets import GRAY, RED, button, small_font
 if TYPE_CHECKING:
     from modules.ui.views.main_window import TrainUI
 
+START_COLOR, STOP_COLOR, IDLE_COLOR = "#2e7d32", "#c62828", ("gray70", "gray35")
+
 
 class BottomBar(ctk.CTkFrame):
     def __init__(self, master: Any, ui: "TrainUI"):
@@ -33,10 +35,10 @@ class BottomBar(ctk.CTkFrame):
         self.load_button.pack(side="left", padx=3)
         self.export_button = button(buttons, "Export config…", self.ui.export_config, width=120)
         self.export_button.pack(side="left", padx=3)
-        self.start_button = button(buttons, "Start", self.ui.start_training, width=90, fg_color="#2e7d32",
+        self.start_button = button(buttons, "Start", self.ui.start_training, width=90, fg_color=START_COLOR,
                                    hover_color="#1b5e20")
         self.start_button.pack(side="left", padx=3)
-        self.stop_button = button(buttons, "Stop", self.ui.stop_training, width=90, fg_color="#c62828",
+        self.stop_button = button(buttons, "Stop", self.ui.stop_training, width=90, fg_color=STOP_COLOR,
                                   hover_color="#8e0000")
         self.stop_button.pack(side="left", padx=3)
         self.status_label = ctk.CTkLabel(self, text="", anchor="w", justify="left", wraplength=760, font=small_font(),
@@ -63,8 +65,11 @@ class BottomBar(ctk.CTkFrame):
         self.loss_label.configure(text=state.loss_text())
         self.eta_label.configure(text=state.eta_text())
         self.status_label.configure(text=status, text_color=color)
-        self.start_button.configure(state="normal" if can_start else "disabled")
-        self.stop_button.configure(state="normal" if state.running and state.phase != "stopping" else "disabled")
+        can_stop = state.running and state.phase != "stopping"
+        self.start_button.configure(state="normal" if can_start else "disabled",
+                                    fg_color=START_COLOR if can_start else IDLE_COLOR)
+        self.stop_button.configure(state="normal" if can_stop else "disabled",
+                                   fg_color=STOP_COLOR if can_stop else IDLE_COLOR)
         self.load_button.configure(state="disabled" if state.running else "normal")
 
     @property

@@ -118,6 +118,7 @@ class ElementsTab(BaseTab):
                                                     wraplength=1000), padx=14)
         self.cells: list[list[ElementCell]] = []
         self.row_labels: list[tuple[ctk.CTkLabel, ctk.CTkLabel]] = []
+        self.row_buttons: list[dict[str, ctk.CTkButton]] = []
         self._signature: Any = None
 
     def _add_element(self) -> None:
@@ -130,7 +131,7 @@ class ElementsTab(BaseTab):
     def rebuild_table(self) -> None:
         for child in self.table.winfo_children():
             child.destroy()
-        self.cells, self.row_labels = [], []
+        self.cells, self.row_labels, self.row_buttons = [], [], []
         columns = list(COLUMNS)
         titles = ["#"] + [COLUMNS[c].label for c in columns] + ["Matched", ""]
         for col, title in enumerate(titles):
@@ -151,11 +152,15 @@ class ElementsTab(BaseTab):
             matched.grid(row=grid_row, column=len(columns) + 1, sticky="w", padx=3)
             buttons = ctk.CTkFrame(self.table, fg_color="transparent")
             buttons.grid(row=grid_row, column=len(columns) + 2, sticky="w")
+            row_buttons = {}
             for text, command in (("↑", lambda i=i: elements.move(i, -1)), ("↓", lambda i=i: elements.move(i, 1)),
                                   ("✕", lambda i=i: elements.remove(i))):
-                small_button(buttons, text, command).pack(side="left", padx=1)
+                row_buttons[text] = small_button(buttons, text, command)
+                row_buttons[text].pack(side="left", padx=1)
+            self.row_buttons.append(row_buttons)
             error = ctk.CTkLabel(self.table, text="", text_color=RED, anchor="w", font=small_font())
             error.grid(row=grid_row + 1, column=1, columnspan=len(columns) + 2, sticky="w", padx=3)
+            error.grid_remove()
             self.cells.append(cells)
             self.row_labels.append((matched, error))
         self._signature = self._signature_now()
@@ -223,7 +228,13 @@ class ElementsTab(BaseTab):
             elif problem.path not in DATASET_SPECS:  # those are shown beside their fields
                 general.append(str(problem))
         for i, (_, error) in enumerate(self.row_labels):
-            error.configure(text="; ".join(per_row.get(i, [])))
+            text = "; ".join(per_row.get(i, []))
+            if text != error.cget("text"):
+                error.configure(text=text)
+                if text:
+                    error.grid()
+                else:
+                    error.grid_remove()  # no empty gap between rows
         self.table_errors.configure(text="\n".join(general))
         self.refresh_preview()
 

@@ -45,6 +45,7 @@ class TrainUI(ctk.CTk):
         self.grid_rowconfigure(1, weight=1)
         self.last_dialog: MessageDialog | None = None
         self._refresh_pending = False
+        self._refreshing = False
         self._closing = False
 
         self.top_bar = TopBar(self, self)
@@ -69,14 +70,33 @@ class TrainUI(ctk.CTk):
             self._refresh_pending = True
             self.after_idle(self.refresh)
 
+    def _defer_refresh(self) -> None:
+        # A timer, not an idle callback: `update_idletasks` inside the running refresh would run an
+        # idle callback at once.
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            self.after(20, self.refresh)
+
     def refresh(self) -> None:
+        """Re-read every widget from the controllers. Not re-entrant: customtkinter may run idle
+        callbacks while widgets are being (re)built, so a nested call is deferred instead."""
+        if self._refreshing:
+            self._defer_refresh()
+            return
+        self._refreshing = True
         self._refresh_pending = False
-        self.top_bar.refresh()
-        for tab in self.tabs.values():
-            tab.refresh()
-        self.bottom_bar.refresh()
+        try:
+            self.top_bar.refresh()
+            for tab in self.tabs.values():
+                tab.refresh()
+            self.bottom_bar.refresh()
+        finally:
+            self._refreshing = False
 
     def refresh_status(self) -> None:
+        if self._refreshing:
+            self._defer_refresh()
+            return
         self.bottom_bar.refresh()
         for name in ("backup", "sampling"):
             self.tabs[name].refresh()

@@ -45,9 +45,9 @@ class RecordListView(ctk.CTkFrame):
             top.grid(row=0, column=0, sticky="ew", padx=6, pady=(6, 0))
             title = ctk.CTkLabel(top, text="", font=bold_font(13), anchor="w")
             title.pack(side="left")
-            for text, command in (("✕", lambda i=i: self.rows.remove(i)), ("⧉", lambda i=i: self.rows.duplicate(i)),
+            for text, command in (("✕", lambda i=i: self.rows.remove(i)), ("copy", lambda i=i: self.rows.duplicate(i)),
                                   ("↓", lambda i=i: self.rows.move(i, 1)), ("↑", lambda i=i: self.rows.move(i, -1))):
-                small_button(top, text, command).pack(side="right", padx=2)
+                small_button(top, text, command, width=44 if text == "copy" else 28).pack(side="right", padx=2)
             form = FieldForm(card, self.rows.row_source(i), [Section("", names)])
             form.grid(row=1, column=0, sticky="ew", padx=4, pady=(0, 6))
             self.cards.append((card, title, form))

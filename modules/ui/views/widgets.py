@@ -221,5 +221,5 @@ def button(master: Any, text: str, command: Callable[[], Any], width: int = 110,
     return ctk.CTkButton(master, text=text, command=command, width=width, **kwargs)
 
 
-def small_button(master: Any, text: str, command: Callable[[], Any], **kwargs: Any) -> ctk.CTkButton:
-    return ctk.CTkButton(master, text=text, command=command, width=28, **kwargs)
+def small_button(master: Any, text: str, command: Callable[[], Any], width: int = 28, **kwargs: Any) -> ctk.CTkButton:
+    return ctk.CTkButton(master, text=text, command=command, width=width, **kwargs)

@@ -1,0 +1,101 @@
+"""E2V on 16-channel bases (Wan 2.1 T2V 1.3B/14B, Wan 2.2 T2V A14B), E2V_SPEC.md §8.
+
+The patch embedding grows from 16 to 36 input channels ([x_t, 4 mask channels, 16 condition
+channels]); the new input channels start at zero, so the expanded model computes exactly what the base
+did until training moves them. For the CLIP pathway the image cross-attention of the I2V models is
+added (image_embedder, add_k_proj, add_v_proj, norm_added_k) with add_v_proj zero-initialised, so the
+new branch also starts as a no-op. All new and expanded weights train fully (also under LoRA).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+from diffusers import WanTransformer3DModel
+
+logger = logging.getLogger(__name__)
+
+NEW_MODULE_PREFIXES = ("condition_embedder.image_embedder.",)
+NEW_BLOCK_MODULES = (".attn2.add_k_proj.", ".attn2.add_v_proj.", ".attn2.norm_added_k.")
+
+
+def expanded_config(config: dict, mask_channels: int, image_dim: int | None) -> dict:
+    """The transformer config after expansion (what a saved model's config.json says)."""
+    new = dict(config)
+    new["in_channels"] = 2 * config["out_channels"] + mask_channels
+    if image_dim is not None and config.get("image_dim") is None:
+        new["image_dim"] = image_dim
+        new["added_kv_proj_dim"] = config["num_attention_heads"] * config["attention_head_dim"]
+    return new
+
+
+def is_new_parameter(name: str) -> bool:
+    return name.startswith(NEW_MODULE_PREFIXES) or any(part in f".{name}" for part in NEW_BLOCK_MODULES)
+
+
+@torch.no_grad()
+def expand_transformer(transformer: WanTransformer3DModel, mask_channels: int, image_dim: int | None,
+                       seed: int = 0) -> tuple[WanTransformer3DModel, list[str]]:
+    """A new transformer holding the old weights (shared, not copied) plus the E2V inputs.
+
+    Returns it and the names of the parameters that must train fully (expanded and new ones).
+    """
+    old_config = {k: v for k, v in transformer.config.items() if not k.startswith("_")}
+    config = expanded_config(old_config, mask_channels, image_dim)
+    if config == old_config:
+        return transformer, []
+    dtype = transformer.patch_embedding.weight.dtype
+    device = transformer.patch_embedding.weight.device
+    with torch.device("meta"):
+        expanded = WanTransformer3DModel.from_config(config)
+    state = transformer.state_dict()
+    old_patch = state.pop("patch_embedding.weight")
+    expanded.load_state_dict(state, strict=False, assign=True)
+    for name, buffer in transformer.named_buffers():  # non-persistent buffers (rotary tables) are not in the state
+        owner, _, leaf = name.rpartition(".")
+        module = expanded.get_submodule(owner) if owner else expanded
+        persistent = leaf not in getattr(module, "_non_persistent_buffers_set", set())
+        module.register_buffer(leaf, buffer, persistent=persistent)
+
+    generator = torch.Generator().manual_seed(seed)
+    full_train = ["patch_embedding.weight"]
+    patch = torch.zeros(old_patch.shape[0], config["in_channels"], *old_patch.shape[2:], dtype=dtype, device=device)
+    patch[:, : old_patch.shape[1]] = old_patch  # new input channels start at zero: same output as the base
+    expanded.patch_embedding.weight = torch.nn.Parameter(patch)
+    for name, module in expanded.named_modules():
+        params = [(n, p) for n, p in module.named_parameters(recurse=False) if p.is_meta]
+        if not params:
+            continue
+        module.to_empty(device=device, recurse=False)
+        for param_name, param in module.named_parameters(recurse=False):
+            full_name = f"{name}.{param_name}" if name else param_name
+            full_train.append(full_name)
+            if ".add_v_proj" in f".{name}":
+                param.zero_()  # the new image branch adds nothing until it learns to
+            elif param_name == "weight" and param.ndim == 2:
+                param.copy_(torch.empty_like(param, device="cpu").normal_(0, 0.02, generator=generator))
+            elif param_name == "weight":
+                param.fill_(1.0)  # norms
+            else:
+                param.zero_()  # biases, position embeddings
+    logger.info("expanded the transformer for E2V: %d -> %d input channels%s", old_patch.shape[1],
+                config["in_channels"], ", image cross-attention added" if image_dim is not None and
+                transformer.config.get("image_dim") is None else "")
+    return expanded, full_train
+
+
+def expand_model_for_e2v(model, use_clip: bool, image_dim: int | None, seed: int) -> dict[int, list[str]]:
+    """Expand every transformer of `model` in place; updates its variant. Expert index -> full-train names."""
+    names: dict[int, list[str]] = {}
+    for expert, attribute in enumerate(("transformer", "transformer_2")):
+        transformer = getattr(model, attribute)
+        if transformer is None:
+            continue
+        expanded, full = expand_transformer(transformer, model.variant.vae_scale_temporal,
+                                            image_dim if use_clip else None, seed + expert)
+        setattr(model, attribute, expanded)
+        names[expert] = full
+    model.variant = dataclasses.replace(model.variant, in_channels=model.transformer.config.in_channels,
+                                        has_clip_branch=model.transformer.config.image_dim is not None)
+    return names

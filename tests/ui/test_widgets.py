@@ -1,0 +1,131 @@
+"""The window under Xvfb: it starts, every tab renders, typed values flow through the config with
+errors beside their fields, the E2V elements tab configures a dataset folder, export and load."""
+from __future__ import annotations
+
+import json
+
+from modules.ui.controllers.app_controller import APP_NAME
+from modules.ui.controllers.layout import TAB_NAMES
+from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.util.config.loading import load_train_config
+from tests.ui.conftest import pump, write_e2v_folder
+
+
+def field(ui, tab, key):
+    return next(form.rows[key] for form in ui.tabs[tab].forms if key in form.rows)
+
+
+def test_the_app_starts_and_every_tab_renders(make_ui):
+    ui = make_ui()
+    assert APP_NAME in ui.title()
+    assert tuple(ui.tabs) == TAB_NAMES
+    for name in TAB_NAMES:
+        ui.tabview.set(name)
+        ui.update()
+        assert ui.tabview.get() == name
+        assert ui.tabs[name].body.winfo_children(), f"tab {name} is empty"
+    keys = {key for tab in ui.tabs.values() for form in tab.forms for key in form.rows}
+    assert set(ui.app.config.specs) - {"model_type", "training_method", "dataset_config"} <= keys
+    assert ui.bottom_bar.start_button.cget("state") == "normal"
+    assert ui.bottom_bar.stop_button.cget("state") == "disabled"
+
+
+def test_a_bad_value_is_shown_beside_its_field_and_blocks_start(make_ui):
+    ui = make_ui()
+    epochs = field(ui, "training", "epochs")
+    epochs.input.var.set("ten")
+    ui.update()
+    assert epochs.error_text == "must be a whole number"
+    assert ui.bottom_bar.start_button.cget("state") == "disabled"
+    assert ui.bottom_bar.status_text.startswith("cannot start: config key 'epochs'")
+    ui.bottom_bar.start_button.invoke()  # disabled: nothing happens, nothing crashes
+    assert not ui.app.training.running
+    epochs.input.var.set("12")
+    ui.update()
+    assert epochs.error_text == "" and ui.app.config.value("epochs") == 12
+    assert ui.bottom_bar.start_button.cget("state") == "normal"
+
+
+def test_dropdowns_switches_and_lists_write_typed_values(make_ui):
+    ui = make_ui()
+    field(ui, "training", "learning_rate_scheduler").input.widget._dropdown_callback("COSINE")
+    field(ui, "general", "tensorboard").input.widget.toggle()
+    targets = field(ui, "LoRA", "lora_target_modules").input.widget
+    targets.delete("1.0", "end")
+    targets.insert("1.0", "attn1.to_q\nattn1.to_v")
+    targets.event_generate("<KeyRelease>")
+    ui.update()
+    data = ui.app.config.data
+    assert (data["learning_rate_scheduler"], data["tensorboard"]) == ("COSINE", False)
+    assert data["lora_target_modules"] == ["attn1.to_q", "attn1.to_v"]
+
+
+def test_a_worker_error_is_shown_in_a_dialog_and_the_ui_returns_to_idle(make_ui, tmp_path):
+    ui = make_ui()
+    ui.app.concepts.add(path=str(tmp_path))
+    ui.app.config.set("workspace_dir", str(tmp_path / "workspace"))
+    ui.update()
+    ui.bottom_bar.start_button.invoke()
+    pump(ui, lambda: not ui.app.training.running, 60, "the worker to finish")
+    pump(ui, lambda: ui.last_dialog is not None, 5, "the error dialog")
+    assert ui.last_dialog.message.startswith("config key 'base_model_name' is empty")
+    assert ui.bottom_bar.start_button.cget("state") == "normal"
+    ui.last_dialog.ok.invoke()
+
+
+def test_an_e2v_dataset_folder_is_configured_in_the_elements_tab(make_ui, tmp_path):
+    data = write_e2v_folder(tmp_path / "e2v")
+    ui = make_ui()
+    tab = ui.tabs["E2V elements"]
+    ui.tabview.set("E2V elements")
+    tab.path_var.set(str(tmp_path / "e2v.json"))
+    field(ui, "E2V elements", "data_root").input.var.set(str(data))
+    ui.update()
+    assert tab.preview_summary.cget("text").startswith("3 of 3 samples complete")
+    assert [m.cget("text") for m, _ in tab.row_labels] == ["3/3", "2/3", "3/3"]
+
+    tab.add_button.invoke()  # add
+    ui.update()
+    assert len(tab.cells) == 4
+    name = tab.cells[3][0]
+    name.var.set("object")  # duplicate name: shown on the row, Start blocked
+    ui.update()
+    assert "names must be unique" in tab.row_labels[3][1].cget("text")
+    assert ui.bottom_bar.start_button.cget("state") == "disabled"
+    assert "E2V dataset" in ui.bottom_bar.status_text
+
+    tab.row_buttons[3]["✕"].invoke()  # remove
+    ui.update()
+    assert len(tab.cells) == 3 and tab.row_labels[2][1].cget("text") == ""
+
+    tab.row_buttons[0]["↓"].invoke()  # reorder
+    ui.update()
+    assert [r["name"] for r in ui.app.dataset.elements.rows] == ["object", "main_subject", "background"]
+
+    tab.cells[0][1].var.set("_object.png, _toy.png")  # suffixes of the (now first) object row
+    ui.update()
+    tab._save()
+    ui.update()
+    saved = load_dataset_config(tmp_path / "e2v.json")
+    assert [e.name for e in saved.datasets[0].elements] == ["object", "main_subject", "background"]
+    assert saved.datasets[0].elements[0].suffixes == ["_object.png", "_toy.png"]
+    assert ui.app.config.value("dataset_config") == str(tmp_path / "e2v.json")
+    assert "saved in" in tab.file_state.cget("text")
+
+
+def test_export_writes_a_config_the_cli_loads_and_load_brings_it_back(make_ui, tmp_path):
+    ui = make_ui()
+    ui.app.config.set("lora_rank", "8")
+    ui.app.concepts.add(path="clips")
+    ui.update()
+    ui.export_config(str(tmp_path / "config.json"))
+    assert "config exported" in ui.bottom_bar.status_text
+    exported = (tmp_path / "config.json").read_bytes()
+    assert load_train_config(tmp_path / "config.json").lora_rank == 8
+
+    other = make_ui()
+    other.load_config(str(tmp_path / "config.json"))
+    assert field(other, "LoRA", "lora_rank").input.var.get() == "8"
+    other.export_config(str(tmp_path / "again.json"))
+    assert (tmp_path / "again.json").read_bytes() == exported
+    assert json.loads(exported)["concepts"][0]["path"] == "clips"
