@@ -66,10 +66,13 @@ def main() -> int:
     rows = [np.concatenate(list(frames), axis=1)] if len(frames) else []
     if "mask" in tensors:
         rows.append(mask_strip(tensors["mask"], height))
+    print(f"wrote {out / f'{args.sample}.safetensors'} ({', '.join(f'{k} {tuple(v.shape)}' for k, v in tensors.items())})")
+    if not rows:  # e2v_type 'clip': no VAE pathway, so no reference frames and no mask to draw
+        print(f"no {args.sample}.png: the '{data.e2v_type}' pathway has no reference frames or mask")
+        return 0
     width = max(r.shape[1] for r in rows)
     padded = [np.pad(r, ((0, 4), (0, width - r.shape[1]), (0, 0)), constant_values=255) for r in rows]
     Image.fromarray(np.concatenate(padded, axis=0)).save(out / f"{args.sample}.png")
-    print(f"wrote {out / f'{args.sample}.safetensors'} ({', '.join(f'{k} {tuple(v.shape)}' for k, v in tensors.items())})")
     print(f"wrote {out / f'{args.sample}.png'} ({references.shape[1]} reference frames, mask per latent frame)")
     return 0
 

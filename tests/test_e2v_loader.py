@@ -25,7 +25,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.test_e2v_layout import spec_crop, spec_pad
 
-F, H, W = 25, 32, 32  # 25 frames at 16 fps (the i2v variant's rate), 32x32
+F, H, W = 17, 32, 32  # 17 frames at 16 fps (the i2v variant's rate), 32x32
 T = (F - 1) // 4 + 1
 CLIP_RES = 224  # e2v_dataset_json's processors.clip.resolution
 SEED = 42
@@ -36,8 +36,7 @@ ELEMENTS = [("subject", 0, "pad_white", "pad_white"), ("object", 1, "pad_white",
             ("background", 2, "center_crop", "center_crop")]
 REPEATS = {"on": {"subject": 1, "object": 4, "background": 4}, "off": {"subject": 1, "object": 1, "background": 1}}
 # Which elements each sample keeps (the optional object / background files of the others are deleted).
-SAMPLES = {"001": ("subject", "object", "background"), "002": ("subject", "background"), "003": ("subject",),
-           "004": ("subject", "object")}
+SAMPLES = {"001": ("subject", "object", "background"), "002": ("subject", "background"), "003": ("subject",)}
 
 
 # --- the data ------------------------------------------------------------------------------------------
@@ -240,11 +239,9 @@ CASES = [  # (e2v_type, target_layout, repeats, loss_on_reference_frames)
     ("dual", "separate", "on", True),
     ("dual", "separate", "off", False),
     ("dual", "joint", "on", False),
-    ("dual", "joint", "off", True),
-    ("vae", "separate", "on", False),
+    ("vae", "separate", "off", False),
     ("vae", "joint", "on", True),
     ("clip", "separate", "on", False),
-    ("clip", "joint", "off", True),
 ]
 
 
@@ -368,11 +365,11 @@ def test_cache_is_reused_and_one_element_clip_change_reencodes_only_that(model, 
     third = make_loader(model, tmp_path, dataset_json(data_root, clip_preprocess={"subject": "center_crop"}), cache,
                         e2v_type="dual")
     assert calls == {"vae": 0, "text": 0, "clip": len(SAMPLES)}  # one CLIP call per sample: its subject
-    for sample_id in SAMPLES:
-        after = third.preview(sample_id)[0]
+    afters = {sample_id: third.preview(sample_id)[0] for sample_id in SAMPLES}
+    assert calls == {"vae": 0, "text": 0, "clip": len(SAMPLES)}
+    for sample_id, after in afters.items():  # (the reference below runs the image encoder itself)
         assert close(after["clip_embeds"], ref.clip_embeds(sample_id, {"subject": "center_crop"})), sample_id
         assert not torch.allclose(after["clip_embeds"][:257], before[sample_id]["clip_embeds"][:257])
         assert torch.equal(after["clip_embeds"][257:], before[sample_id]["clip_embeds"][257:])
         for key in ("mask", "condition_latents", "target_latents"):
             assert torch.equal(after[key], before[sample_id][key])
-    assert calls == {"vae": 0, "text": 0, "clip": len(SAMPLES)}

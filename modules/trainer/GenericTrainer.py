@@ -156,18 +156,19 @@ class GenericTrainer:
         self._log_handler = handler
 
     def _load_initial_lora(self, path: str) -> None:
+        """Continue from a LoRA file (ours, ComfyUI or musubi); two-expert models take either expert's file."""
+        from modules.modelLoader.lora_inference import expert_files
         from modules.modelLoader.WanLoRALoader import load_lora_file
         from modules.modelSaver.lora_formats import apply_to_peft
 
+        files = {0: Path(path)} if self.model.transformer_2 is None else dict(enumerate(expert_files(path)))
         for expert, transformer in self.setup.trained_transformers():
-            file = Path(path)
-            if self.model.transformer_2 is not None:
-                from modules.modelSaver.lora_formats import expert_lora_paths
-
-                file = expert_lora_paths(file)[expert]
-            weights, _ = load_lora_file(file)
+            if files.get(expert) is None:
+                raise UserError(f"config key 'lora_weight_path': no file for the "
+                                f"{'high' if expert == 0 else 'low'}-noise expert next to '{path}'")
+            weights, _ = load_lora_file(files[expert])
             apply_to_peft(transformer, weights, "default")
-            logger.info("continuing from LoRA %s", file)
+            logger.info("continuing from LoRA %s", files[expert])
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)

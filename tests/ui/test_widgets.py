@@ -12,18 +12,18 @@ from tests.ui.conftest import pump, write_e2v_folder
 
 
 def field(ui, tab, key):
-    return next(form.rows[key] for form in ui.tabs[tab].forms if key in form.rows)
+    return next(form.rows[key] for form in ui.tab(tab).forms if key in form.rows)
 
 
 def test_the_app_starts_and_every_tab_renders(make_ui):
     ui = make_ui()
     assert APP_NAME in ui.title()
-    assert tuple(ui.tabs) == TAB_NAMES
     for name in TAB_NAMES:
-        ui.tabview.set(name)
+        ui.show_tab(name)
         ui.update()
         assert ui.tabview.get() == name
         assert ui.tabs[name].body.winfo_children(), f"tab {name} is empty"
+    assert tuple(ui.tabs) == TAB_NAMES
     keys = {key for tab in ui.tabs.values() for form in tab.forms for key in form.rows}
     assert set(ui.app.config.specs) - {"model_type", "training_method", "dataset_config"} <= keys
     assert ui.bottom_bar.start_button.cget("state") == "normal"
@@ -50,10 +50,13 @@ def test_dropdowns_switches_and_lists_write_typed_values(make_ui):
     ui = make_ui()
     field(ui, "training", "learning_rate_scheduler").input.widget._dropdown_callback("COSINE")
     field(ui, "general", "tensorboard").input.widget.toggle()
+    ui.show_tab("LoRA")
     targets = field(ui, "LoRA", "lora_target_modules").input.widget
+    targets.focus_set()
+    ui.update()
     targets.delete("1.0", "end")
     targets.insert("1.0", "attn1.to_q\nattn1.to_v")
-    targets.event_generate("<KeyRelease>")
+    targets._textbox.event_generate("<KeyRelease>")  # what typing sends to the inner Tk text widget
     ui.update()
     data = ui.app.config.data
     assert (data["learning_rate_scheduler"], data["tensorboard"]) == ("COSINE", False)
@@ -76,8 +79,7 @@ def test_a_worker_error_is_shown_in_a_dialog_and_the_ui_returns_to_idle(make_ui,
 def test_an_e2v_dataset_folder_is_configured_in_the_elements_tab(make_ui, tmp_path):
     data = write_e2v_folder(tmp_path / "e2v")
     ui = make_ui()
-    tab = ui.tabs["E2V elements"]
-    ui.tabview.set("E2V elements")
+    tab = ui.show_tab("E2V elements")
     tab.path_var.set(str(tmp_path / "e2v.json"))
     field(ui, "E2V elements", "data_root").input.var.set(str(data))
     ui.update()

@@ -50,19 +50,35 @@ class TrainUI(ctk.CTk):
 
         self.top_bar = TopBar(self, self)
         self.top_bar.grid(row=0, column=0, sticky="ew")
-        self.tabview = ctk.CTkTabview(self, anchor="nw")
+        self.tabview = ctk.CTkTabview(self, anchor="nw", command=self._tab_changed)
         self.tabview.grid(row=1, column=0, sticky="nsew", padx=8, pady=(2, 4))
-        self.tabs: dict[str, BaseTab] = {}
-        for tab_cls in TAB_CLASSES:
-            self.tabs[tab_cls.name] = tab_cls(self.tabview.add(tab_cls.name), self)
+        self._tab_frames = {tab_cls.name: self.tabview.add(tab_cls.name) for tab_cls in TAB_CLASSES}
+        self.tabs: dict[str, BaseTab] = {}  # built on first view: the window opens at once
         self.bottom_bar = BottomBar(self, self)
         self.bottom_bar.grid(row=2, column=0, sticky="ew")
 
         self.app.config.subscribe(self.schedule_refresh)
         self.app.dataset.subscribe(self.schedule_refresh)
+        self.tab(self.tabview.get())
         self.refresh()
         self._poll_job: str | None = self.after(self.POLL_MS, self._poll)
         self.protocol("WM_DELETE_WINDOW", self.on_close)
+
+    # --- tabs -------------------------------------------------------------------------------------------
+    def tab(self, name: str) -> BaseTab:
+        """The tab `name`, built (and filled from the controllers) the first time it is asked for."""
+        if name not in self.tabs:
+            tab_cls = next(cls for cls in TAB_CLASSES if cls.name == name)
+            self.tabs[name] = tab_cls(self._tab_frames[name], self)
+            self.tabs[name].refresh()
+        return self.tabs[name]
+
+    def show_tab(self, name: str) -> BaseTab:
+        self.tabview.set(name)
+        return self.tab(name)
+
+    def _tab_changed(self) -> None:
+        self.tab(self.tabview.get())
 
     # --- refreshing (Tk thread only) ---------------------------------------------------------------
     def schedule_refresh(self, _what: Any = None) -> None:
@@ -87,7 +103,7 @@ class TrainUI(ctk.CTk):
         self._refresh_pending = False
         try:
             self.top_bar.refresh()
-            for tab in self.tabs.values():
+            for tab in list(self.tabs.values()):
                 tab.refresh()
             self.bottom_bar.refresh()
         finally:
@@ -99,7 +115,8 @@ class TrainUI(ctk.CTk):
             return
         self.bottom_bar.refresh()
         for name in ("backup", "sampling"):
-            self.tabs[name].refresh()
+            if name in self.tabs:
+                self.tabs[name].refresh()
 
     def set_status(self, text: str) -> None:
         if not self.app.training.running:
@@ -122,7 +139,7 @@ class TrainUI(ctk.CTk):
     def _handle(self, event: Event) -> None:
         if event.kind == "error":
             self.show_message("Training failed", event.payload)
-        elif event.kind == "done":
+        elif event.kind == "done" and "backup" in self.tabs:
             self.tabs["backup"].refresh()
 
     # --- actions ---------------------------------------------------------------------------------------

@@ -39,7 +39,9 @@ def tab_file_name(tab: str) -> str:
 def capture_tabs(ui: "TrainUI", out_dir: str | os.PathLike, tabs: Iterable[str] | None = None) -> list[Path]:
     """One PNG per tab (gui-<tab>.png) in `out_dir`."""
     written = []
-    for name in tabs or list(ui.tabs):
-        ui.tabview.set(name)
+    from modules.ui.views.main_window import TAB_CLASSES
+
+    for name in tabs or [cls.name for cls in TAB_CLASSES]:
+        ui.show_tab(name)
         written.append(capture_window(ui, Path(out_dir) / tab_file_name(name)))
     return written
