@@ -21,8 +21,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    import tkinter
-
+    try:
+        import tkinter
+    except ImportError:
+        print("error: this Python has no Tk (tkinter): install it (Debian/Ubuntu: apt-get install python3-tk), "
+              "or train without the GUI: scripts/train.py --config-path", file=sys.stderr)
+        return 1
     try:
         from modules.ui.views.main_window import TrainUI
 
@@ -33,11 +37,16 @@ def main() -> int:
         return 1
     if args.config_path or args.preset_path:
         ui.guard(lambda: ui.app.config.load_file(args.config_path, args.preset_path))
+        if args.preset_path:
+            from modules.util.config.loading import resolve_preset
+
+            ui.app.config.preset_name = ui.guard(lambda: resolve_preset(args.preset_path).stem) or ""
         ui.guard(ui.app.load_dataset_from_config)
         ui.refresh()
     if args.screenshots:
         from modules.ui.views.screenshots import capture_tabs
 
+        ui.geometry("1280x960")
         for path in capture_tabs(ui, args.screenshots):
             print(f"wrote {path}")
         ui.destroy()

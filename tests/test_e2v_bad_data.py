@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,9 +113,9 @@ def test_run_over_bad_data_finishes_and_counts_each_skip(trained, mixed):
 
 
 @pytest.mark.parametrize("changes, key", [
-    ({"frames": 5}, "datasets[0].frames"),  # P = 9 > F = 5 (dataset validation)
-    ({"frames": 9}, "datasets[0]"),  # P = 9 <= F = 9, but a separate target needs 4K + 1 = 13 frames
-    ({"elements": "centre_crop"}, "datasets[0].elements[2].vae.preprocess"),  # an unknown preprocess name
+    pytest.param({"frames": 5}, "datasets[0].frames", id="P>F"),
+    pytest.param({"frames": 9}, "datasets[0]", id="P<=F-but-separate-needs-4K+1"),
+    pytest.param({"elements": "centre_crop"}, "datasets[0].elements[2].vae.preprocess", id="bad-preprocess"),
 ])
 def test_config_errors_stop_before_the_model_loads(tiny_model, mixed, tmp_path, monkeypatch, changes, key):
     data = dataset_json(mixed / "data", **{k: v for k, v in changes.items() if k != "elements"})

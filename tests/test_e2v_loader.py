@@ -9,6 +9,7 @@ match them for 1, 2 and 3 elements, repeats on and off, both target layouts and 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -68,16 +69,15 @@ def model(tiny_model):
     return WanModelLoader().load(str(tiny_model("i2v")), torch.device("cpu"))
 
 
-def make_loader(model, folder: Path, dataset: dict, cache: Path, prepare: bool = True, **e2v) -> WanE2VDataLoader:
+def make_loader(model, folder: Path, dataset: dict, cache: Path, **e2v) -> WanE2VDataLoader:
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"dataset-{abs(hash(json.dumps(dataset, sort_keys=True)))}.json"
+    path = folder / f"dataset-{hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:12]}.json"
     path.write_text(json.dumps(dataset))
     config = TrainConfig.from_dict({
         "base_model_name": str(model.model_dir), "dataset_config": str(path), "resolution": [H, W], "frames": F,
         "cache_dir": str(cache), "workspace_dir": str(folder / "workspace"), "seed": SEED, "e2v": e2v})
     loader = WanE2VDataLoader(config, model)
-    if prepare:
-        loader.prepare()
+    loader.prepare()
     return loader
 
 

@@ -181,7 +181,7 @@ class BaseWanSetup:
         error = (predicted.float() - target.float()) ** 2
         weights = torch.ones(error.shape[2], device=error.device)
         if inputs.loss_frame_weights is not None:
-            weights = inputs.loss_frame_weights.to(error.device).float()
+            weights = inputs.loss_frame_weights.to(error.device).float().clone()
         weights[: inputs.clean_frames] = 0
         per_frame = error.mean(dim=(1, 3, 4))  # (B, T)
         return (per_frame * weights).sum(dim=1).div(weights.sum().clamp(min=1)).mean()

@@ -1,5 +1,6 @@
 """A tiny-model training driven from the window under Xvfb: Start and Stop (a backup, then idle), and
-an exported config that reproduces the GUI's run from the CLI byte for byte."""
+an exported config that reproduces the GUI's run from the CLI (the same LoRA weights, bit for bit, and the
+same header)."""
 from __future__ import annotations
 
 import json

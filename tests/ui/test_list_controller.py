@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from modules.ui.controllers.app_controller import AppController
+from modules.util.config.train_config import ConceptConfig
 
 
 def make(tmp_path) -> AppController:
@@ -11,8 +12,7 @@ def make(tmp_path) -> AppController:
 def test_rows_are_added_with_the_records_defaults(tmp_path):
     app = make(tmp_path)
     assert app.concepts.add(path="clips/a") == 0
-    assert app.config.data["concepts"] == [{"path": "clips/a", "name": "", "enabled": True,
-                                            "include_subdirectories": False, "repeats": 1}]
+    assert app.config.data["concepts"] == [ConceptConfig(path="clips/a").to_dict()]
     assert set(app.samples.specs) >= {"prompt", "negative_prompt", "frames", "height", "width", "seed"}
 
 

@@ -116,6 +116,7 @@ class ElementsTab(BaseTab):
         self.table = self.place(ctk.CTkFrame(self.body), padx=12)
         self.table_errors = self.place(ctk.CTkLabel(self.body, text="", anchor="w", justify="left", text_color=RED,
                                                     wraplength=1000), padx=14)
+        self.table_errors.grid_remove()  # shown only while there is something to say
         self.cells: list[list[ElementCell]] = []
         self.row_labels: list[tuple[ctk.CTkLabel, ctk.CTkLabel]] = []
         self.row_buttons: list[dict[str, ctk.CTkButton]] = []
@@ -235,7 +236,13 @@ class ElementsTab(BaseTab):
                     error.grid()
                 else:
                     error.grid_remove()  # no empty gap between rows
-        self.table_errors.configure(text="\n".join(general))
+        text = "\n".join(general)
+        if text != self.table_errors.cget("text"):
+            self.table_errors.configure(text=text)
+            if text:
+                self.table_errors.grid()
+            else:
+                self.table_errors.grid_remove()
         self.refresh_preview()
 
     def field_errors(self) -> dict[str, str]:
