@@ -29,6 +29,7 @@ from modules.modelSaver.lora_formats import (
     to_state_dict,
 )
 from modules.util.errors import UserError
+from modules.util.safetensors_io import write_safetensors
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "resources" / "model_spec" / "lora.json"
 
@@ -122,8 +123,6 @@ def save_lora(
 
     `dtype` casts the LoRA tensors (not the alphas); None keeps their dtype.
     """
-    from safetensors.torch import save_file
-
     fmt = normalize_format(fmt)
     if fmt not in WRITABLE_FORMATS:
         raise LoRAFormatError(f"{fmt} can only be read; write one of {', '.join(WRITABLE_FORMATS)}")
@@ -138,8 +137,9 @@ def save_lora(
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         os.makedirs(directory, exist_ok=True)
-        save_file(tensors, tmp, metadata=header)
-        with open(tmp, "r+b") as f:
+        with open(tmp, "wb") as f:  # sorted header: the same training gives the same bytes
+            write_safetensors(f, tensors, header)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
