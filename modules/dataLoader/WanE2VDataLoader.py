@@ -116,6 +116,7 @@ class WanE2VDataLoader:
         self._clip_identity = ([PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")]
                                if self.uses_clip else None)
         self.pipelines = [self._pipeline(d) for d in self.datasets]
+        self.visualization = self.datasets[0].visualization
         self.items: list[E2VItem] = []
 
     # --- pipeline per dataset ------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.backup import TrainProgress, latest_backup, list_backups, write_backup
 from modules.trainer.schedule import Schedule
+from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
@@ -71,6 +72,7 @@ class GenericTrainer:
         self.nonfinite_total = 0
         self.skip_update = False
         self.dist = DistributedContext()
+        self.visualizer: Visualizer | None = None
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
         self._log_handler: logging.Handler | None = None
@@ -124,6 +126,9 @@ class GenericTrainer:
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
         if config.continue_last_backup:
             self._resume()
+        visualization = getattr(self.data, "visualization", None)
+        if visualization is not None and visualization.enabled and self.dist.is_main:
+            self.visualizer = Visualizer(visualization, self.workspace, time.strftime("%Y%m%d-%H%M%S"), self.model)
         if config.tensorboard and self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -262,7 +267,10 @@ class GenericTrainer:
         size = len(batch["prompt_embeds"])
         random = StepRandom.for_micro_step(self.config.seed, micro_step, size, first_sample=offset)
         with self.setup.gradient_sync(sync):
-            output = self.setup.predict(self.data.assemble(batch, random), random)
+            inputs = self.data.assemble(batch, random)
+            output = self.setup.predict(inputs, random)
+            if sync and self.visualizer is not None and self.visualizer.due(self.progress.global_step + 1):
+                self.visualizer.write(self.progress.global_step + 1, output, inputs)
             self.progress.micro_step += 1
             finite = self.dist.all_true(bool(torch.isfinite(output.loss)))
             if not finite:  # every rank skips together; the zero backward keeps data-parallel hooks in step
