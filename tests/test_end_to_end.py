@@ -90,11 +90,12 @@ def test_cli_trains_saves_and_the_lora_loads_in_diffusers(variant, tiny_model, v
     assert frames.shape[0] == 5 and out.with_suffix(".png").is_file()
 
 
-def test_make_tiny_model_then_demo_runs(tmp_path):
-    result = run_script("demo.py", "--folder", tmp_path, "--steps", 8)
+@pytest.mark.parametrize("mode, name", [([], "i2v-e2v"), (["--plain"], "t2v-plain")])
+def test_demo_makes_everything_and_runs(tmp_path, mode, name):
+    result = run_script("demo.py", "--folder", tmp_path, "--steps", 6, *mode)
     assert "Demo finished." in result.stdout
-    assert (tmp_path / "output" / "t2v-lora.safetensors").is_file()
-    assert list((tmp_path / "workspace" / "t2v" / "samples").glob("*.mp4"))
+    assert (tmp_path / "output" / f"{name}-lora.safetensors").is_file()
+    assert list((tmp_path / "workspace" / name / "samples").glob("*.mp4"))
 
 
 def test_training_loss_falls_on_one_clip(tiny_model, video_dataset, tmp_path):

@@ -162,7 +162,9 @@ class WanBaseDataLoader:
             with safe_open(str(path), "pt") as f:
                 meta = f.metadata()
             return Bucket(int(meta["frames"]), int(meta["height"]), int(meta["width"]))
-        except Exception:  # damaged entry: re-encode it
+        except Exception as e:  # damaged entry: re-encode it
+            logger.warning("cache file %s is corrupt (%s: %s); deleting it and encoding the sample again", path,
+                           type(e).__name__, e)
             self.cache.delete(key)
             return None
 

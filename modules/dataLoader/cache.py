@@ -2,6 +2,7 @@
 
 import dataclasses
 import enum
+import errno
 import hashlib
 import json
 import logging
@@ -13,9 +14,10 @@ from typing import Any
 
 import torch
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save_file
+from safetensors.torch import save as save_safetensors
 
 from modules.util.atomic import atomic_path
+from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,8 @@ def _read_metadata(data: bytes) -> dict[str, str]:
 class DiskCache:
     """Tensor dicts stored as `root/<key[:2]>/<key>.safetensors`, written atomically.
 
-    Corrupt files are logged, deleted and reported as a miss.
+    Corrupt files are logged, deleted and reported as a miss. A write that fails (disk full, no permission)
+    raises a one-line `UserError` naming the cache folder and leaves no partial file.
     """
 
     def __init__(self, root: str | os.PathLike):
@@ -86,8 +89,16 @@ class DiskCache:
         path = self.path_for(key)
         cpu = {name: t.detach().to("cpu").contiguous().clone() for name, t in tensors.items()}
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-        with atomic_path(path) as temp:
-            save_file(cpu, str(temp), metadata=meta)
+        data = save_safetensors(cpu, metadata=meta)  # written from Python: a full disk raises OSError(ENOSPC)
+        try:
+            with atomic_path(path) as temp:
+                temp.write_bytes(data)
+        except OSError as e:  # the temp file is gone; entries written before stay valid
+            if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+                raise UserError(f"no space left for the cache folder '{self.root}': free some space there, set "
+                                "cache_dir to a disk with room, or set latent_caching to false") from None
+            raise UserError(f"cannot write to the cache folder '{self.root}' ({e.strerror or e}): make it writable, "
+                            "set cache_dir to another folder, or set latent_caching to false") from None
 
     def get(self, key: str) -> dict[str, torch.Tensor] | None:
         """The tensors under `key`, or None when absent or corrupt (corrupt files are deleted)."""

@@ -195,13 +195,25 @@ class GenericTrainer:
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
             if now.get(what) != value:
-                logger.warning("resuming from %s although the %s changed since it was written", backup.path, what)
+                changes = self._config_changes(backup.path) if what == "config" else []
+                logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
+                               f": {'; '.join(changes)}" if changes else "")
         self.setup.load_trainable_state(backup.trainable)
         self.optimizer.load_state_dict(backup.optimizer)
         self.lr_scheduler.load_state_dict(backup.lr_scheduler)
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
+
+    def _config_changes(self, backup_path: Path) -> list[str]:
+        """'key: old -> new' for each training-relevant key that differs from the backup's config.json."""
+        try:
+            saved = json.loads((backup_path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        current = json.loads(json.dumps(self.config.to_dict()))  # the same JSON types as the saved file
+        saved, current = ({k: v for k, v in d.items() if k not in _RESUME_NEUTRAL_KEYS} for d in (saved, current))
+        return [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in _dict_diff(saved, current)]
 
     # --- the loop -----------------------------------------------------------------------------------
     def train(self) -> None:
@@ -398,6 +410,26 @@ class GenericTrainer:
     def _status(self, text: str) -> None:
         logger.info(text)
         self.callbacks.on_status(text)
+
+
+_ABSENT = object()
+
+
+def _dict_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, old, new) for every differing key; nested dicts are compared key by key."""
+    changes = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes.extend(_dict_diff(a, b, f"{prefix}{key}."))
+        elif a != b:
+            changes.append((f"{prefix}{key}", a, b))
+    return changes
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = "(unset)" if value is _ABSENT else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class BatchPrefetcher:
