@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
-# Starts WanTrainer. First run: creates .venv and installs (see README). Until the GUI ships this runs
-# the command-line trainer with the given arguments, e.g. ./start-ui.sh --config-path my.json
+# Starts the WanTrainer GUI. The first run creates .venv and installs (see README); later runs start at
+# once. Arguments go to scripts/train_ui.py, e.g. ./start-ui.sh --config-path my.json
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/install.sh
-if [ -f scripts/train_ui.py ]; then
-  exec .venv/bin/python scripts/train_ui.py "$@"
-fi
-exec .venv/bin/python scripts/train.py "$@"
+exec .venv/bin/python scripts/train_ui.py "$@"

@@ -22,6 +22,7 @@ def _table(cls) -> list[str]:
 
 
 def render() -> str:
+    from modules.util.config import e2v_dataset_config as e2v
     from modules.util.config.train_config import ConceptConfig, E2VConfig, SampleConfig, TrainConfig
 
     out = ["# Configuration keys", "",
@@ -31,6 +32,15 @@ def render() -> str:
            "`--config-value a.b=c` overrides one key (`concepts.0.path=data`).", ""]
     for title, cls in (("Training config (top level)", TrainConfig), ("`concepts[]`", ConceptConfig),
                        ("`samples[]`", SampleConfig), ("`e2v`", E2VConfig)):
+        out += [f"## {title}", "", *_table(cls), ""]
+    out += ["# E2V dataset JSON (`dataset_config`)", "",
+            "The seeds' format: `{\"datasets\": [ ... ]}`; the flat form (`vae_repeat`, `position`, `clip_process`,",
+            "`vae_combine`, `clip_resolution`) is accepted too and read as the nested one. See E2V_SPEC.md.", ""]
+    for title, cls in (("`datasets[]`", e2v.E2VDatasetConfig), ("`datasets[].elements[]`", e2v.ElementConfig),
+                       ("`elements[].vae`", e2v.ElementVaeConfig), ("`elements[].clip` (or `false`)", e2v.ElementClipConfig),
+                       ("`processors.vae`", e2v.VaeProcessorConfig), ("`processors.clip`", e2v.ClipProcessorConfig),
+                       ("`visualization`", e2v.VisualizationConfig),
+                       ("`visualization.processors[]`", e2v.VisualizationProcessorConfig)):
         out += [f"## {title}", "", *_table(cls), ""]
     return "\n".join(out)
 

@@ -1,0 +1,420 @@
+#!/usr/bin/env python
+"""GPU LoRA step: s/step, peak VRAM and MFU of our training step on a random full-size Wan transformer.
+
+The transformer is built with `WanTransformer3DModel.from_config` from the real Wan 2.1 configs written
+below and filled with random weights (nothing is downloaded). The step is the project's own: a
+`WanLoRASetup` (peft LoRA on the default targets, fp8 storage via `enable_fp8_storage`) prepared by
+`prepare_device` (BlockSwapper, gradient checkpointing), `predict(StepInputs, StepRandom)` (autocast,
+`activation_offload`), backward, gradient clipping and AdamW (`create_optimizer`), on synthetic latents
+and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 condition channels for I2V).
+
+    python benchmarks/gpu_step.py --model 1.3b --size 832x480 --frames 81 --checkpointing
+    python benchmarks/gpu_step.py --model 14b --layers 8 --size 512x512 --frames 81 --checkpointing
+    python benchmarks/gpu_step.py --model 14b --size 832x480 --frames 81 --checkpointing \\
+        --blocks-to-swap 30 --fp8 --activation-offload
+    python benchmarks/gpu_step.py --device cpu --smoke      # 2 narrow layers, proves the script runs
+
+Prints one JSON object (see `main`). FLOPs are counted analytically (`step_flops`); MFU follows the
+usual convention (model FLOPs = 3 x forward, recomputation not credited), HFU credits the extra forward
+of gradient checkpointing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# --- the real transformer configs (Wan-AI/Wan2.1-*-Diffusers transformer/config.json) -----------------
+_WAN21_COMMON = dict(patch_size=[1, 2, 2], attention_head_dim=128, in_channels=16, out_channels=16, text_dim=4096,
+                     freq_dim=256, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
+                     image_dim=None, added_kv_proj_dim=None, rope_max_seq_len=1024, pos_embed_seq_len=None)
+MODELS = {
+    # Wan2.1-T2V-1.3B: 30 blocks, 12 heads x 128 = 1536 wide
+    "1.3b": dict(_WAN21_COMMON, num_layers=30, num_attention_heads=12, ffn_dim=8960),
+    # Wan2.1-T2V-14B: 40 blocks, 40 heads x 128 = 5120 wide
+    "14b": dict(_WAN21_COMMON, num_layers=40, num_attention_heads=40, ffn_dim=13824),
+    # Wan2.1-I2V-14B-480P: as 14B plus the CLIP branch and 36 input channels (16 noisy + 4 mask + 16 condition)
+    "14b_i2v": dict(_WAN21_COMMON, num_layers=40, num_attention_heads=40, ffn_dim=13824, in_channels=36,
+                    image_dim=1280, added_kv_proj_dim=5120),
+}
+# --smoke: the same layout, 2 blocks and narrow (2 heads x 32 = 64 wide); text/CLIP widths stay real.
+SMOKE = dict(num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim=128)
+
+TEXT_TOKENS = 512  # UMT5 context length (the transformer splits image from text tokens at length - 512)
+IMAGE_TOKENS = 257  # CLIP ViT-H/14 at 224 px: 16 x 16 patches + the class token
+VAE_SPATIAL, VAE_TEMPORAL, LATENT_CHANNELS = 8, 4, 16
+
+
+def transformer_config(model: str, layers: int | None = None, smoke: bool = False) -> dict:
+    config = dict(MODELS[model])
+    if smoke:
+        config.update(SMOKE)
+        if config["added_kv_proj_dim"] is not None:
+            config["added_kv_proj_dim"] = SMOKE["num_attention_heads"] * SMOKE["attention_head_dim"]
+    if layers is not None:
+        if not 1 <= layers <= config["num_layers"]:
+            raise SystemExit(f"--layers must be between 1 and {config['num_layers']}, got {layers}")
+        config["num_layers"] = layers  # "block stack": the first N blocks, embedders and head unchanged
+    return config
+
+
+def latent_shape(width: int, height: int, frames: int) -> tuple[int, int, int]:
+    """(T, h, w) of the Wan 2.1 VAE latent of a `frames` x height x width clip."""
+    return (frames - 1) // VAE_TEMPORAL + 1, height // VAE_SPATIAL, width // VAE_SPATIAL
+
+
+def video_tokens(config: dict, shape: tuple[int, int, int]) -> int:
+    t, h, w = shape
+    pt, ph, pw = config["patch_size"]
+    return (t // pt) * (h // ph) * (w // pw)
+
+
+def build_transformer(config: dict, device, dtype, seed: int = 0):
+    """A random `WanTransformer3DModel` in `dtype` on `device`, with the dtypes `from_pretrained` gives.
+
+    Built on the meta device and materialised in place, so a 14B model never exists in float32 and its
+    random init runs on the GPU. Frozen (`requires_grad=False`) and in eval mode, as the loader leaves it.
+    """
+    import torch
+    from diffusers import WanTransformer3DModel
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    with torch.device("meta"):
+        transformer = WanTransformer3DModel.from_config(config)
+    transformer.to(dtype)
+    keep = set(transformer._keep_in_fp32_modules or ())
+    for name, param in transformer.named_parameters():
+        if keep & set(name.split(".")):  # as diffusers' from_pretrained: these stay float32
+            param.data = param.data.float()
+    transformer.to_empty(device=device)
+    generator = torch.Generator(device).manual_seed(seed)
+    width = config["num_attention_heads"] * config["attention_head_dim"]
+    with torch.no_grad():
+        for name, param in transformer.named_parameters():
+            if name.endswith("scale_shift_table"):
+                param.normal_(0.0, width ** -0.5, generator=generator)  # as diffusers' __init__
+            elif param.ndim >= 2:
+                param.normal_(0.0, param[0].numel() ** -0.5, generator=generator)  # unit-variance outputs
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.fill_(1.0)  # norm scales
+    # to_empty left the (non-persistent) RoPE tables uninitialised: build them as __init__ does
+    transformer.rope = WanRotaryPosEmbed(config["attention_head_dim"], config["patch_size"],
+                                         config["rope_max_seq_len"]).to(device)
+    transformer.requires_grad_(False)
+    transformer.eval()
+    return transformer
+
+
+# --- FLOPs ------------------------------------------------------------------------------------------
+def block_linears(config: dict, tokens: int) -> dict[str, tuple[int, int, int]]:
+    """Every Linear of one WanTransformerBlock: suffix -> (in features, out features, tokens it sees)."""
+    d = config["num_attention_heads"] * config["attention_head_dim"]  # model width D
+    f = config["ffn_dim"]
+    linears = {
+        # self-attention: q, k, v, out on the L video tokens
+        "attn1.to_q": (d, d, tokens), "attn1.to_k": (d, d, tokens), "attn1.to_v": (d, d, tokens),
+        "attn1.to_out.0": (d, d, tokens),
+        # cross-attention: q and out on the video tokens, k and v on the 512 text tokens (already D wide)
+        "attn2.to_q": (d, d, tokens), "attn2.to_out.0": (d, d, tokens),
+        "attn2.to_k": (d, d, TEXT_TOKENS), "attn2.to_v": (d, d, TEXT_TOKENS),
+        # feed-forward: D -> F (tanh-GELU) -> D
+        "ffn.net.0.proj": (d, f, tokens), "ffn.net.2": (f, d, tokens),
+    }
+    if config["added_kv_proj_dim"] is not None:  # I2V: k and v of the 257 CLIP tokens
+        linears["attn2.add_k_proj"] = (config["added_kv_proj_dim"], d, IMAGE_TOKENS)
+        linears["attn2.add_v_proj"] = (config["added_kv_proj_dim"], d, IMAGE_TOKENS)
+    return linears
+
+
+def step_flops(config: dict, tokens: int, batch: int, lora_rank: int, lora_targets: list[str],
+               checkpointing: bool) -> dict[str, float]:
+    """Analytic FLOPs of one training step (multiply and add counted separately).
+
+    Per sample, with L video tokens, Lt = 512 text tokens, Li = 257 CLIP tokens (I2V only), width
+    D = heads x head_dim, FFN width F, rank r:
+
+      linear layers   2 x in x out x tokens for every Linear (a multiply and an add per weight per token).
+                      Per block: 2 x (4 D^2 L [self q,k,v,o] + 2 D^2 L [cross q,o] + 2 D^2 Lt [cross k,v]
+                      + 2 D F L [FFN] + 2 D^2 Li [I2V add_k, add_v]).
+      attention       Q K^T is (L x hd)(hd x Lk) per head = 2 L Lk hd; A V the same; summed over the heads
+                      (heads x hd = D): 4 L Lk D. Per block: 4 L^2 D (self) + 4 L Lt D (text) + 4 L Li D (image).
+      LoRA            2 x r x (in + out) x tokens for each adapted Linear (the down and up projections).
+      outside blocks  patch embedding (a stride-p conv = Linear of C_in x 4 -> D per token), proj_out (D -> 16 x 4),
+                      text embedder (4096 -> D -> D on Lt), CLIP embedder (1280 -> 1280 -> D on Li), time MLPs (1 token).
+
+    Not counted: norms, RoPE, softmax, GELU, modulation and other elementwise work (< 1 %).
+
+      forward         = batch x (layers x block + outside)
+      model FLOPs     = 3 x forward (backward ~ 2 x forward: gradients w.r.t. inputs and weights; the usual
+                        MFU convention, although LoRA skips the frozen weights' gradients, so the GPU really
+                        does ~ 2 x forward for the linear layers)
+      recompute       = batch x layers x block when gradient checkpointing re-runs every block's forward
+      MFU             = model FLOPs / s / peak;  HFU = (model FLOPs + recompute) / s / peak
+    """
+    d = config["num_attention_heads"] * config["attention_head_dim"]
+    layers = config["num_layers"]
+    image = IMAGE_TOKENS if config["image_dim"] is not None else 0
+    linears = block_linears(config, tokens)
+    block_linear = sum(2 * i * o * n for i, o, n in linears.values())
+    block_attention = 4 * tokens * tokens * d + 4 * tokens * TEXT_TOKENS * d + 4 * tokens * image * d
+    block_lora = sum(2 * lora_rank * (i + o) * n for suffix, (i, o, n) in linears.items() if suffix in lora_targets)
+    patch = math.prod(config["patch_size"])
+    outside = 2 * (config["in_channels"] * patch * d * tokens  # patch embedding
+                   + d * config["out_channels"] * patch * tokens  # proj_out
+                   + (config["text_dim"] * d + d * d) * TEXT_TOKENS  # text embedder
+                   + (config["freq_dim"] * d + d * d + d * 6 * d))  # time embedder + time_proj, one token
+    if config["image_dim"] is not None:
+        outside += 2 * (config["image_dim"] ** 2 + config["image_dim"] * d) * IMAGE_TOKENS
+    block = block_linear + block_attention + block_lora
+    forward = batch * (layers * block + outside)
+    return {
+        "forward": forward,
+        "forward_attention_share": round(batch * layers * block_attention / forward, 4),
+        "model_per_step": 3 * forward,
+        "recompute_per_step": batch * layers * block if checkpointing else 0,
+    }
+
+
+def check_flop_table(transformer, config: dict) -> None:
+    """The FLOP table's Linears are exactly those of block 0 (guards the formula against diffusers changes)."""
+    import torch
+
+    table = block_linears(config, 1)
+    actual = {name: (m.in_features, m.out_features) for name, m in transformer.blocks[0].named_modules()
+              if isinstance(m, torch.nn.Linear) and "lora_" not in name and not name.endswith("base_layer")}
+    expected = {name: (i, o) for name, (i, o, _) in table.items()}
+    if actual != expected:
+        raise AssertionError(f"FLOP table does not match the block's Linear layers: {actual} != {expected}")
+
+
+# --- the step (the project's own code) ----------------------------------------------------------------
+def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
+                 dtype_name: str):
+    from modules.util.config.train_config import TrainConfig
+
+    return TrainConfig.from_dict({
+        "lora_rank": rank, "lora_alpha": rank, "gradient_checkpointing": checkpointing,
+        "blocks_to_swap": blocks_to_swap, "fp8_base_weights": fp8, "activation_offload": activation_offload,
+        "train_dtype": dtype_name, "transformer_dtype": dtype_name, "tensorboard": False, "sample_at_end": False,
+    })
+
+
+def wan_model(transformer, config: dict, device, dtype):
+    """A WanModel holding only the transformer (the step needs no encoder: its inputs are synthetic)."""
+    from modules.model.WanModel import WanModel
+    from modules.model.WanVariant import WanVariant
+    from modules.util.enum import ModelType
+
+    i2v = config["image_dim"] is not None
+    variant = WanVariant(
+        name="i2v" if i2v else "t2v", model_type=ModelType.WAN_2_1, in_channels=config["in_channels"],
+        out_channels=config["out_channels"], has_clip_branch=i2v, has_image_encoder=False, two_experts=False,
+        boundary_ratio=None, expand_timesteps=False, vae_z_dim=LATENT_CHANNELS, vae_scale_spatial=VAE_SPATIAL,
+        vae_scale_temporal=VAE_TEMPORAL, patch_size=tuple(config["patch_size"]), fps=16)
+    return WanModel(variant=variant, model_dir=Path("random"), tokenizer=None, text_encoder=None, vae=None,
+                    transformer=transformer, scheduler=None, train_device=device, train_dtype=dtype)
+
+
+def prepare(transformer, config: dict, train: "TrainConfig", device, dtype):
+    """WanLoRASetup as GenericTrainer.start() runs it: setup_trainable, prepare_device, optimizer."""
+    from modules.modelSetup.WanLoRASetup import WanLoRASetup
+    from modules.modelSetup.optimization import create_optimizer
+
+    setup = WanLoRASetup(wan_model(transformer, config, device, dtype), train)
+    params = setup.setup_trainable()  # fp8 storage (if on), then the LoRA adapters
+    setup.prepare_device()  # block swap or .to(device), gradient checkpointing, train()
+    return setup, params, create_optimizer(params, train)
+
+
+def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0):
+    """Synthetic StepInputs: latents (B, 16, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens."""
+    import torch
+
+    from modules.modelSetup.step_inputs import StepInputs
+
+    g = torch.Generator().manual_seed(seed)
+    t, h, w = shape
+    x0 = torch.randn((batch, LATENT_CHANNELS, t, h, w), generator=g)
+    text = torch.randn((batch, TEXT_TOKENS, config["text_dim"]), generator=g)
+    condition = clip = None
+    extra = config["in_channels"] - LATENT_CHANNELS
+    if extra:  # [4 mask channels, 16 condition-latent channels]
+        condition = torch.cat([torch.ones((batch, extra - LATENT_CHANNELS, t, h, w)),
+                               torch.randn((batch, LATENT_CHANNELS, t, h, w), generator=g)], dim=1)
+    if config["image_dim"] is not None:
+        clip = torch.randn((batch, IMAGE_TOKENS, config["image_dim"]), generator=g)
+    move = (lambda x: None if x is None else x.to(device))
+    return StepInputs(x0=move(x0), prompt_embeds=move(text), condition=move(condition), clip_embeds=move(clip))
+
+
+def train_step(setup, params, optimizer, inputs, step: int, max_grad_norm: float = 1.0, seed: int = 0) -> float:
+    """One optimizer step as GenericTrainer does it (no accumulation): predict, backward, clip, AdamW."""
+    import torch
+
+    from modules.modelSetup.step_inputs import StepRandom
+
+    random = StepRandom.for_micro_step(seed, step, inputs.x0.shape[0])
+    output = setup.predict(inputs, random)
+    output.loss.backward()
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(output.loss.detach())  # waits for the device
+
+
+def host_peak_rss_gib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)  # Linux: KiB
+
+
+def gib(n: float) -> float:
+    return round(n / 2 ** 30, 3)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must be WIDTHxHEIGHT, e.g. 832x480, got {text!r}") from None
+    if width % 16 or height % 16 or width < 16 or height < 16:
+        raise argparse.ArgumentTypeError(f"width and height must be multiples of 16, got {text!r}")
+    return width, height
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="1.3b")
+    parser.add_argument("--size", type=parse_size, default=None, help="WIDTHxHEIGHT in pixels (default 832x480; "
+                        "--smoke: 64x64)")
+    parser.add_argument("--frames", type=int, default=None, help="video frames, 4k+1 (default 81; --smoke: 9)")
+    parser.add_argument("--layers", type=int, help="only the first N transformer blocks (the '14B block stack')")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (per block)")
+    parser.add_argument("--blocks-to-swap", type=int, default=0, help="BlockSwapper: last N blocks' weights on the CPU")
+    parser.add_argument("--fp8", action="store_true", help="fp8 (e4m3) storage of the frozen weights")
+    parser.add_argument("--activation-offload", action="store_true", help="saved activations in pinned CPU memory")
+    parser.add_argument("--attention-backend", help="diffusers attention backend (e.g. flash, _flash_3); "
+                        "default: torch SDPA")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10; --smoke: 2)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; --smoke: 1)")
+    parser.add_argument("--dtype", choices=["BFLOAT16", "FLOAT32"], default="BFLOAT16",
+                        help="base weights and autocast (LoRA weights train in float32 either way)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="device peak for MFU (default 989 = H100 SXM bf16 dense on CUDA; none on the CPU)")
+    parser.add_argument("--device", default=None, help="cuda (default when available), cuda:1, cpu")
+    parser.add_argument("--smoke", action="store_true", help="2 narrow blocks, tiny clip, 2 steps: proves the script runs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the result here")
+    args = parser.parse_args()
+
+    import logging
+
+    import torch
+
+    logging.basicConfig(level=logging.WARNING)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = device.type == "cuda"
+    width, height = args.size or ((64, 64) if args.smoke else (832, 480))
+    frames = args.frames or (9 if args.smoke else 81)
+    steps = args.steps if args.steps is not None else (2 if args.smoke else 10)
+    warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 3)
+    if frames < 1 or (frames - 1) % 4:
+        parser.error(f"--frames must be 4k+1, got {frames}")
+    if steps < 1 or warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    peak_tflops = args.peak_tflops if args.peak_tflops is not None else (989.0 if cuda else None)
+    dtype = {"BFLOAT16": torch.bfloat16, "FLOAT32": torch.float32}[args.dtype]
+    config = transformer_config(args.model, args.layers, args.smoke)
+    shape = latent_shape(width, height, frames)
+    tokens = video_tokens(config, shape)
+    train = train_config(rank=args.lora_rank, checkpointing=args.checkpointing, blocks_to_swap=args.blocks_to_swap,
+                         fp8=args.fp8, activation_offload=args.activation_offload, dtype_name=args.dtype)
+    flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules, args.checkpointing)
+
+    result = {
+        "status": "ok", "model": args.model, "smoke": args.smoke, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
+        "dtype": args.dtype, "layers": config["num_layers"],
+        "width": config["num_attention_heads"] * config["attention_head_dim"],
+        "size": f"{width}x{height}", "frames": frames, "batch_size": args.batch_size,
+        "latent_shape": [LATENT_CHANNELS, *shape], "tokens": tokens, "text_tokens": TEXT_TOKENS,
+        "image_tokens": IMAGE_TOKENS if config["image_dim"] is not None else 0,
+        "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
+        "activation_offload": args.activation_offload, "attention_backend": args.attention_backend or "sdpa",
+        "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup,
+    }
+    times: list[float] = []
+    loss = float("nan")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        torch.manual_seed(args.seed)  # LoRA init
+        transformer = build_transformer(config, device, dtype, args.seed)
+        check_flop_table(transformer, config)
+        result["base_params"] = sum(p.numel() for p in transformer.parameters())
+        if args.attention_backend:
+            transformer.set_attention_backend(args.attention_backend)
+        setup, params, optimizer = prepare(transformer, config, train, device, dtype)
+        result["trainable_params"] = sum(p.numel() for p in params)
+        inputs = make_inputs(config, shape, args.batch_size, device, args.seed)
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+            result["setup_peak_vram_gib"] = gib(torch.cuda.max_memory_allocated(device))
+            result["resident_vram_gib"] = gib(torch.cuda.memory_allocated(device))  # weights, LoRA, inputs
+            torch.cuda.reset_peak_memory_stats(device)
+        for step in range(warmup + steps):
+            start = time.perf_counter()
+            loss = train_step(setup, params, optimizer, inputs, step, train.max_grad_norm, args.seed)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+    except torch.OutOfMemoryError as e:
+        result["status"] = "oom"
+        result["error"] = str(e).splitlines()[0]
+    if cuda:
+        result["peak_vram_gib"] = gib(torch.cuda.max_memory_allocated(device))
+        result["peak_vram_reserved_gib"] = gib(torch.cuda.max_memory_reserved(device))
+    else:
+        result["peak_vram_gib"] = None
+    result["peak_host_rss_gib"] = host_peak_rss_gib()
+
+    seconds = statistics.mean(times) if times else None
+    result.update({
+        "loss": round(loss, 5) if math.isfinite(loss) else None,
+        "s_per_step": round(seconds, 4) if seconds else None,
+        "s_per_step_min": round(min(times), 4) if times else None,
+        "step_times": [round(t, 4) for t in times],
+        "forward_flops": flops["forward"],
+        "attention_share_of_forward": flops["forward_attention_share"],
+        "model_flops_per_step": flops["model_per_step"],
+        "recompute_flops_per_step": flops["recompute_per_step"],
+        "model_tflops_per_s": round(flops["model_per_step"] / seconds / 1e12, 3) if seconds else None,
+        "peak_tflops": peak_tflops,
+        "mfu": round(flops["model_per_step"] / seconds / 1e12 / peak_tflops, 4) if seconds and peak_tflops else None,
+        "hfu": (round((flops["model_per_step"] + flops["recompute_per_step"]) / seconds / 1e12 / peak_tflops, 4)
+                if seconds and peak_tflops else None),
+    })
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return 0 if result["status"] == "ok" else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
