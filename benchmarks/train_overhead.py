@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -135,7 +136,9 @@ def main() -> None:
             bare.append(time_bare_loop(config, args.steps))
             trainer.append(time_trainer(config)[0])
         result = {"steps": args.steps, "bare_steps_per_s": max(bare), "trainer_steps_per_s": max(trainer),
-                  "overhead_ratio": max(bare) / max(trainer), "threads": torch.get_num_threads()}
+                  "overhead_ratio": max(bare) / max(trainer), "threads": torch.get_num_threads(),
+                  # whole process (both loops, cache filling); Linux reports KiB
+                  "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

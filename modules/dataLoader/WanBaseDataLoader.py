@@ -11,14 +11,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import random
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
-from modules.dataLoader.buckets import Bucket, area_resolutions, batch_by_bucket, choose_bucket
+from modules.dataLoader.batching import encode_caption, epoch_batches, prompt_batch
+from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.discovery import RawSample, discover_concept
 from modules.dataLoader.errors import TOO_FEW_FRAMES, DataError
@@ -193,11 +193,8 @@ class WanBaseDataLoader:
         return tensors
 
     def _encode_text(self, caption: str) -> torch.Tensor:
-        """UMT5 embeddings of the real tokens only (seq, D); batches pad them back to 512 with zeros."""
         self._encoder_calls += 1
-        embeds = self.model.encode_prompts([caption])[0]
-        length = int((embeds.abs().sum(-1) > 0).nonzero().max()) + 1 if embeds.abs().sum() > 0 else 1
-        return embeds[:length].clone()
+        return encode_caption(self.model, caption)
 
     def _item_tensors(self, item: TrainingItem) -> dict[str, torch.Tensor]:
         if self.config.latent_caching:
@@ -219,16 +216,10 @@ class WanBaseDataLoader:
         return hashlib.sha256(json.dumps([i.latent_key + i.text_key for i in self.items]).encode()).hexdigest()
 
     # --- epochs and batches ----------------------------------------------------------------------------
-    def _seed(self, *parts: object) -> int:
-        digest = hashlib.sha256(json.dumps([self.config.seed, *parts]).encode()).digest()
-        return int.from_bytes(digest[:8], "little")
-
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """Item indices per batch for `epoch`, a pure function of (seed, epoch)."""
-        rng = random.Random(self._seed("order", epoch))
-        batches = batch_by_bucket(list(enumerate(i.bucket for i in self.items)), self.batch_size, rng, False)
-        # data parallel: every rank needs at least one sample of each global batch
-        return [b for b in batches if len(b) >= self.dist.world_size]
+        """Item indices per global batch of `epoch`, a pure function of (seed, epoch)."""
+        return epoch_batches([i.bucket for i in self.items], self.batch_size, self.config.seed, epoch,
+                             self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
         per_item = [self._item_tensors(self.items[i]) for i in indices]
@@ -236,9 +227,8 @@ class WanBaseDataLoader:
         for name in per_item[0]:
             if name != "prompt_embeds":
                 batch[name] = torch.stack([t[name] for t in per_item])
-        batch["prompt_embeds"] = torch.stack([
-            self._pad_text(self._maybe_drop_caption(t["prompt_embeds"], epoch, i)) for t, i in zip(per_item, indices)
-        ])
+        batch["prompt_embeds"] = prompt_batch([t["prompt_embeds"] for t in per_item], indices, epoch, self.config.seed,
+                                              self.config.caption_dropout_probability, self._empty_prompt_embeds)
         if self.uses_image_condition:
             bucket = self.items[indices[0]].bucket
             _, _, t, h, w = batch["latent_mean"].shape
@@ -258,12 +248,6 @@ class WanBaseDataLoader:
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), condition=condition,
                           clip_embeds=clip.to(device) if clip is not None else None)
 
-    def _maybe_drop_caption(self, embeds: torch.Tensor, epoch: int, index: int) -> torch.Tensor:
-        p = self.config.caption_dropout_probability
-        if p <= 0 or random.Random(self._seed("caption_dropout", epoch, index)).random() >= p:
-            return embeds
-        return self._empty_prompt_embeds()
-
     def _empty_prompt_embeds(self) -> torch.Tensor:
         key = fingerprint("text", "", *self._text_identity)
         cached = self.cache.get(key)
@@ -271,7 +255,3 @@ class WanBaseDataLoader:
             cached = {"prompt_embeds": self._encode_text("")}
             self.cache.put(key, cached)
         return cached["prompt_embeds"]
-
-    @staticmethod
-    def _pad_text(embeds: torch.Tensor, length: int = 512) -> torch.Tensor:
-        return torch.cat([embeds, embeds.new_zeros(length - embeds.shape[0], embeds.shape[1])])

@@ -11,14 +11,13 @@ import dataclasses
 import hashlib
 import json
 import logging
-import random
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.buckets import batch_by_bucket
+from modules.dataLoader.batching import encode_caption, epoch_batches, prompt_batch
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
@@ -37,7 +36,6 @@ from modules.dataLoader.e2v.modules import (
     EncodeClipElement,
     EncodePosterior,
     LoadReferences,
-    encode_caption,
 )
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, Pipeline
@@ -230,14 +228,9 @@ class WanE2VDataLoader:
         return hashlib.sha256(json.dumps([i.source for i in self.items], sort_keys=True).encode()).hexdigest()
 
     # --- epochs and batches --------------------------------------------------------------------------
-    def _seed(self, *parts: object) -> int:
-        digest = hashlib.sha256(json.dumps([self.config.seed, *parts]).encode()).digest()
-        return int.from_bytes(digest[:8], "little")
-
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        rng = random.Random(self._seed("order", epoch))
-        batches = batch_by_bucket(list(enumerate(_SortableBucket(i.bucket) for i in self.items)), self.batch_size, rng, False)
-        return [b for b in batches if len(b) >= self.dist.world_size]
+        return epoch_batches([_SortableBucket(i.bucket) for i in self.items], self.batch_size, self.config.seed, epoch,
+                             self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, Any]:
         fields = [self._run(self.items[i], epoch) for i in indices]
@@ -247,8 +240,8 @@ class WanE2VDataLoader:
             "reference_latents": first.bucket[2],
             "video_mean": torch.stack([f["video_mean"] for f in fields]),
             "video_std": torch.stack([f["video_std"] for f in fields]),
-            "prompt_embeds": torch.stack([self._pad(self._maybe_drop(f["prompt_embeds"], epoch, i))
-                                          for f, i in zip(fields, indices)]),
+            "prompt_embeds": prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
+                                          self.config.caption_dropout_probability, self._empty_prompt_embeds),
         }
         if self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
@@ -259,17 +252,10 @@ class WanE2VDataLoader:
                 for f, item in zip(fields, (self.items[i] for i in indices))])
         return batch
 
-    def _maybe_drop(self, embeds: torch.Tensor, epoch: int, index: int) -> torch.Tensor:
-        p = self.config.caption_dropout_probability
-        if p <= 0 or random.Random(self._seed("caption_dropout", epoch, index)).random() >= p:
-            return embeds
+    def _empty_prompt_embeds(self) -> torch.Tensor:
         if not hasattr(self, "_empty_embeds"):
             self._empty_embeds = encode_caption(self.model, "")
         return self._empty_embeds
-
-    @staticmethod
-    def _pad(embeds: torch.Tensor, length: int = 512) -> torch.Tensor:
-        return torch.cat([embeds, embeds.new_zeros(length - embeds.shape[0], embeds.shape[1])])
 
     # --- step inputs (E2V_SPEC §6) ------------------------------------------------------------------------
     def assemble(self, batch: dict[str, Any], random: StepRandom) -> StepInputs:

@@ -63,6 +63,8 @@ def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: 
                                                           "fingerprints": fingerprints}, indent=2))
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
 
+    for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
+        shutil.rmtree(stale, ignore_errors=True)
     atomic_write_dir(path, write)
     for old in list_backups(workspace_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)

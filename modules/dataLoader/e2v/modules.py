@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import torch
 
+from modules.dataLoader.batching import encode_caption
 from modules.dataLoader.e2v.layout import (
     joint_clip,
     layout_elements,
@@ -207,13 +208,6 @@ class EncodeCaption(PipelineModule):
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         caption = strip_llm_prefix(item["caption"]) if self.strip_prefixes else item["caption"]
         return {"prompt_embeds": encode_caption(self.model, caption)}
-
-
-def encode_caption(model: WanModel, caption: str) -> torch.Tensor:
-    embeds = model.encode_prompts([caption])[0]
-    nonzero = (embeds.abs().sum(-1) > 0).nonzero()
-    length = int(nonzero.max()) + 1 if len(nonzero) else 1
-    return embeds[:length].clone()
 
 
 def video_target_frames(target_layout: str, num_frames: int, num_reference_frames: int) -> int:
