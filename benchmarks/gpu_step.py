@@ -337,6 +337,10 @@ def main() -> int:
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="device peak for MFU (default 989 = H100 SXM bf16 dense on CUDA; none on the CPU)")
     parser.add_argument("--device", default=None, help="cuda (default when available), cuda:1, cpu")
+    parser.add_argument("--build-on", choices=["device", "cpu"], default="device",
+                        help="where the random weights are made: on the train device (fast) or, as the trainer "
+                             "loads a checkpoint, on the CPU and then moved by prepare_device (setup_peak_vram_gib "
+                             "is then what a real run's setup needs)")
     parser.add_argument("--smoke", action="store_true", help="2 narrow blocks, tiny clip, 2 steps: proves the script runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the result here")
@@ -376,7 +380,7 @@ def main() -> int:
         "image_tokens": IMAGE_TOKENS if config["image_dim"] is not None else 0,
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
         "activation_offload": args.activation_offload, "attention_backend": args.attention_backend or "sdpa",
-        "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup,
+        "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup, "build_on": args.build_on,
     }
     times: list[float] = []
     loss = float("nan")
@@ -385,7 +389,8 @@ def main() -> int:
         torch.cuda.reset_peak_memory_stats(device)
     try:
         torch.manual_seed(args.seed)  # LoRA init
-        transformer = build_transformer(config, device, dtype, args.seed)
+        build = device if args.build_on == "device" else torch.device("cpu")
+        transformer = build_transformer(config, build, dtype, args.seed)
         check_flop_table(transformer, config)
         result["base_params"] = sum(p.numel() for p in transformer.parameters())
         if args.attention_backend:
@@ -409,7 +414,11 @@ def main() -> int:
         if cuda:
             result["peak_vram_gib"] = gib(torch.cuda.max_memory_allocated(device))
             result["peak_vram_reserved_gib"] = gib(torch.cuda.max_memory_reserved(device))
-        counted = counted_step_flops(setup, params, optimizer, inputs, warmup + steps, train.max_grad_norm, args.seed)
+        try:  # after the measurement: running out of memory here leaves the timings standing
+            counted = counted_step_flops(setup, params, optimizer, inputs, warmup + steps, train.max_grad_norm,
+                                         args.seed)
+        except torch.OutOfMemoryError:
+            counted = None
     except torch.OutOfMemoryError as e:
         result["status"] = "oom"
         result["error"] = str(e).splitlines()[0]

@@ -41,6 +41,7 @@ COMBOS = [
     ("block_swap", ("block_swap",)),
     ("block_swap+checkpointing", ("block_swap", "checkpointing")),
     ("fp8", ("fp8",)),
+    ("fp8+checkpointing", ("fp8", "checkpointing")),
     ("fp8+block_swap+checkpointing+activation_offload", ("fp8", "block_swap", "checkpointing", "activation_offload")),
 ]
 TOLERANCE = {  # dtype -> (relative loss, relative gradient)
@@ -202,7 +203,8 @@ def main() -> int:
         result["combos"].append(combo)
     result["all_match"] = all(c["match"] is not False for c in result["combos"])
     result["peak_host_rss_gib"] = host_peak_rss_gib()
-    text = json.dumps(result, indent=1)
+    combos_text = ",\n  ".join(json.dumps(c) for c in result.pop("combos"))  # one line per combination
+    text = json.dumps(result, indent=1)[:-2] + f',\n "combos": [\n  {combos_text}\n ]\n}}'
     print(text)
     if args.json:
         Path(args.json).write_text(text)

@@ -22,7 +22,7 @@ COMBO_KEYS = {"name", "checkpointing", "activation_offload", "block_swap", "fp8"
 
 def run_script(args: list[str], tmp_path, timeout: int = 120) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "result.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="2")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, *args, "--json", str(out)], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert out.is_file(), proc.stdout + proc.stderr

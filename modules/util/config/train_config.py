@@ -142,7 +142,7 @@ class TrainConfig(BaseConfig):
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
-    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only).")
+    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
     timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
