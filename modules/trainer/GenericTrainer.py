@@ -286,7 +286,7 @@ class GenericTrainer:
             self.progress.micro_step += 1
             finite = self.dist.all_true(bool(torch.isfinite(output.loss)))
             if not finite:  # every rank skips together; the zero backward keeps data-parallel hooks in step
-                self._nonfinite(float(output.loss))
+                self._nonfinite(float(output.loss.detach()))
                 sum((p * 0).sum() for p in self.params).backward()
                 self.skip_update = True
                 return float("nan")

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from modules.util.atomic import atomic_write_dir
+from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,11 @@ def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: 
 
     for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
         shutil.rmtree(stale, ignore_errors=True)
-    atomic_write_dir(path, write)
+    try:
+        atomic_write_dir(path, write)
+    except OSError as e:  # e.g. a full disk: the previous backups are intact, say so in one line
+        raise UserError(f"cannot write the backup to '{root}' ({e.strerror or e}): free space there or lower "
+                        "rolling_backup_count; the previous backups are intact") from None
     for old in list_backups(workspace_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     logger.info("backup written to %s", path)

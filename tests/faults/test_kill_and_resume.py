@@ -5,9 +5,11 @@ writes, which change nothing that is computed) and are killed with SIGKILL: no h
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,16 +53,19 @@ class Run:
 
     def start(self, *config_values: str, **faults: str) -> subprocess.Popen:
         self.runs += 1
-        env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "FAULT_MARKER": str(self.work / "hanging"), **faults}
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "OMP_NUM_THREADS": "1",
+               "FAULT_MARKER": str(self.work / "hanging"), **faults}
         args = [sys.executable, str(RUNNER), "--config-path", str(self.config_path)]
         for value in config_values:
             args += ["--config-value", value]
-        self.out, self.err = (open(self.work / f"{name}-{self.runs}.txt", "w+") for name in ("stdout", "stderr"))
-        self.proc = subprocess.Popen(args, stdout=self.out, stderr=self.err, env=env)
+        self.logs = [self.work / f"{name}-{self.runs}.txt" for name in ("stdout", "stderr")]
+        with open(self.logs[0], "w") as out, open(self.logs[1], "w") as err:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, env=env)
         return self.proc
 
     def log(self) -> str:
-        return "".join(Path(f.name).read_text(errors="replace") for f in (self.out, self.err))
+        """stdout and stderr of the latest run."""
+        return "".join(path.read_text(errors="replace") for path in self.logs)
 
     def finish(self, timeout: float = 300) -> str:
         assert self.proc.wait(timeout) == 0, self.log()[-4000:]
@@ -100,14 +105,29 @@ def assert_same_tensors(actual: dict[str, torch.Tensor], expected: dict[str, tor
         assert actual[key].numpy().tobytes() == expected[key].numpy().tobytes(), key
 
 
+@dataclasses.dataclass
+class Reference:
+    lora: dict[str, torch.Tensor]  # the final LoRA file's tensors
+    trainable: dict[str, torch.Tensor]  # what a backup of the last step holds
+    lora_path: Path
+    cache_dir: str  # its latent cache, shared with the runs under test (caching is not what they test)
+
+
 @pytest.fixture(scope="module")
-def reference(tiny_model, video_dataset, tmp_path_factory) -> dict[str, torch.Tensor]:
-    """The LoRA tensors of the same config run uninterrupted (here in-process: on the CPU the process does not matter)."""
-    trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path_factory.mktemp("reference"), **RUN)
-    trainer.start()
-    trainer.train()
-    (path,) = trainer.end()
-    return lora_tensors(path)
+def reference(tiny_model, video_dataset, tmp_path_factory) -> Reference:
+    """The same config run uninterrupted, in-process: on the CPU only the thread count could make a difference,
+    so it uses one thread like the subprocesses (one thread each also keeps them fast on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path_factory.mktemp("reference"), **RUN)
+        trainer.start()
+        trainer.train()
+        (path,) = trainer.end()
+    finally:
+        torch.set_num_threads(threads)
+    trainable = {k: v.detach().clone() for k, v in trainer.setup.trainable_state().items()}
+    return Reference(lora_tensors(path), trainable, path, trainer.config.cache_dir)
 
 
 def visible(folder: Path) -> list[str]:
@@ -116,60 +136,57 @@ def visible(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_sigkill_after_a_backup_then_resume_equals_an_uninterrupted_run(reference, tiny_model, video_dataset, tmp_path):
-    run = Run(tiny_model("t2v"), video_dataset, tmp_path)
+    run = Run(tiny_model("t2v"), video_dataset, tmp_path, cache_dir=reference.cache_dir)
     try:
         run.start(FAULT_STEP_DELAY="0.3")  # room to kill between steps; changes nothing computed
         run.kill_when(lambda: (run.backups / "step-00000004").is_dir())
         assert not run.lora.exists()  # killed mid-training: no final save happened
-        last = list_backups(run.config["workspace_dir"])[-1]
-        assert last.name in ("step-00000004", "step-00000005")  # killed within a step of the poll
-        assert read_backup(last).progress.global_step == int(last.name[5:])
+        last = list_backups(run.config["workspace_dir"])[-1]  # step 4, or a little later on a busy machine
+        assert 4 <= read_backup(last).progress.global_step == int(last.name[5:]) < 9
 
         run.start("continue_last_backup=true")
         log = run.finish()
     finally:
         run.close()
     assert f"resumed from {last}" in log and "changed since it was written" not in log
-    assert_same_tensors(lora_tensors(run.lora), reference)
+    assert_same_tensors(lora_tensors(run.lora), reference.lora)
 
 
 @pytest.mark.slow
 def test_a_kill_during_a_write_keeps_the_previous_backup_and_lora(reference, tiny_model, video_dataset, tmp_path):
-    run = Run(tiny_model("t2v"), video_dataset, tmp_path)
+    run = Run(tiny_model("t2v"), video_dataset, tmp_path, cache_dir=reference.cache_dir)
+    run.lora.parent.mkdir(parents=True)
+    shutil.copyfile(reference.lora_path, run.lora)  # an earlier training's LoRA at the same destination
+    previous_lora = run.lora.read_bytes()
     marker = tmp_path / "hanging"
     try:
-        # 1. Killed while writing backup step 3 (half of trainable.safetensors is on disk).
+        # 1. Killed while writing the backup of step 3 (half of its trainable.safetensors is on disk).
         run.start(FAULT_HANG_BACKUP="3")
         run.kill_when(marker.is_file)
         assert visible(run.backups) == ["step-00000001", "step-00000002"]
-        temp = [p for p in run.backups.iterdir() if p.name.startswith(".step-00000003.")]
-        assert len(temp) == 1  # the half-written backup, hidden under a dot name
+        (temp,) = [p for p in run.backups.iterdir() if p.name.startswith(".step-00000003.")]  # hidden, dot name
         with pytest.raises(Exception):
-            load_file(str(temp[0] / "trainable.safetensors"))
+            load_file(str(temp / "trainable.safetensors"))
         previous = read_backup(run.backups / "step-00000002")  # the previous backup is whole and loads
         assert previous.progress.global_step == 2 and previous.trainable
         assert [p.name for p in list_backups(run.config["workspace_dir"])] == ["step-00000001", "step-00000002"]
 
-        # 2. The resume starts from step 2, ignores the temp folder, and ends where the uninterrupted run ends.
+        # 2. The resume starts from step 2 and trains to the end; killed while writing the final LoRA.
         marker.unlink()
-        run.start("continue_last_backup=true")
-        log = run.finish()
-        assert f"resumed from {run.backups / 'step-00000002'} at step 2" in log
-        assert not [p.name for p in run.backups.iterdir() if p.name.startswith(".")]  # the stale temp folder is gone
-        good = run.lora.read_bytes()
-        assert_same_tensors(lora_tensors(run.lora), reference)
-
-        # 3. One more epoch, killed while the new LoRA is half written: the old file stays, whole.
-        run.start("continue_last_backup=true", "epochs=4", FAULT_HANG_LORA="1")
+        run.start("continue_last_backup=true", FAULT_HANG_LORA="1")
         run.kill_when(marker.is_file)
     finally:
         run.close()
-    assert run.lora.read_bytes() == good
-    assert_same_tensors(lora_tensors(run.lora), reference)
+    assert f"resumed from {run.backups / 'step-00000002'} at step 2" in run.log()
+    assert visible(run.backups) == ["step-00000007", "step-00000008", "step-00000009"]
+    assert not [p.name for p in run.backups.iterdir() if p.name.startswith(".")]  # the stale temp folder is gone
+    assert_same_tensors(read_backup(run.backups / "step-00000009").trainable, reference.trainable)
+    # The LoRA under the final name is still the earlier one, whole; the half-written new one is a dot file.
+    assert run.lora.read_bytes() == previous_lora
+    assert_same_tensors(lora_tensors(run.lora), reference.lora)
     assert visible(run.lora.parent) == ["lora.safetensors"]
-    temps = [p for p in run.lora.parent.iterdir() if p.name.startswith(".lora.safetensors.")]
-    assert len(temps) == 1 and 0 < temps[0].stat().st_size < len(good)  # the half-written new file, hidden
-    assert list_backups(run.config["workspace_dir"])[-1].name == "step-00000012"  # training itself had finished
+    (temp,) = [p for p in run.lora.parent.iterdir() if p.name.startswith(".lora.safetensors.")]
+    assert 0 < temp.stat().st_size < len(previous_lora)
 
 
 def test_resume_with_a_changed_config_names_what_changed(tiny_model, video_dataset, tmp_path, caplog):
