@@ -32,11 +32,10 @@ from modules.dataLoader.e2v.modules import (
     BuildConditionClip,
     BuildJointClip,
     DecodeTargetVideo,
-    EncodeCaption,
     EncodeClipElement,
-    EncodePosterior,
     LoadReferences,
 )
+from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter

@@ -6,7 +6,6 @@ step's random streams.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -14,7 +13,6 @@ import cv2
 import numpy as np
 import torch
 
-from modules.dataLoader.batching import encode_caption
 from modules.dataLoader.e2v.layout import (
     joint_clip,
     layout_elements,
@@ -32,19 +30,6 @@ from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import read_video_frames
 from modules.model.WanModel import WanModel
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-
-# Openers that captioning LLMs put before the content ("The video shows a dog ..." -> "a dog ...").
-_LLM_PREFIXES = re.compile(
-    r"^\s*(?:in\s+)?(?:this|the)\s+(?:video|clip|footage|scene|animation)\s*(?:shows|showcases|depicts|features|"
-    r"captures|presents|displays|portrays|illustrates)?\s*(?:that\s+)?[,:]?\s*",
-    re.IGNORECASE,
-)
-
-
-def strip_llm_prefix(caption: str) -> str:
-    stripped = _LLM_PREFIXES.sub("", caption, count=1)
-    return stripped[:1].lower() + stripped[1:] if stripped and stripped != caption else caption
-
 
 def read_image(path: str) -> np.ndarray:
     data = np.fromfile(path, dtype=np.uint8) if Path(path).is_file() else np.zeros(0, np.uint8)
@@ -152,22 +137,6 @@ class BuildJointClip(PipelineModule):
         return {"target_clip": joint_clip(item["condition_clip"][:, :p], item["video_frames"], item["num_frames"])}
 
 
-class EncodePosterior(PipelineModule):
-    """VAE posterior (raw mean and std) of one pixel clip — one call, never pieces (§3.2–3.3)."""
-
-    def __init__(self, model: WanModel, source: str, prefix: str, identity: Any):
-        self.model, self.identity = model, identity
-        self.name = f"EncodePosterior[{prefix}]"
-        self.inputs, self.outputs = (source,), (f"{prefix}_mean", f"{prefix}_std")
-
-    def cache_identity(self) -> Any:
-        return self.identity
-
-    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        mean, std = self.model.encode_video(item[self.inputs[0]][None])
-        return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
-
-
 class EncodeClipElement(PipelineModule):
     """CLIP second-to-last hidden state of one element, encoded on its own (§2, §5); (0, D) if absent."""
 
@@ -191,23 +160,6 @@ class EncodeClipElement(PipelineModule):
         height, width = self.dataset.processors.clip.resolution
         image = preprocess(read_image(path), self.dataset.clip_preprocess(self.element), height, width)
         return {self.outputs[0]: self.model.encode_images([image])[0]}
-
-
-class EncodeCaption(PipelineModule):
-    """UMT5 embeddings of the caption's real tokens (seq, D); batches zero-pad to 512 (§5)."""
-
-    inputs = ("caption",)
-    outputs = ("prompt_embeds",)
-
-    def __init__(self, model: WanModel, identity: Any, strip_prefixes: bool):
-        self.model, self.identity, self.strip_prefixes = model, identity, strip_prefixes
-
-    def cache_identity(self) -> Any:
-        return [self.identity, self.strip_prefixes]
-
-    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        caption = strip_llm_prefix(item["caption"]) if self.strip_prefixes else item["caption"]
-        return {"prompt_embeds": encode_caption(self.model, caption)}
 
 
 def video_target_frames(target_layout: str, num_frames: int, num_reference_frames: int) -> int:
