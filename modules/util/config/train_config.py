@@ -34,6 +34,12 @@ DEFAULT_LORA_TARGETS = [
 ]
 
 
+def check_frame_count(key: str, frames: int) -> None:
+    """The Wan VAE takes 4k+1 frames (1 + 4 per latent frame after the first)."""
+    if frames < 1 or (frames - 1) % 4:
+        raise ConfigError(f"config key '{key}' must be of the form 4k+1 (1, 5, 9, ... 81), got {frames}")
+
+
 @dataclasses.dataclass
 class ConceptConfig(BaseConfig):
     path: str = option("", "A folder of videos/images with same-name .txt captions, or a .jsonl manifest of "
@@ -65,12 +71,10 @@ class SampleConfig(BaseConfig):
     enabled: bool = option(True, "Disabled samples are skipped.")
 
     def validate(self, path: str) -> None:
-        if self.frames < 1 or (self.frames - 1) % 4:
-            raise ConfigError(f"config key '{path}.frames' must be of the form 4k+1 (1, 5, 9, ... 81), got {self.frames}")
+        check_frame_count(f"{path}.frames", self.frames)
         for key in ("height", "width"):
-            value = getattr(self, key)
-            if value < 16 or value % 16:
-                raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {value}")
+            if getattr(self, key) < 16 or getattr(self, key) % 16:
+                raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
 
 
 @dataclasses.dataclass
@@ -181,8 +185,7 @@ class TrainConfig(BaseConfig):
         def fail(key: str, message: str) -> None:
             raise ConfigError(f"config key '{key}' {message}")
 
-        if self.frames < 1 or (self.frames - 1) % 4:
-            fail("frames", f"must be of the form 4k+1 (1, 5, 9, ... 81), got {self.frames}")
+        check_frame_count("frames", self.frames)
         if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
             fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
         for key in ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank"):
