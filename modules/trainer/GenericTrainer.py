@@ -53,6 +53,7 @@ _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_a
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                         "backup_before_save", "train_device"}
 MAX_NONFINITE_STEPS = 5
+SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
 class GenericTrainer:
@@ -73,6 +74,7 @@ class GenericTrainer:
         self.skip_update = False
         self.dist = DistributedContext()
         self.visualizer: Visualizer | None = None
+        self.sigma_log: list[torch.Tensor] = []
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
         self._log_handler: logging.Handler | None = None
@@ -246,7 +248,7 @@ class GenericTrainer:
                     pending = 0
                     committed = dataclasses.replace(self.progress)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}")
+                    bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}", refresh=False)
                     self._report(loss, start_time, start_step)
                     self._after_step(backup_schedule, sample_schedule, epoch_end=False)
                     if self.dist.broadcast_object(self.commands.stop_requested):  # every rank stops together
@@ -293,8 +295,11 @@ class GenericTrainer:
             # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
             weight = size * self.dist.world_size / global_size / self.config.gradient_accumulation_steps
             (output.loss * weight).backward()
-        if self.tensorboard is not None:
-            self.tensorboard.add_histogram("sigma", output.sigmas.float().cpu(), self.progress.global_step)
+        if self.tensorboard is not None:  # σ histogram over the last SIGMA_HISTOGRAM_STEPS steps
+            self.sigma_log.append(output.sigmas.detach().float().cpu())
+            if len(self.sigma_log) >= SIGMA_HISTOGRAM_STEPS:
+                self.tensorboard.add_histogram("sigma", torch.cat(self.sigma_log), self.progress.global_step)
+                self.sigma_log.clear()
         return float(output.loss.detach())
 
     def _nonfinite(self, value: float) -> None:
