@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import encode_caption, epoch_batches, prompt_batch
+from modules.dataLoader.batching import FieldMemo, encode_caption, epoch_batches, prompt_batch
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.discovery import RawSample, discover_concept
@@ -135,6 +135,8 @@ class WanBaseDataLoader:
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
         self.counter = EncoderCounter()
         self.pipeline, self.stages = self._pipeline()
+        # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's).
+        self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching else 0)
 
     @property
     def encoder_calls(self) -> int:
@@ -244,7 +246,7 @@ class WanBaseDataLoader:
                              self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
-        fields = [self._run(self.items[i], epoch) for i in indices]
+        fields = [self.memo.get(self.items[i].position, lambda i=i: self._run(self.items[i], epoch)) for i in indices]
         batch = {name: torch.stack([f[name] for f in fields]) for name in ("latent_mean", "latent_std")}
         batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
                                               self.config.caption_dropout_probability, self._empty_prompt_embeds)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import encode_caption, epoch_batches, prompt_batch
+from modules.dataLoader.batching import FieldMemo, encode_caption, epoch_batches, prompt_batch
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
@@ -114,6 +114,7 @@ class WanE2VDataLoader:
                                if self.uses_clip else None)
         self.pipelines = [self._pipeline(d) for d in self.datasets]
         self.visualization = self.datasets[0].visualization
+        self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
         self.items: list[E2VItem] = []
 
     # --- pipeline per dataset ------------------------------------------------------------------------
@@ -204,6 +205,11 @@ class WanE2VDataLoader:
         pipeline = self.pipelines[item.dataset]
         return pipeline.run(item.source, pipeline.context(item.position, epoch))
 
+    def _variation(self, item: E2VItem, epoch: int) -> int:
+        """Which cached variant an epoch uses (random frame conditioning keeps several)."""
+        return max((stage.variation_for(self.pipelines[item.dataset].context(item.position, epoch))
+                    for stage in self.pipelines[item.dataset].modules), default=0)
+
     def _bucket(self, item: E2VItem, skips: SkipCounter) -> bool:
         try:
             fields = self._run(item, 0)
@@ -232,7 +238,8 @@ class WanE2VDataLoader:
                              self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, Any]:
-        fields = [self._run(self.items[i], epoch) for i in indices]
+        fields = [self.memo.get((self.items[i].position, self._variation(self.items[i], epoch)),
+                                lambda i=i: self._run(self.items[i], epoch)) for i in indices]
         first = self.items[indices[0]]
         batch: dict[str, Any] = {
             "num_frames": int(fields[0]["num_frames"]),

@@ -39,3 +39,23 @@ def encode_caption(model, caption: str) -> torch.Tensor:
     nonzero = (embeds.abs().sum(-1) > 0).nonzero()
     length = int(nonzero.max()) + 1 if len(nonzero) else 1
     return embeds[:length].clone()
+
+
+class FieldMemo:
+    """Keeps the cached fields of items in RAM (up to `limit_mb`), so an epoch after the first reads no
+    file: on small steps the disk reads and deserialisation were a measurable share of the step."""
+
+    def __init__(self, limit_mb: int):
+        self.limit = limit_mb * 2**20
+        self.used = 0
+        self.fields: dict[Hashable, dict] = {}
+
+    def get(self, key: Hashable, load: Callable[[], dict]) -> dict:
+        if key in self.fields:
+            return self.fields[key]
+        fields = load()
+        size = sum(v.numel() * v.element_size() for v in fields.values() if isinstance(v, torch.Tensor))
+        if self.used + size <= self.limit:
+            self.fields[key] = fields
+            self.used += size
+        return fields

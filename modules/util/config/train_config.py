@@ -127,6 +127,7 @@ class TrainConfig(BaseConfig):
     fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1, 24 for Wan 2.2 TI2V/A14B).")
     latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
+    ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
 
     # --- training ----------------------------------------------------------------------------
@@ -191,7 +192,7 @@ class TrainConfig(BaseConfig):
         for key in ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank"):
             if getattr(self, key) < 1:
                 fail(key, f"must be at least 1, got {getattr(self, key)}")
-        for key in ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after"):
+        for key in ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb"):
             if getattr(self, key) < 0:
                 fail(key, f"must not be negative, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
