@@ -41,7 +41,7 @@ TABS: tuple[Tab, ...] = (
          ("Output", ("output_model_format", "output_model_destination"))),
     _tab("data",
          ("Clips", ("resolution", "frames", "fps", "aspect_bucketing")),
-         ("Caching", ("latent_caching", "clear_cache_before_training")),
+         ("Caching", ("latent_caching", "clear_cache_before_training", "ram_cache_mb")),
          ("Captions", ("caption_dropout_probability",))),
     _tab("concepts"),
     _tab("training",
