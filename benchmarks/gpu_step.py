@@ -226,7 +226,7 @@ def wan_model(transformer, config: dict, device, dtype):
                     transformer=transformer, scheduler=None, train_device=device, train_dtype=dtype)
 
 
-def prepare(transformer, config: dict, train: "TrainConfig", device, dtype):
+def prepare(transformer, config: dict, train, device, dtype):
     """WanLoRASetup as GenericTrainer.start() runs it: setup_trainable, prepare_device, optimizer."""
     from modules.modelSetup.WanLoRASetup import WanLoRASetup
     from modules.modelSetup.optimization import create_optimizer
@@ -284,7 +284,6 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
     """
     import contextlib
 
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     math_sdpa = contextlib.nullcontext()

@@ -10,7 +10,6 @@ import json
 import shutil
 from pathlib import Path
 
-import _bootstrap  # noqa: F401  (import path, offline mode)
 
 from _bootstrap import REPO_ROOT, run_main
 

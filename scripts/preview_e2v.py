@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import _bootstrap  # noqa: F401  (import path, offline mode)
 
-from _bootstrap import run_main
+from _bootstrap import run_main  # first: import path, offline mode
 
 
 def mask_strip(mask, frame_size: int):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-import _bootstrap  # noqa: F401  (import path, offline mode)
 
-from _bootstrap import run_main
+from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args() -> argparse.Namespace:

@@ -6,9 +6,8 @@ import argparse
 import signal
 import sys
 
-import _bootstrap  # noqa: F401  (import path, offline mode)
 
-from _bootstrap import run_main
+from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import _bootstrap  # noqa: F401  (import path, offline mode)
 
 from _bootstrap import run_main
 

@@ -7,17 +7,14 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # run as `pytest tests/...` from anywhere
-    sys.path.insert(0, str(REPO_ROOT))
 
+from tests.conftest import REPO_ROOT
 from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelSaver.lora_formats import (
     ALPHA_MAP_KEY,

@@ -15,10 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # run as `pytest tests/...` from anywhere
-    sys.path.insert(0, str(REPO_ROOT))
 
+from tests.conftest import REPO_ROOT
 from modules.util.errors import UserError
 from modules.util.tiny_model import (
     CLIP_HIDDEN_SIZE,

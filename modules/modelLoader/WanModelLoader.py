@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, CLIPImageProcessor, CLIPVisionModel, UMT5EncoderModel
 
 from modules.model.WanModel import WanModel
-from modules.model.WanVariant import WanVariant, detect_variant
+from modules.model.WanVariant import detect_variant
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 
@@ -152,7 +152,3 @@ class WanModelLoader:
         name = json.loads(config_file.read_text(encoding="utf-8")).get("_class_name", "")
         cls = getattr(diffusers, name, None) or FlowMatchEulerDiscreteScheduler
         return cls.from_pretrained(model_dir / "scheduler")
-
-
-def variant_of(base_model_name: str) -> WanVariant:
-    return detect_variant(base_model_name)

@@ -16,10 +16,6 @@ from diffusers import WanTransformer3DModel
 
 logger = logging.getLogger(__name__)
 
-NEW_MODULE_PREFIXES = ("condition_embedder.image_embedder.",)
-NEW_BLOCK_MODULES = (".attn2.add_k_proj.", ".attn2.add_v_proj.", ".attn2.norm_added_k.")
-
-
 def expanded_config(config: dict, mask_channels: int, image_dim: int | None) -> dict:
     """The transformer config after expansion (what a saved model's config.json says)."""
     new = dict(config)
@@ -28,10 +24,6 @@ def expanded_config(config: dict, mask_channels: int, image_dim: int | None) -> 
         new["image_dim"] = image_dim
         new["added_kv_proj_dim"] = config["num_attention_heads"] * config["attention_head_dim"]
     return new
-
-
-def is_new_parameter(name: str) -> bool:
-    return name.startswith(NEW_MODULE_PREFIXES) or any(part in f".{name}" for part in NEW_BLOCK_MODULES)
 
 
 @torch.no_grad()

@@ -232,15 +232,21 @@ class DatasetController(Observable):
         spec = DATASET_SPECS[key]
         return format_value(spec, get_path(self.current, key, spec.default))
 
-    def set(self, key: str, value: Any) -> None:
+    def _parse(self, key: str, spec: FieldSpec, value: Any) -> tuple[bool, Any]:
+        """(ok, parsed); text that does not parse stays pending beside its error."""
         try:
-            parsed = parse_text(DATASET_SPECS[key], value)
+            parsed = parse_text(spec, value)
         except FieldError as e:
             self.pending[key] = value
             self.parse_errors[key] = str(e)
-        else:
-            self.pending.pop(key, None)
-            self.parse_errors.pop(key, None)
+            return False, None
+        self.pending.pop(key, None)
+        self.parse_errors.pop(key, None)
+        return True, parsed
+
+    def set(self, key: str, value: Any) -> None:
+        ok, parsed = self._parse(key, DATASET_SPECS[key], value)
+        if ok:
             set_path(self.current, key, parsed)
         self.changed(key)
 
@@ -288,15 +294,8 @@ class DatasetController(Observable):
         return format_value(VISUALIZATION_COLUMNS[column], value)
 
     def set_visualization(self, index: int, column: str, value: Any) -> None:
-        key = f"visualization.processors[{index}].{column}"
-        try:
-            parsed = parse_text(VISUALIZATION_COLUMNS[column], value)
-        except FieldError as e:
-            self.pending[key] = value
-            self.parse_errors[key] = str(e)
-        else:
-            self.pending.pop(key, None)
-            self.parse_errors.pop(key, None)
+        ok, parsed = self._parse(f"visualization.processors[{index}].{column}", VISUALIZATION_COLUMNS[column], value)
+        if ok:
             row = self.visualization_rows[index]
             if (column == "frames" and not parsed) or (column == "format" and parsed == DEFAULT):
                 row.pop(column, None)
