@@ -16,6 +16,7 @@ from tqdm import tqdm
 from modules.dataLoader.video_io import write_png_strip, write_video
 from modules.model.WanModel import WanModel
 from modules.modelSampler.e2v_sampling import ElementSpec, a2_layout, build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
@@ -114,7 +115,7 @@ class WanModelSampler:
 
     def _move(self, device: torch.device) -> None:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
-            if module is not None:
+            if module is not None and not is_sharded(module):  # FSDP shards already live on their rank's device
                 module.to(device)
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:

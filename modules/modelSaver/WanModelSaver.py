@@ -7,6 +7,9 @@ import logging
 import shutil
 from pathlib import Path
 
+import torch
+from huggingface_hub import save_torch_state_dict
+
 from modules.model.WanModel import WanModel
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
@@ -33,10 +36,13 @@ class WanModelSaver:
         self.setup = setup
         self.config = config
 
-    def save(self, destination: str | Path) -> list[Path]:
+    def save(self, destination: str | Path,
+             transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None) -> list[Path]:
+        """`transformer_weights`: full weights per expert gathered from an FSDP-sharded run (whose modules
+        hold only shards); None reads the modules."""
         if self.config.output_model_format.is_lora():
             return self.save_lora(destination, self.config.output_model_format)
-        return [self.save_diffusers(destination)]
+        return [self.save_diffusers(destination, transformer_weights)]
 
     def lora_paths(self, destination: str | Path) -> dict[int, Path]:
         """Expert index -> file; two-expert models get `<name>_high_noise` / `<name>_low_noise` files."""
@@ -62,7 +68,8 @@ class WanModelSaver:
             written.append(paths[expert])
         return written
 
-    def save_diffusers(self, destination: str | Path) -> Path:
+    def save_diffusers(self, destination: str | Path,
+                       transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None) -> Path:
         """The base folder with the trained transformer(s) swapped in, written atomically."""
         destination = Path(destination)
         trained = dict(self.setup.trained_transformers())
@@ -76,7 +83,14 @@ class WanModelSaver:
                 else:
                     shutil.copy2(entry, folder / entry.name)
             for expert, transformer in trained.items():
-                transformer.save_pretrained(folder / TRANSFORMER_FOLDERS[expert], safe_serialization=True)
+                target = folder / TRANSFORMER_FOLDERS[expert]
+                if transformer_weights is None:
+                    transformer.save_pretrained(target, safe_serialization=True)
+                    continue
+                # the layout save_pretrained writes: config.json, 10 GB shards and their index
+                transformer.save_config(target)
+                save_torch_state_dict(transformer_weights[expert], target, max_shard_size="10GB",
+                                      filename_pattern="diffusion_pytorch_model{suffix}.safetensors")
 
         atomic_write_dir(destination, write)
         logger.info("model written to %s", destination)

@@ -13,11 +13,14 @@ from diffusers import WanTransformer3DModel
 
 from modules.model.WanModel import WanModel
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.modelSetup import sharding
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
-from modules.util.enum import WanExpert
+from modules.util.enum import DataParallel, WanExpert
+
+EXPERT_NAMES = ("transformer", "transformer_2")
 
 
 @dataclasses.dataclass
@@ -67,37 +70,55 @@ class BaseWanSetup:
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
         raise NotImplementedError
 
-    def prepare_device(self) -> None:
-        """Put the transformers on the train device; encoders stay where the data loader wants them."""
+    def trained_root(self) -> torch.nn.ModuleDict:
+        """The trained transformers under their model names (the keys of backups and sharded states)."""
+        return torch.nn.ModuleDict({EXPERT_NAMES[expert]: t for expert, t in self.trained_transformers()})
+
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP shards the trained weights (then state gathering and sampling are collective)."""
+        return getattr(self, "_sharded", False)
+
+    def prepare_device(self, dist: DistributedContext | None = None) -> None:
+        """Put the transformers on the train device (or shard them across ranks) and wrap them for
+        data-parallel training; encoders stay where the data loader wants them."""
+        dist = dist or DistributedContext()
+        self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
         self.swappers = []
-        for _, transformer in self.trained_transformers():
-            if self.config.blocks_to_swap:
-                swapper = BlockSwapper(transformer, self.config.blocks_to_swap, self.model.train_device)
+        self.ddp: dict[int, torch.nn.Module] = {}
+        device = self.model.train_device
+        for expert, transformer in self.trained_transformers():
+            if self.config.gradient_checkpointing:
+                transformer.enable_gradient_checkpointing()
+            if self._sharded:  # from the CPU, block by block
+                sharding.shard_transformer(transformer, device, dist.world_size)
+            elif self.config.blocks_to_swap:
+                swapper = BlockSwapper(transformer, self.config.blocks_to_swap, device)
                 swapper.place(transformer)
                 self.swappers.append(swapper)
             else:
-                transformer.to(self.model.train_device)
-            if self.config.gradient_checkpointing:
-                transformer.enable_gradient_checkpointing()
+                transformer.to(device)
             transformer.train()
+            if dist.enabled and not self._sharded:  # the bare transformer stays in the model for sampling
+                from torch.nn.parallel import DistributedDataParallel
 
-    def wrap_data_parallel(self, dist: DistributedContext) -> None:
-        """DDP wrappers for the training forward (the bare transformers stay in the model for sampling)."""
-        self.ddp: dict[int, torch.nn.Module] = {}
-        if not dist.enabled:
-            return
-        from torch.nn.parallel import DistributedDataParallel
+                self.ddp[expert] = DistributedDataParallel(
+                    transformer, device_ids=[device.index] if device.type == "cuda" else None)
 
-        device = self.model.train_device
-        for expert, transformer in self.trained_transformers():
-            self.ddp[expert] = DistributedDataParallel(transformer, device_ids=[device.index] if device.type == "cuda" else None)
+    def trained_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizer steps, in a stable order (sharding replaces the objects)."""
+        return [p for _, t in self.trained_transformers() for p in t.parameters() if p.requires_grad]
 
     def gradient_sync(self, sync: bool):
-        """No gradient all-reduce on accumulation micro steps before the last one."""
-        if sync or not getattr(self, "ddp", None):
+        """No gradient all-reduce / reduce-scatter on accumulation micro steps before the last one."""
+        if sync:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        for module in self.ddp.values():
+        if self.sharded:
+            modules = [t for _, t in self.trained_transformers()]
+            sharding.set_gradient_sync(modules, False)
+            stack.callback(sharding.set_gradient_sync, modules, True)
+        for module in getattr(self, "ddp", {}).values():
             stack.enter_context(module.no_sync())
         return stack
 
@@ -106,6 +127,21 @@ class BaseWanSetup:
         if expert in ddp:
             return ddp[expert]
         return self.model.transformer if expert == 0 else self.model.transformer_2
+
+    # --- whole states (collective when sharded) ---------------------------------------------------
+    def gathered_transformer_weights(self) -> dict[int, dict[str, torch.Tensor]] | None:
+        """Sharded: full weights per trained expert on rank 0 ({} elsewhere). Not sharded: None (the
+        modules hold whole tensors already)."""
+        if not self.sharded:
+            return None
+        return {expert: sharding.gather_parameters(t) for expert, t in self.trained_transformers()}
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
+        return sharding.optimizer_state(self.trained_root(), optimizer, self.sharded)
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """`state` is rank 0's (the other ranks of a sharded run pass {})."""
+        sharding.load_optimizer_state(self.trained_root(), optimizer, state, self.sharded)
 
     # --- the step --------------------------------------------------------------------------------
     def _expert_sigma_range(self, expert: int) -> tuple[float, float]:

@@ -36,7 +36,7 @@ from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
-from modules.trainer.backup import TrainProgress, latest_backup, list_backups, write_backup
+from modules.trainer.backup import TrainProgress, latest_backup, list_backups, read_backup, write_backup
 from modules.trainer.schedule import Schedule
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
@@ -120,10 +120,9 @@ class GenericTrainer:
         params = self.setup.setup_trainable()
         if config.lora_weight_path and config.training_method == TrainingMethod.LORA:
             self._load_initial_lora(config.lora_weight_path)
-        self.setup.prepare_device()
-        self.setup.wrap_data_parallel(self.dist)
-        self.params = params
-        self.optimizer = create_optimizer(params, config)
+        self.setup.prepare_device(self.dist)
+        self.params = self.setup.trained_parameters() if self.setup.sharded else params  # sharding swaps them
+        self.optimizer = create_optimizer(self.params, config)
         self.total_steps = self._total_steps()
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
         if config.continue_last_backup:
@@ -190,18 +189,23 @@ class GenericTrainer:
                 "dataset": self.data.fingerprint()}
 
     def _resume(self) -> None:
-        backup = latest_backup(self.workspace)
+        sharded = self.setup.sharded
+        backup = latest_backup(self.workspace) if self.dist.is_main or not sharded else None
+        if sharded:  # rank 0 read the weights and optimizer state and scatters them; the others need the position
+            path = self.dist.broadcast_object(backup.path if backup is not None else None)
+            if not self.dist.is_main and path is not None:
+                backup = read_backup(path, with_states=False)
         if backup is None:
             logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
             return
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
-            if now.get(what) != value:
+            if now.get(what) != value and self.dist.is_main:
                 changes = self._config_changes(backup.path) if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
                                f": {'; '.join(changes)}" if changes else "")
         self.setup.load_trainable_state(backup.trainable)
-        self.optimizer.load_state_dict(backup.optimizer)
+        self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
         self.lr_scheduler.load_state_dict(backup.lr_scheduler)
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
@@ -287,9 +291,9 @@ class GenericTrainer:
                 self.visualizer.write(self.progress.global_step + 1, output, inputs)
             self.progress.micro_step += 1
             finite = self.dist.all_true(bool(torch.isfinite(output.loss)))
-            if not finite:  # every rank skips together; the zero backward keeps data-parallel hooks in step
-                self._nonfinite(float(output.loss.detach()))
-                sum((p * 0).sum() for p in self.params).backward()
+            if not finite:  # every rank skips together; the backward keeps DDP/FSDP hooks in step, its
+                self._nonfinite(float(output.loss.detach()))  # gradients are dropped by _optimizer_step
+                output.loss.backward()
                 self.skip_update = True
                 return float("nan")
             # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
@@ -347,22 +351,33 @@ class GenericTrainer:
 
     # --- side effects -----------------------------------------------------------------------------------
     def backup(self) -> Path | None:
-        if not self.dist.is_main:
+        """Rank 0 writes; with FSDP every rank must call this (the states are gathered collectively)."""
+        if not self.dist.is_main and not self.setup.sharded:
             return None
         self._status("writing backup")
-        return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer,
-                            self.lr_scheduler, self._fingerprints(), self.config.to_dict(),
-                            self.config.rolling_backup_count)
+        trainable = self.setup.trainable_state()
+        optimizer = self.setup.optimizer_state(self.optimizer)
+        if not self.dist.is_main:
+            return None
+        return write_backup(self.workspace, self.progress, trainable, optimizer, self.lr_scheduler.state_dict(),
+                            self._fingerprints(), self.config.to_dict(), self.config.rolling_backup_count)
 
     def sample(self) -> list[Path]:
+        """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
         samples = [s for s in self.config.samples if s.enabled]
-        if not samples or not self.dist.is_main:
+        if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")
         options = self.data.sampling_options() if hasattr(self.data, "sampling_options") else None
         sampler = WanModelSampler(self.model, options)
         paths = []
         for index, sample in enumerate(samples):
+            if not self.dist.is_main:
+                try:
+                    sampler.generate(sample, show_progress=False)
+                except UserError:  # rank 0 logs it
+                    pass
+                continue
             output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"
             try:
                 paths.append(sampler.sample_to_file(sample, output, show_progress=False))
@@ -384,18 +399,22 @@ class GenericTrainer:
 
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
-        if not self.dist.is_main:  # only rank 0 writes
-            self.dist.barrier()
-            self.close()
-            return []
         latest = list_backups(self.workspace)
         already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
+        already_backed_up = self.dist.broadcast_object(already_backed_up)  # rank 0's view decides for all
         if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
             self.backup()
         if self.config.sample_at_end and self.progress.global_step > 0:
             self.sample()
-        self._status("saving model")
-        self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(self.config.output_model_destination)
+        if self.dist.is_main:
+            self._status("saving model")
+        weights = self.setup.gathered_transformer_weights()  # collective with FSDP, None otherwise
+        if not self.dist.is_main:  # only rank 0 writes
+            self.dist.barrier()
+            self.close()
+            return []
+        self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
+            self.config.output_model_destination, transformer_weights=weights)
         summary = self.skips.summary()
         logger.info(summary)
         if self.nonfinite_total:

@@ -51,15 +51,16 @@ def backup_root(workspace_dir: str | Path) -> Path:
 
 
 def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: dict[str, torch.Tensor],
-                 optimizer: torch.optim.Optimizer, lr_scheduler: Any, fingerprints: dict[str, str],
+                 optimizer: dict[str, Any], lr_scheduler: dict[str, Any], fingerprints: dict[str, str],
                  config_dict: dict[str, Any], keep: int) -> Path:
+    """`optimizer` / `lr_scheduler` are state dicts (the optimizer's may be keyed by parameter name)."""
     root = backup_root(workspace_dir)
     path = root / f"step-{progress.global_step:08d}"
 
     def write(folder: Path) -> None:
         save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
-        torch.save({"optimizer": optimizer.state_dict(), "lr_scheduler": lr_scheduler.state_dict()},
-                   folder / "optimizer.pt")
+        torch.save(optimizer, folder / "optimizer.pt")
+        torch.save(lr_scheduler, folder / "lr_scheduler.pt")  # apart: ranks of a sharded resume read only this
         (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(),
                                                           "fingerprints": fingerprints}, indent=2))
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
@@ -85,15 +86,18 @@ def list_backups(workspace_dir: str | Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / "progress.json").is_file() and p.is_dir())
 
 
-def read_backup(path: Path) -> Backup:
+def read_backup(path: Path, with_states: bool = True) -> Backup:
+    """`with_states=False` skips the weights and optimizer state (empty dicts) — for the ranks of a
+    sharded resume that receive theirs from rank 0."""
     meta = json.loads((path / "progress.json").read_text())
-    states = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+    lr_scheduler = torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False)
+    optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False, mmap=True) if with_states else {}
     return Backup(
         path=path,
         progress=TrainProgress(**meta["progress"]),
-        trainable=load_file(str(path / "trainable.safetensors")),
-        optimizer=states["optimizer"],
-        lr_scheduler=states["lr_scheduler"],
+        trainable=load_file(str(path / "trainable.safetensors")) if with_states else {},
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
         fingerprints=meta.get("fingerprints", {}),
     )
 

@@ -52,6 +52,7 @@ TABS: tuple[Tab, ...] = (
                          "min_sigma", "max_sigma")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",
                      "vae_tiling")),
+         ("Multi-GPU (torchrun)", ("data_parallel",)),
          ("Wan 2.2 experts", ("train_expert",))),
     _tab("sampling",
          ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end"))),

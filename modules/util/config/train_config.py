@@ -11,6 +11,7 @@ import re
 
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
+    DataParallel,
     DataType,
     LearningRateScheduler,
     ModelFormat,
@@ -148,6 +149,7 @@ class TrainConfig(BaseConfig):
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
+    data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
     timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
@@ -208,6 +210,11 @@ class TrainConfig(BaseConfig):
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
         if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base_weights):
             fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
+        if self.data_parallel == DataParallel.FSDP:
+            if self.training_method != TrainingMethod.FINE_TUNE:
+                fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
+            if self.optimizer != Optimizer.ADAMW:
+                fail("data_parallel", "FSDP needs optimizer ADAMW (bitsandbytes' 8-bit states cannot be sharded)")
         if self.blocks_to_swap < 0:
             fail("blocks_to_swap", f"must not be negative, got {self.blocks_to_swap}")
         if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():

@@ -58,3 +58,10 @@ class WanExpert(Enum):
     BOTH = "BOTH"
     HIGH = "HIGH"  # transformer, sigma >= boundary
     LOW = "LOW"  # transformer_2, sigma < boundary
+
+
+class DataParallel(Enum):
+    """How several GPUs (torchrun) share the training."""
+
+    DDP = "DDP"  # every GPU holds the whole model; gradients are averaged
+    FSDP = "FSDP"  # FINE_TUNE: weights, gradients and optimizer state sharded across the GPUs (FSDP2)
