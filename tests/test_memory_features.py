@@ -62,3 +62,44 @@ def test_block_swap_keeps_swapped_frozen_weights_off_the_train_device(tiny_model
 def test_fine_tune_refuses_block_swap():
     with pytest.raises(ConfigError, match="blocks_to_swap"):
         TrainConfig.from_dict({"training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS", "blocks_to_swap": 2})
+
+
+def _tiny_block_stack(seed: int = 0):
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(seed)
+    model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=4,
+                                  out_channels=4, text_dim=16, freq_dim=16, ffn_dim=32, num_layers=4, rope_max_seq_len=32)
+    model.requires_grad_(False)
+    model.proj_out.requires_grad_(True)
+    for block in model.blocks:  # gradients flow through every block, their big weights stay frozen (as under LoRA)
+        block.scale_shift_table.requires_grad_(True)
+    model.enable_gradient_checkpointing()
+    return model
+
+
+def _loss_and_grad(model):
+    generator = torch.Generator().manual_seed(1)
+    x, text = torch.randn(1, 4, 3, 8, 8, generator=generator), torch.randn(1, 5, 16, generator=generator)
+    output = model(hidden_states=x, timestep=torch.tensor([500.0]), encoder_hidden_states=text, return_dict=False)[0]
+    loss = output.pow(2).mean()
+    loss.backward()
+    return loss.detach(), model.proj_out.weight.grad.clone()
+
+
+def test_block_swap_prefetches_in_both_directions():
+    """With checkpointing the backward recomputes the swapped blocks in reverse order; each one's weights
+    are already on their way (prefetched by the block before it), so only the very first block of a step
+    waits for its copy."""
+    from modules.modelSetup.memory import BlockSwapper
+
+    reference = _loss_and_grad(_tiny_block_stack())
+    model = _tiny_block_stack()
+    swapper = BlockSwapper(model, 3, torch.device("cpu"))
+    for step in range(2):
+        loss, grad = _loss_and_grad(model)
+        assert swapper.demand_loads == step + 1
+        assert not swapper.ready  # nothing left resident after the step
+        swapped = [(p, cpu) for index in range(3) for p, cpu in swapper._params(index)]
+        assert all(p.data_ptr() == cpu.data_ptr() for p, cpu in swapped)
+    assert torch.allclose(loss, reference[0], atol=1e-6) and torch.allclose(grad, reference[1] * 2, atol=1e-6)

@@ -38,14 +38,22 @@ def activation_offload(enabled: bool, device: torch.device):
         yield
 
 
+def _in_backward() -> bool:
+    """Whether autograd is running a backward pass (a checkpointed block is being recomputed)."""
+    task_id = getattr(torch._C, "_current_graph_task_id", None)  # private; without it: no reverse prefetch
+    return task_id is not None and task_id() != -1
+
+
 class BlockSwapper:
     """Keeps the frozen weights of the last `count` transformer blocks in CPU memory.
 
-    Before a swapped block runs, its weights are copied to the GPU (the next swapped block's copy is
-    started on a side stream, overlapping with compute); after it ran, the parameters point at the CPU
-    copy again. The GPU copy lives on only as long as autograd holds it: with gradient checkpointing
-    the backward pass recomputes the block (loading it again), so at most a couple of swapped blocks
-    are on the GPU at a time. Frozen weights never change, so nothing is copied back.
+    Before a swapped block runs, its weights are copied to the GPU; the copy of the block that runs next
+    is started on a side stream, overlapping with compute: block i+1 in the forward pass, block i-1 in
+    the backward pass, where gradient checkpointing recomputes the blocks in reverse order. The last
+    block stays on the GPU from its forward to its recompute, which comes right after the loss. After a
+    block ran, its parameters point at the CPU copy again; the GPU copy lives on only as long as
+    autograd holds it, so at most a couple of swapped blocks are on the GPU at a time. Frozen weights
+    never change, so nothing is copied back.
     """
 
     def __init__(self, transformer: WanTransformer3DModel, count: int, device: torch.device):
@@ -57,7 +65,9 @@ class BlockSwapper:
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self.cpu_weights: list[dict[str, torch.Tensor]] = []
-        self.ready: dict[int, torch.cuda.Event] = {}
+        # index -> event that its copy is done (None: resident or copied synchronously)
+        self.ready: dict[int, torch.cuda.Event | None] = {}
+        self.demand_loads = 0  # copies a block had to wait for (not prefetched): ideally one per pass
         self.handles = []
         for index, block in enumerate(self.blocks):
             frozen = {name: p for name, p in block.named_parameters() if not p.requires_grad}
@@ -81,24 +91,30 @@ class BlockSwapper:
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             for param, cpu in self._params(index):
                 param.data = cpu.to(self.device, non_blocking=self.cuda)
+        event = None
         if stream is not None:
             event = torch.cuda.Event()
             event.record(stream)
-            self.ready[index] = event
+        self.ready[index] = event
 
     def _before(self, index: int) -> None:
         if index not in self.ready:
+            self.demand_loads += 1
             self._copy_in(index)
-        event = self.ready.pop(index, None)
+        event = self.ready.pop(index)
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
             for param, _ in self._params(index):
                 param.data.record_stream(current)  # allocated on the side stream, used on this one
-        if index + 1 < len(self.blocks) and index + 1 not in self.ready:
-            self._copy_in(index + 1)  # overlap the next block's transfer with this block's compute
+        upcoming = index - 1 if _in_backward() else index + 1
+        if 0 <= upcoming < len(self.blocks) and upcoming not in self.ready:
+            self._copy_in(upcoming)  # overlap the upcoming block's transfer with this block's compute
 
     def _after(self, index: int) -> None:
+        if index == len(self.blocks) - 1 and torch.is_grad_enabled() and not _in_backward():
+            self.ready[index] = None  # recomputed first in the backward pass: keep it
+            return
         for param, cpu in self._params(index):
             param.data = cpu
 
