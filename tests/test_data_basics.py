@@ -338,6 +338,31 @@ def test_cache_corrupt_file_is_none_and_deleted(tmp_path: Path, caplog: pytest.L
     assert not cache.path_for(key).exists() and "corrupt" in caplog.text
 
 
+def test_cache_damage_that_keeps_a_valid_header_is_caught_by_the_checksum(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    cache = DiskCache(tmp_path)
+    key = fingerprint("y")
+    cache.put(key, {"latent": torch.linspace(0, 1, 64)})
+    path = cache.path_for(key)
+    data = bytearray(path.read_bytes())
+    data[-7] ^= 0x10  # one flipped bit in the tensor bytes: still a well-formed safetensors file
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        assert cache.get(key) is None
+    assert not path.exists() and "checksum" in caplog.text
+
+
+def test_cache_entries_without_a_checksum_still_load(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    cache = DiskCache(tmp_path)
+    key = fingerprint("z")
+    cache.path_for(key).parent.mkdir(parents=True)
+    save_file({"t": torch.ones(2)}, str(cache.path_for(key)), metadata={"caption": "old"})
+    tensors, metadata = cache.get_with_metadata(key)
+    assert torch.equal(tensors["t"], torch.ones(2)) and metadata == {"caption": "old"}
+
+
 def test_fingerprint_is_canonical() -> None:
     assert fingerprint({"a": 1, "b": 2}) == fingerprint({"b": 2, "a": 1})
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})

@@ -58,6 +58,21 @@ def file_fingerprint(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+CHECKSUM_KEY = "wantrainer.sha256"
+
+
+def tensor_checksum(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and raw bytes of CPU tensors: damage that leaves the file's
+    header and length intact (a flipped bit on disk, a torn page) still changes it."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
+        if tensor.numel():
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def _read_metadata(data: bytes) -> dict[str, str]:
     """The `__metadata__` of a safetensors blob (already known to load)."""
     (header_size,) = struct.unpack("<Q", data[:8])
@@ -68,7 +83,8 @@ def _read_metadata(data: bytes) -> dict[str, str]:
 class DiskCache:
     """Tensor dicts stored as `root/<key[:2]>/<key>.safetensors`, written atomically.
 
-    Corrupt files are logged, deleted and reported as a miss. A write that fails (disk full, no permission)
+    Corrupt files (unreadable, or whose tensors no longer match the checksum written with them) are
+    logged, deleted and reported as a miss, so the caller encodes the sample again. A write that fails (disk full, no permission)
     raises a one-line `UserError` naming the cache folder and leaves no partial file.
     """
 
@@ -89,6 +105,7 @@ class DiskCache:
         path = self.path_for(key)
         cpu = {name: t.detach().to("cpu").contiguous().clone() for name, t in tensors.items()}
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+        meta[CHECKSUM_KEY] = tensor_checksum(cpu)
         data = save_safetensors(cpu, metadata=meta)  # written from Python: a full disk raises OSError(ENOSPC)
         try:
             with atomic_path(path) as temp:
@@ -115,6 +132,9 @@ class DiskCache:
         try:
             tensors = load_safetensors(data)
             metadata = _read_metadata(data)
+            checksum = metadata.pop(CHECKSUM_KEY, None)  # entries from before checksums have none
+            if checksum is not None and checksum != tensor_checksum(tensors):
+                raise ValueError("its tensors do not match their checksum")
         except Exception as e:  # safetensors raises its own error types for every kind of damage
             logger.warning("cache file %s is corrupt (%s: %s); deleting it", path, type(e).__name__, e)
             path.unlink(missing_ok=True)

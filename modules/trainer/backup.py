@@ -8,6 +8,7 @@ draw of step N comes from a generator seeded by (seed, N).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import shutil
@@ -23,6 +24,19 @@ from modules.util.errors import UserError
 logger = logging.getLogger(__name__)
 
 BACKUP_DIR = "backup"
+STATE_FILES = ("trainable.safetensors", "optimizer.pt", "lr_scheduler.pt")
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _verify(path: Path, names: tuple[str, ...], checksums: dict[str, str]) -> None:
+    """Damage a loader would not notice (a flipped bit keeps a valid file) makes the backup unreadable."""
+    for name in names:
+        if name in checksums and _file_sha256(path / name) != checksums[name]:
+            raise ValueError(f"{name} does not match the checksum written with it")
 
 
 @dataclasses.dataclass
@@ -61,8 +75,9 @@ def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: 
         save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
         torch.save(optimizer, folder / "optimizer.pt")
         torch.save(lr_scheduler, folder / "lr_scheduler.pt")  # apart: ranks of a sharded resume read only this
-        (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(),
-                                                          "fingerprints": fingerprints}, indent=2))
+        checksums = {name: _file_sha256(folder / name) for name in STATE_FILES}
+        (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(), "fingerprints": fingerprints,
+                                                          "sha256": checksums}, indent=2))
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
 
     for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
@@ -90,6 +105,7 @@ def read_backup(path: Path, with_states: bool = True) -> Backup:
     """`with_states=False` skips the weights and optimizer state (empty dicts) — for the ranks of a
     sharded resume that receive theirs from rank 0."""
     meta = json.loads((path / "progress.json").read_text())
+    _verify(path, STATE_FILES if with_states else ("lr_scheduler.pt",), meta.get("sha256", {}))
     lr_scheduler = torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False)
     optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False, mmap=True) if with_states else {}
     return Backup(
