@@ -55,7 +55,7 @@ def _max_difference(a: dict, b: dict) -> float:
 def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strategies(tiny_model, tmp_path):
     """Full fine-tune: 4 optimizer steps in one process (global batch 4) against runs that switch between
     one process and 2 FSDP ranks (batch 2 each) at step 2 through a backup, in both directions. Exercises
-    sharded training (with gradient accumulation and clipping), collective backup/resume in both optimizer
+    sharded training (with gradient accumulation, clipping and checkpointing), collective backup/resume in both optimizer
     state forms, collective sampling and the gathered final save."""
     from modules.util.synthetic_data import write_video_dataset
 
@@ -68,7 +68,7 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
             model, data, tmp_path / name, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
             output_model_destination=str(tmp_path / name / "output"), batch_size=batch_size, epochs=4,
             gradient_accumulation_steps=2, max_steps=max_steps, learning_rate=1e-3, max_grad_norm=0.05,
-            data_parallel="FSDP", **extra)
+            data_parallel="FSDP", gradient_checkpointing=True, **extra)
 
     def run(args: list[str], name: str, batch_size: int, max_steps: int, **extra):
         train(args, config(name, batch_size, max_steps, **extra), tmp_path / f"{name}-{max_steps}.json")
