@@ -136,12 +136,21 @@ class BaseWanSetup:
             return None
         return {expert: sharding.gather_parameters(t) for expert, t in self.trained_transformers()}
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
-        return sharding.optimizer_state(self.trained_root(), optimizer, self.sharded)
-
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        """`state` is rank 0's (the other ranks of a sharded run pass {})."""
-        sharding.load_optimizer_state(self.trained_root(), optimizer, state, self.sharded)
+        """A whole-tensor backup's optimizer state (torch's own form). Sharded: rank 0 passes it, the
+        other ranks {}."""
+        if self.sharded:
+            sharding.scatter_optimizer_state(self.trained_root(), optimizer, state)
+        else:
+            optimizer.load_state_dict(state)
+
+    def save_shards(self, optimizer: torch.optim.Optimizer, folder) -> None:
+        """Collective: each rank writes its part of the weights and optimizer state."""
+        sharding.save_shards(self.trained_root(), optimizer, folder)
+
+    def load_shards(self, optimizer: torch.optim.Optimizer, folder) -> None:
+        """Read a sharded backup, whatever the number of ranks that wrote it (collective when distributed)."""
+        sharding.load_shards(self.trained_root(), optimizer, folder)
 
     # --- the step --------------------------------------------------------------------------------
     def _expert_sigma_range(self, expert: int) -> tuple[float, float]:

@@ -2,24 +2,29 @@
 resume need once weights are sharded.
 
 With FSDP every rank keeps 1/N of each weight, gradient and optimizer state as DTensor shards; a
-forward all-gathers one transformer block at a time and frees it again. Anything that needs whole
-tensors goes through torch.distributed.checkpoint's state-dict API, which gathers them to rank 0's
-CPU (and scatters them back on resume). Those calls are collective: every rank must make them.
+forward all-gathers one transformer block at a time and frees it again. Backups are written shard by
+shard (torch.distributed.checkpoint, no rank holds the whole state); the final save gathers the
+weights to rank 0's CPU, and a backup of whole tensors (from a run without FSDP) is scattered from
+rank 0. All of these calls are collective: every rank must make them.
 
 Trained transformers are addressed through one `ModuleDict` ("transformer", "transformer_2"), so the
 names match the backups' `trainable.safetensors` keys and two experts never share a name.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
-    get_optimizer_state_dict,
+    get_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
+    set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -63,28 +68,27 @@ def scatter_parameters(root: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     set_model_state_dict(root, state, options=_SCATTER)
 
 
-def optimizer_state(root: torch.nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
-    """Sharded: the state keyed by parameter name, full tensors on rank 0's CPU (collective).
-    Otherwise torch's own id-keyed state_dict()."""
-    return get_optimizer_state_dict(root, optimizer, options=_GATHER) if sharded else optimizer.state_dict()
+def scatter_optimizer_state(root: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Scatter torch's id-keyed optimizer state (from a backup of a run without FSDP) that rank 0 holds;
+    the other ranks pass {}."""
+    state = _name_keyed(root, optimizer, state) if state else state
+    set_optimizer_state_dict(root, optimizer, state, options=_SCATTER)
 
 
-def load_optimizer_state(root: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any],
-                         sharded: bool) -> None:
-    """Load either form, whichever kind of run wrote it (a backup moves between DDP and FSDP).
-    Sharded runs pass rank 0's state; the other ranks pass {} and receive theirs from it."""
-    name_keyed = bool(state) and not _ids_in_groups(state)
-    if sharded:
-        state = state if not state or name_keyed else _name_keyed(root, optimizer, state)
-        set_optimizer_state_dict(root, optimizer, state, options=_SCATTER)
-    elif name_keyed:
-        set_optimizer_state_dict(root, optimizer, state, options=StateDictOptions(full_state_dict=True))
-    else:
-        optimizer.load_state_dict(state)
+def save_shards(root: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Collective: every rank writes its own shards of the weights and optimizer state (nothing gathered)."""
+    model_state, optimizer_state = get_state_dict(root, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder)
 
 
-def _ids_in_groups(state: dict[str, Any]) -> bool:
-    return any(isinstance(p, int) for group in state.get("param_groups", []) for p in group["params"])
+def load_shards(root: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Read `save_shards` output into this run's weights and optimizer, sharded or whole. The reader
+    reshards, so a backup resumes on another number of ranks or in one process (collective when
+    distributed)."""
+    model_state, optimizer_state = get_state_dict(root, optimizer)  # targets of the right shapes/placements
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    set_state_dict(root, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def _name_keyed(root: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:

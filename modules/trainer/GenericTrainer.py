@@ -36,7 +36,14 @@ from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
-from modules.trainer.backup import TrainProgress, latest_backup, list_backups, read_backup, write_backup
+from modules.trainer.backup import (
+    TrainProgress,
+    latest_backup,
+    list_backups,
+    read_backup,
+    write_backup,
+    write_sharded_backup,
+)
 from modules.trainer.schedule import Schedule
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
@@ -191,7 +198,7 @@ class GenericTrainer:
     def _resume(self) -> None:
         sharded = self.setup.sharded
         backup = latest_backup(self.workspace) if self.dist.is_main or not sharded else None
-        if sharded:  # rank 0 read the weights and optimizer state and scatters them; the others need the position
+        if sharded:  # rank 0 picks (and checks) the backup; the others need its position, and read their shards
             path = self.dist.broadcast_object(backup.path if backup is not None else None)
             if not self.dist.is_main and path is not None:
                 backup = read_backup(path, with_states=False)
@@ -204,8 +211,11 @@ class GenericTrainer:
                 changes = self._config_changes(backup.path) if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
                                f": {'; '.join(changes)}" if changes else "")
-        self.setup.load_trainable_state(backup.trainable)
-        self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
+        if backup.shards is not None:  # written by an FSDP run, read by any kind of run
+            self.setup.load_shards(self.optimizer, backup.shards)
+        else:
+            self.setup.load_trainable_state(backup.trainable)
+            self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
         self.lr_scheduler.load_state_dict(backup.lr_scheduler)
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
@@ -351,16 +361,20 @@ class GenericTrainer:
 
     # --- side effects -----------------------------------------------------------------------------------
     def backup(self) -> Path | None:
-        """Rank 0 writes; with FSDP every rank must call this (the states are gathered collectively)."""
-        if not self.dist.is_main and not self.setup.sharded:
-            return None
-        self._status("writing backup")
-        trainable = self.setup.trainable_state()
-        optimizer = self.setup.optimizer_state(self.optimizer)
+        """Rank 0 writes; with FSDP every rank calls this and writes its own shards."""
+        config = self.config
+        if self.setup.sharded:
+            self._status("writing backup")
+            return write_sharded_backup(self.workspace, self.progress,
+                                        lambda folder: self.setup.save_shards(self.optimizer, folder),
+                                        self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
+                                        config.rolling_backup_count, self.dist)
         if not self.dist.is_main:
             return None
-        return write_backup(self.workspace, self.progress, trainable, optimizer, self.lr_scheduler.state_dict(),
-                            self._fingerprints(), self.config.to_dict(), self.config.rolling_backup_count)
+        self._status("writing backup")
+        return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
+                            self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
+                            config.rolling_backup_count)
 
     def sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""

@@ -4,6 +4,11 @@ A backup holds what training changed (trainable weights), the optimizer and LR-s
 data position (epoch, next batch) and step counters, plus fingerprints of the config and dataset so
 a resume with different settings warns and names what changed. Randomness needs no saved state: every
 draw of step N comes from a generator seeded by (seed, N).
+
+Whole-tensor backups hold `trainable.safetensors` and `optimizer.pt`; FSDP runs write `shards/`
+(torch.distributed.checkpoint, each rank its own part), which any number of ranks — or one process —
+can read back. `progress.json` is written last and lists a sha256 of every other file: a backup whose
+files changed after writing is skipped for the previous one.
 """
 from __future__ import annotations
 
@@ -12,19 +17,21 @@ import hashlib
 import json
 import logging
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from modules.util.atomic import atomic_write_dir
+from modules.util.distributed import DistributedContext
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 BACKUP_DIR = "backup"
-STATE_FILES = ("trainable.safetensors", "optimizer.pt", "lr_scheduler.pt")
+SHARDS_DIR = "shards"  # FSDP backups: torch.distributed.checkpoint files, one per rank
 
 
 def _file_sha256(path: Path) -> str:
@@ -32,10 +39,12 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _verify(path: Path, names: tuple[str, ...], checksums: dict[str, str]) -> None:
+def _verify(path: Path, names: list[str], checksums: dict[str, str]) -> None:
     """Damage a loader would not notice (a flipped bit keeps a valid file) makes the backup unreadable."""
-    for name in names:
-        if name in checksums and _file_sha256(path / name) != checksums[name]:
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
+        digests = list(pool.map(lambda name: _file_sha256(path / name), names))
+    for name, digest in zip(names, digests):
+        if digest != checksums[name]:
             raise ValueError(f"{name} does not match the checksum written with it")
 
 
@@ -58,6 +67,7 @@ class Backup:
     optimizer: dict[str, Any]
     lr_scheduler: dict[str, Any]
     fingerprints: dict[str, str]
+    shards: Path | None = None  # an FSDP backup's torch.distributed.checkpoint folder (trainable/optimizer empty)
 
 
 def backup_root(workspace_dir: str | Path) -> Path:
@@ -67,18 +77,45 @@ def backup_root(workspace_dir: str | Path) -> Path:
 def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: dict[str, torch.Tensor],
                  optimizer: dict[str, Any], lr_scheduler: dict[str, Any], fingerprints: dict[str, str],
                  config_dict: dict[str, Any], keep: int) -> Path:
-    """`optimizer` / `lr_scheduler` are state dicts (the optimizer's may be keyed by parameter name)."""
+    """A backup of whole tensors; `optimizer` / `lr_scheduler` are state dicts."""
+    def write_states(folder: Path) -> None:
+        save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
+        torch.save(optimizer, folder / "optimizer.pt")
+
+    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep)
+
+
+def write_sharded_backup(workspace_dir: str | Path, progress: TrainProgress, save_shards: Callable[[Path], None],
+                         lr_scheduler: dict[str, Any], fingerprints: dict[str, str], config_dict: dict[str, Any],
+                         keep: int, dist: DistributedContext) -> Path | None:
+    """Collective: every rank writes its own shards (`save_shards(folder)`) into rank 0's temp folder —
+    nothing is gathered, so no rank needs RAM for the whole state — and rank 0 writes the rest."""
+    if not dist.is_main:
+        save_shards(dist.broadcast_object(None) / SHARDS_DIR)
+        return None
+
+    def write_states(folder: Path) -> None:
+        dist.broadcast_object(folder)
+        save_shards(folder / SHARDS_DIR)
+
+    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep)
+
+
+def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Callable[[Path], None],
+           lr_scheduler: dict[str, Any], fingerprints: dict[str, str], config_dict: dict[str, Any], keep: int) -> Path:
     root = backup_root(workspace_dir)
     path = root / f"step-{progress.global_step:08d}"
 
     def write(folder: Path) -> None:
-        save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
-        torch.save(optimizer, folder / "optimizer.pt")
+        write_states(folder)
         torch.save(lr_scheduler, folder / "lr_scheduler.pt")  # apart: ranks of a sharded resume read only this
-        checksums = {name: _file_sha256(folder / name) for name in STATE_FILES}
-        (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(), "fingerprints": fingerprints,
-                                                          "sha256": checksums}, indent=2))
+        files = sorted(f for f in folder.rglob("*") if f.is_file())
+        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:  # hashlib releases the GIL
+            digests = pool.map(_file_sha256, files)
+        checksums = {f.relative_to(folder).as_posix(): digest for f, digest in zip(files, digests)}
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
+        (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(), "fingerprints": fingerprints,
+                                                          "sha256": checksums}, indent=2))  # last: marks it complete
 
     for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
         shutil.rmtree(stale, ignore_errors=True)
@@ -105,16 +142,18 @@ def read_backup(path: Path, with_states: bool = True) -> Backup:
     """`with_states=False` skips the weights and optimizer state (empty dicts) — for the ranks of a
     sharded resume that receive theirs from rank 0."""
     meta = json.loads((path / "progress.json").read_text())
-    _verify(path, STATE_FILES if with_states else ("lr_scheduler.pt",), meta.get("sha256", {}))
-    lr_scheduler = torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False)
-    optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False, mmap=True) if with_states else {}
+    checksums = meta.get("sha256", {})
+    _verify(path, sorted(checksums) if with_states else [n for n in ("lr_scheduler.pt",) if n in checksums], checksums)
+    shards = path / SHARDS_DIR if (path / SHARDS_DIR).is_dir() else None
+    whole = with_states and shards is None
     return Backup(
         path=path,
         progress=TrainProgress(**meta["progress"]),
-        trainable=load_file(str(path / "trainable.safetensors")) if with_states else {},
-        optimizer=optimizer,
-        lr_scheduler=lr_scheduler,
+        trainable=load_file(str(path / "trainable.safetensors")) if whole else {},
+        optimizer=torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False, mmap=True) if whole else {},
+        lr_scheduler=torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False),
         fingerprints=meta.get("fingerprints", {}),
+        shards=shards,
     )
 
 

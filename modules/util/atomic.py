@@ -71,8 +71,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """Let `write` fill a temp folder, then swap it in for `path` (the old folder is removed after)."""
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp folder beside `path` to fill; it is swapped in for `path` when the block ends without
+    an error (the old folder is removed after), and removed when it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.with_name(f".{path.name}.old")
@@ -82,7 +84,7 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> 
     remove_stale_temps(path.parent, f".{glob.escape(path.name)}.*.tmp")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        write(tmp)
+        yield tmp
         if old.exists():
             shutil.rmtree(old)
         if path.exists():
@@ -93,3 +95,9 @@ def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> 
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Let `write` fill a temp folder, then swap it in for `path` (see `atomic_dir`)."""
+    with atomic_dir(path) as tmp:
+        write(tmp)
