@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
                         "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
-                        "backup_before_save", "train_device"}
+                        "backup_before_save", "train_device", "data_parallel"}
 MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
