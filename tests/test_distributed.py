@@ -14,12 +14,13 @@ from tests.conftest import REPO_ROOT, train_config_dict
 pytestmark = pytest.mark.slow
 
 
-def train(args: list[str], config: dict, path) -> None:
+def train(args: list[str], config: dict, path) -> subprocess.CompletedProcess:
     path.write_text(json.dumps(config))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([*args, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(path)],
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_model, tmp_path):
@@ -71,7 +72,8 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
             output_model_destination=str(tmp_path / name / "output"), batch_size=4 if args is single else 2,
             epochs=10, gradient_accumulation_steps=2, max_steps=max_steps, learning_rate=1e-3, max_grad_norm=0.05,
             data_parallel="FSDP", gradient_checkpointing=True, continue_last_backup=True, **extra)
-        train(args, config, tmp_path / f"{name}-{max_steps}.json")
+        result = train(args, config, tmp_path / f"{name}-{max_steps}.json")
+        assert "changed since it was written" not in result.stderr  # 1 GPU x 4 = 2 GPUs x 2, DDP or FSDP
         return _transformer_weights(tmp_path / name / "output")
 
     reference = {4: run(single, "one", 4)}  # data_parallel is ignored in a single process

@@ -37,6 +37,7 @@ from modules.modelSetup.optimization import create_lr_scheduler, create_optimize
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.backup import (
+    Backup,
     TrainProgress,
     latest_backup,
     list_backups,
@@ -191,7 +192,7 @@ class GenericTrainer:
         return min(total, self.config.max_steps) if self.config.max_steps else total
 
     def _fingerprints(self) -> dict[str, str]:
-        training = {k: v for k, v in self.config.to_dict().items() if k not in _RESUME_NEUTRAL_KEYS}
+        training = _training_settings(self.config.to_dict(), self.dist.world_size)
         return {"config": hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest(),
                 "dataset": self.data.fingerprint()}
 
@@ -208,7 +209,7 @@ class GenericTrainer:
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
-                changes = self._config_changes(backup.path) if what == "config" else []
+                changes = self._config_changes(backup) if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
                                f": {'; '.join(changes)}" if changes else "")
         if backup.shards is not None:  # written by an FSDP run, read by any kind of run
@@ -221,14 +222,15 @@ class GenericTrainer:
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
 
-    def _config_changes(self, backup_path: Path) -> list[str]:
+    def _config_changes(self, backup: Backup) -> list[str]:
         """'key: old -> new' for each training-relevant key that differs from the backup's config.json."""
         try:
-            saved = json.loads((backup_path / "config.json").read_text(encoding="utf-8"))
+            saved = json.loads((backup.path / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return []
         current = json.loads(json.dumps(self.config.to_dict()))  # the same JSON types as the saved file
-        saved, current = ({k: v for k, v in d.items() if k not in _RESUME_NEUTRAL_KEYS} for d in (saved, current))
+        saved = _training_settings(saved, backup.world_size)
+        current = _training_settings(current, self.dist.world_size)
         return [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in _dict_diff(saved, current)]
 
     # --- the loop -----------------------------------------------------------------------------------
@@ -374,7 +376,7 @@ class GenericTrainer:
         self._status("writing backup")
         return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
-                            config.rolling_backup_count)
+                            config.rolling_backup_count, self.dist.world_size)
 
     def sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
@@ -451,6 +453,14 @@ class GenericTrainer:
 
 
 _ABSENT = object()
+
+
+def _training_settings(config: dict, world_size: int) -> dict:
+    """The config keys a resume must keep to continue the same training. batch_size counts per GPU, so
+    the global batch stands in for it: 1 GPU × 4 resumes as 2 GPUs × 2 without a warning."""
+    settings = {k: v for k, v in config.items() if k not in _RESUME_NEUTRAL_KEYS and k != "batch_size"}
+    settings["global_batch_size"] = config.get("batch_size", 1) * world_size
+    return settings
 
 
 def _dict_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

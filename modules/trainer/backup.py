@@ -68,6 +68,7 @@ class Backup:
     lr_scheduler: dict[str, Any]
     fingerprints: dict[str, str]
     shards: Path | None = None  # an FSDP backup's torch.distributed.checkpoint folder (trainable/optimizer empty)
+    world_size: int = 1  # data-parallel ranks of the run that wrote it
 
 
 def backup_root(workspace_dir: str | Path) -> Path:
@@ -76,13 +77,14 @@ def backup_root(workspace_dir: str | Path) -> Path:
 
 def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: dict[str, torch.Tensor],
                  optimizer: dict[str, Any], lr_scheduler: dict[str, Any], fingerprints: dict[str, str],
-                 config_dict: dict[str, Any], keep: int) -> Path:
-    """A backup of whole tensors; `optimizer` / `lr_scheduler` are state dicts."""
+                 config_dict: dict[str, Any], keep: int, world_size: int = 1) -> Path:
+    """A backup of whole tensors; `optimizer` / `lr_scheduler` are state dicts; `world_size` is the
+    number of data-parallel ranks (batch_size counts per rank)."""
     def write_states(folder: Path) -> None:
         save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
         torch.save(optimizer, folder / "optimizer.pt")
 
-    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep)
+    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep, world_size)
 
 
 def write_sharded_backup(workspace_dir: str | Path, progress: TrainProgress, save_shards: Callable[[Path], None],
@@ -98,11 +100,13 @@ def write_sharded_backup(workspace_dir: str | Path, progress: TrainProgress, sav
         dist.broadcast_object(folder)
         save_shards(folder / SHARDS_DIR)
 
-    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep)
+    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep,
+                  dist.world_size)
 
 
 def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Callable[[Path], None],
-           lr_scheduler: dict[str, Any], fingerprints: dict[str, str], config_dict: dict[str, Any], keep: int) -> Path:
+           lr_scheduler: dict[str, Any], fingerprints: dict[str, str], config_dict: dict[str, Any], keep: int,
+           world_size: int) -> Path:
     root = backup_root(workspace_dir)
     path = root / f"step-{progress.global_step:08d}"
 
@@ -115,7 +119,8 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
         checksums = {f.relative_to(folder).as_posix(): digest for f, digest in zip(files, digests)}
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
         (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(), "fingerprints": fingerprints,
-                                                          "sha256": checksums}, indent=2))  # last: marks it complete
+                                                          "world_size": world_size, "sha256": checksums},
+                                                         indent=2))  # last: marks it complete
 
     for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
         shutil.rmtree(stale, ignore_errors=True)
@@ -154,6 +159,7 @@ def read_backup(path: Path, with_states: bool = True) -> Backup:
         lr_scheduler=torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False),
         fingerprints=meta.get("fingerprints", {}),
         shards=shards,
+        world_size=meta.get("world_size", 1),
     )
 
 

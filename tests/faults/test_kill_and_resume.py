@@ -212,3 +212,5 @@ def test_resume_with_a_changed_config_names_what_changed(tiny_model, video_datas
     assert "the config changed" in warnings[0] and "step-00000001" in warnings[0]
     assert "learning_rate: 0.001 -> 0.002" in warnings[0] and "lora_dropout: 0.0 -> 0.1" in warnings[0]
     assert "epochs" not in warnings[0] and "\n" not in warnings[0]
+    # batch_size counts per GPU: the warning names the global batch
+    assert "global_batch_size: 1 -> 2" in resume(batch_size=2)[0]
