@@ -25,18 +25,12 @@ def main() -> int:
         print("error: give --config-path (and/or --preset-path)", file=sys.stderr)
         return 2
     from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
-    from modules.util.commands import TrainCommands
+    from modules.util.commands import StopSignalHandler, TrainCommands
     from modules.util.config.loading import load_train_config
 
     config = load_train_config(args.config_path, args.preset_path, args.config_value)
     commands = TrainCommands()
-
-    def request_stop(signum, frame):  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
-        if commands.stop_requested:
-            raise KeyboardInterrupt
-        print("\nstopping after this step (press Ctrl-C again to stop at once)", file=sys.stderr)
-        commands.stop()
-
+    request_stop = StopSignalHandler(commands)  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     trainer = GenericTrainer(config, commands=commands)
@@ -45,7 +39,10 @@ def main() -> int:
         trainer.train()
     except TrainingStopped as stopped:
         trainer.close()
-        print(f"stopped: backup written to {stopped.path}; resume with --config-value continue_last_backup=true")
+        if stopped.path is not None:
+            print(f"stopped: backup written to {stopped.path}; resume with --config-value continue_last_backup=true")
+        else:
+            print("stopped at once: no backup written (the last scheduled one, if any, is intact)")
         return 130
     except BaseException:
         trainer.close()

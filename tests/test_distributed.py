@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from safetensors.torch import load_file
@@ -97,3 +99,50 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
     assert (tmp_path / "from_fsdp" / "workspace" / "backup" / "step-00000002" / "shards").is_dir()
     # the sharded run sampled on every rank; rank 0 wrote the video
     assert len(list((tmp_path / "to_fsdp" / "workspace" / "samples").glob("*.mp4"))) == 1
+
+
+def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resumes_exactly(tiny_model, tmp_path):
+    """A Ctrl-C in a terminal reaches torchrun and both ranks (SIGINT to the process group), then torchrun
+    forwards it once more. The ranks must stop after the same step, write one sharded backup together and
+    exit; resuming it must give the weights of an uninterrupted run, bit for bit."""
+    from modules.trainer.backup import list_backups
+    from modules.util.synthetic_data import write_video_dataset
+
+    data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
+    model = tiny_model("t2v")
+
+    def config(name: str, batch_size: int, max_steps: int, **extra) -> dict:
+        return train_config_dict(
+            model, data, tmp_path / name, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
+            output_model_destination=str(tmp_path / name / "output"), batch_size=batch_size, epochs=10_000,
+            max_steps=max_steps, learning_rate=1e-3, data_parallel="FSDP", **extra)
+
+    stopped = config("stopped", 2, 10_000, backup_after=1, backup_after_unit="STEP", rolling_backup_count=2)
+    (tmp_path / "stopped.json").write_text(json.dumps(stopped))
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+               str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(tmp_path / "stopped.json")]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while not list_backups(stopped["workspace_dir"]) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert process.poll() is None, "training ended before the signal"
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "stopping after this step" in stderr and "no backup written" not in stderr, stderr[-3000:]
+    backup = list_backups(stopped["workspace_dir"])[-1]
+    assert (backup / "shards").is_dir()
+    stop_step = int(backup.name.split("-")[1])
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
+    result = train(torchrun, config("stopped", 2, stop_step + 2, continue_last_backup=True), tmp_path / "resume.json")
+    assert f"resumed from {backup}" in result.stderr
+    train(torchrun, config("reference", 2, stop_step + 2), tmp_path / "reference.json")
+    difference = _max_difference(_transformer_weights(tmp_path / "stopped" / "output"),
+                                 _transformer_weights(tmp_path / "reference" / "output"))
+    print(f"stopped after step {stop_step}; resumed vs uninterrupted (both FSDP): max difference {difference}")
+    assert difference == 0.0

@@ -243,7 +243,7 @@ class GenericTrainer:
                    dynamic_ncols=True, disable=not self.dist.is_main)
         start_time, start_step = time.monotonic(), self.progress.global_step
         committed = dataclasses.replace(self.progress)  # position after the last optimizer step
-        interrupted = False
+        interrupted = at_same_point = False
         try:
             while self.progress.epoch < config.epochs and not self._done():
                 epoch = self.progress.epoch
@@ -268,21 +268,28 @@ class GenericTrainer:
                     self._report(loss, start_time, start_step)
                     self._after_step(backup_schedule, sample_schedule, epoch_end=False)
                     if self.dist.broadcast_object(self.commands.stop_requested):  # every rank stops together
-                        raise KeyboardInterrupt
+                        raise _SynchronizedStop
                 if self.progress.epoch_batch >= len(batches):
                     self.progress.epoch += 1
                     self.progress.epoch_batch = 0
                     committed = dataclasses.replace(self.progress)
                     self._after_step(backup_schedule, sample_schedule, epoch_end=True)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _SynchronizedStop) as stop:
             # A stop inside a step drops that step's partial gradients: the backup must describe the state
             # after the last optimizer step, or a resume would skip the interrupted batches.
             interrupted = True
+            at_same_point = isinstance(stop, _SynchronizedStop)
             self.progress = committed
             self.optimizer.zero_grad(set_to_none=True)
         finally:
             bar.close()
         if interrupted:
+            if self.setup.sharded and not at_same_point:
+                # An immediate stop leaves the ranks at different points of a step: a collective backup
+                # could pair the wrong communications and hang. The last scheduled backup stays.
+                self._status("stopped at once; no backup written (FSDP backups need every rank at the same "
+                             "point: stop with one Ctrl-C to get one)")
+                raise TrainingStopped(None)
             path = self.backup()
             self._status(f"stopped; backup written to {path} — resume with continue_last_backup=true")
             raise TrainingStopped(path)
@@ -503,8 +510,13 @@ class BatchPrefetcher:
 
 
 class TrainingStopped(Exception):
-    """Training was stopped on request; a backup was written to `path`."""
+    """Training was stopped on request; a backup was written to `path` (None: an immediate stop of a
+    sharded run, which cannot write one)."""
 
-    def __init__(self, path: Path):
-        super().__init__(f"training stopped; backup written to {path}")
+    def __init__(self, path: Path | None):
+        super().__init__(f"training stopped; backup written to {path}" if path else "training stopped; no backup")
         self.path = path
+
+
+class _SynchronizedStop(Exception):
+    """A stop that every rank raises after the same optimizer step (so collective work can follow)."""

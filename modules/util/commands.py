@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
+import time
 from typing import Callable
 
 
@@ -41,6 +43,32 @@ class TrainCommands:
         with self._lock:
             requested, self._sample = self._sample, False
             return requested
+
+
+class StopSignalHandler:
+    """SIGINT/SIGTERM handler: the first signal asks for a stop after the current step (with a backup);
+    a second one, given at least `repeat_after_s` later, stops at once.
+
+    Signals closer together are one stop: under torchrun a Ctrl-C reaches each worker twice — SIGINT
+    from the terminal and, a moment later, the signal torchrun forwards — and an immediate stop would
+    leave the ranks at different points of the step.
+    """
+
+    def __init__(self, commands: TrainCommands, repeat_after_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.commands = commands
+        self.repeat_after_s = repeat_after_s
+        self.clock = clock
+        self.first_at: float | None = None
+
+    def __call__(self, signum, frame) -> None:
+        now = self.clock()
+        if self.first_at is None:
+            self.first_at = now
+            print("\nstopping after this step (press Ctrl-C again to stop at once)", file=sys.stderr)
+            self.commands.stop()
+        elif now - self.first_at >= self.repeat_after_s:
+            raise KeyboardInterrupt
 
 
 @dataclasses.dataclass
