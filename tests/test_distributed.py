@@ -57,8 +57,9 @@ def _max_difference(a: dict, b: dict) -> float:
 
 def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strategies(tiny_model, tmp_path):
     """Full fine-tune in one process (global batch 4) against runs that switch between one process and
-    2 FSDP ranks (batch 2 each) every 2 steps through a backup: a whole-tensor backup scattered to the
-    shards, a sharded backup (each rank wrote its part) resumed by 2 ranks and by one process. Exercises
+    2 FSDP ranks (batch 2 each) after 2 steps through a backup: a whole-tensor backup scattered to the
+    shards, and a sharded backup (each rank wrote its part) resumed by one process. (2 ranks resuming a
+    sharded backup: the Ctrl-C test below.) Exercises
     sharded training (gradient accumulation, clipping, checkpointing), collective backups and resume,
     collective sampling and the gathered final save."""
     from modules.util.synthetic_data import write_video_dataset
@@ -78,21 +79,18 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
         assert "changed since it was written" not in result.stderr  # 1 GPU x 4 = 2 GPUs x 2, DDP or FSDP
         return _transformer_weights(tmp_path / name / "output")
 
-    reference = {4: run(single, "one", 4)}  # data_parallel is ignored in a single process
-    reference[6] = run(single, "one", 6)
+    reference = run(single, "one", 4)  # data_parallel is ignored in a single process
     halfway = run(single, "to_fsdp", 2)
     sample = [{"prompt": "a cat", "frames": 5, "height": 32, "width": 32, "steps": 2}]
     sharded_from_whole = run(torchrun, "to_fsdp", 4, samples=sample, sample_at_end=True)
-    sharded_from_shards = run(torchrun, "to_fsdp", 6)
     first_half = run(torchrun, "from_fsdp", 2)
     single_from_shards = run(single, "from_fsdp", 4)
 
     initial = load_file(str(model / "transformer" / "diffusion_pytorch_model.safetensors"))
-    differences = {"2 ranks resumed a whole-tensor backup (step 4)": _max_difference(sharded_from_whole, reference[4]),
-                   "2 ranks resumed a sharded backup (step 6)": _max_difference(sharded_from_shards, reference[6]),
-                   "one process resumed a sharded backup (step 4)": _max_difference(single_from_shards, reference[4])}
+    differences = {"2 ranks resumed a whole-tensor backup": _max_difference(sharded_from_whole, reference),
+                   "one process resumed a sharded backup": _max_difference(single_from_shards, reference)}
     print("max difference to one process:", differences)
-    assert _max_difference(reference[4], initial) > 1e-3  # it trained
+    assert _max_difference(reference, initial) > 1e-3  # it trained
     assert _max_difference(first_half, initial) > 1e-4
     assert _max_difference(sharded_from_whole, halfway) > 1e-4  # the sharded ranks did train steps 3-4
     assert all(value < 1e-5 for value in differences.values()), differences
