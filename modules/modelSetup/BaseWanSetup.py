@@ -12,8 +12,8 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from modules.model.WanModel import WanModel
-from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
 from modules.modelSetup import sharding
+from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
@@ -38,6 +38,10 @@ class BaseWanSetup:
     def __init__(self, model: WanModel, config: TrainConfig, full_train: dict[int, list[str]] | None = None):
         self.model = model
         self.config = config
+        # set by prepare_device: FSDP sharding, DDP wrappers per expert, block swappers
+        self._sharded = False
+        self.ddp: dict[int, torch.nn.Module] = {}
+        self.swappers: list[BlockSwapper] = []
         # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
         self.full_train = full_train or {}
         self.sigma_sampler = SigmaSampler(
@@ -77,15 +81,14 @@ class BaseWanSetup:
     @property
     def sharded(self) -> bool:
         """Whether FSDP shards the trained weights (then state gathering and sampling are collective)."""
-        return getattr(self, "_sharded", False)
+        return self._sharded
 
     def prepare_device(self, dist: DistributedContext | None = None) -> None:
         """Put the transformers on the train device (or shard them across ranks) and wrap them for
         data-parallel training; encoders stay where the data loader wants them."""
         dist = dist or DistributedContext()
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
-        self.swappers = []
-        self.ddp: dict[int, torch.nn.Module] = {}
+        self.swappers, self.ddp = [], {}
         device = self.model.train_device
         for expert, transformer in self.trained_transformers():
             if self.config.gradient_checkpointing:
@@ -118,14 +121,13 @@ class BaseWanSetup:
             modules = [t for _, t in self.trained_transformers()]
             sharding.set_gradient_sync(modules, False)
             stack.callback(sharding.set_gradient_sync, modules, True)
-        for module in getattr(self, "ddp", {}).values():
+        for module in self.ddp.values():
             stack.enter_context(module.no_sync())
         return stack
 
     def forward_module(self, expert: int) -> torch.nn.Module:
-        ddp = getattr(self, "ddp", {})
-        if expert in ddp:
-            return ddp[expert]
+        if expert in self.ddp:
+            return self.ddp[expert]
         return self.model.transformer if expert == 0 else self.model.transformer_2
 
     # --- whole states (collective when sharded) ---------------------------------------------------

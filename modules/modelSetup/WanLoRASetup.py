@@ -6,14 +6,14 @@ import logging
 import torch
 from peft import LoraConfig
 
-from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.BaseWanSetup import EXPERT_NAMES, BaseWanSetup
 from modules.modelSetup.lora_targets import select_lora_targets
 from modules.modelSetup.memory import enable_fp8_storage
 
 logger = logging.getLogger(__name__)
 
 ADAPTER = "default"
-EXPERT_PREFIX = ("transformer.", "transformer_2.")
+EXPERT_PREFIX = tuple(f"{name}." for name in EXPERT_NAMES)  # keys of backups: "transformer.blocks.0..."
 
 
 class WanLoRASetup(BaseWanSetup):
