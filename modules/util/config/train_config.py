@@ -130,6 +130,7 @@ class TrainConfig(BaseConfig):
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
     ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
+    transparent_background: list[int] = option([255, 255, 255], "RGB colour [r, g, b] (0-255) that transparent pixels of images (RGBA, LA, palette PNGs) are composited on; white as E2V's pad_white.")
 
     # --- training ----------------------------------------------------------------------------
     epochs: int = option(10, "Passes over the data.")
