@@ -12,6 +12,7 @@ from typing import Any
 
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
+from modules.util.path_checks import path_kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +65,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 def detect_variant(model_dir: str | Path) -> WanVariant:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise UserError(f"model folder '{model_dir}' does not exist: set base_model_name to a diffusers Wan folder")
+        kind = path_kind(model_dir)
+        what = "does not exist" if kind == "missing" else f"is {kind}, not a folder"
+        raise UserError(f"model folder '{model_dir}' {what}: give a diffusers-format Wan folder (the one holding "
+                        "model_index.json); a single .safetensors transformer goes in transformer_override")
     index = _read_json(model_dir / "model_index.json")
     transformer = _read_json(model_dir / "transformer" / "config.json")
     vae = _read_json(model_dir / "vae" / "config.json")

@@ -45,6 +45,7 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
+from modules.trainer.preflight import check_paths
 from modules.trainer.schedule import Schedule
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
@@ -52,6 +53,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
+from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,10 @@ _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_a
                         "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                         "backup_before_save", "train_device", "data_parallel"}
+# Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
+# other values cannot be loaded.
+_STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
+                    "optimizer", "train_expert"}
 MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
@@ -85,13 +91,13 @@ class GenericTrainer:
         self.sigma_log: list[torch.Tensor] = []
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
+        self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
         self._log_handler: logging.Handler | None = None
 
     # --- set-up -------------------------------------------------------------------------------------
     def start(self) -> None:
         config = self.config
-        if not config.base_model_name:
-            raise UserError("config key 'base_model_name' is empty: set it to a diffusers Wan folder")
+        check_paths(config)  # every path error before any model loads
         if config.dataset_config:  # an E2V config error stops before any model loads
             validate_e2v_config(config)
         self.dist, device_name = init_distributed(config.train_device)
@@ -206,12 +212,14 @@ class GenericTrainer:
         if backup is None:
             logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
             return
+        changes = self._config_changes(backup)
+        self._refuse_unloadable(backup, changes)
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
-                changes = self._config_changes(backup) if what == "config" else []
+                lines = [_describe_change(*change) for change in changes] if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
-                               f": {'; '.join(changes)}" if changes else "")
+                               f": {'; '.join(lines)}" if lines else "")
         if backup.shards is not None:  # written by an FSDP run, read by any kind of run
             self.setup.load_shards(self.optimizer, backup.shards)
         else:
@@ -222,8 +230,8 @@ class GenericTrainer:
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
 
-    def _config_changes(self, backup: Backup) -> list[str]:
-        """'key: old -> new' for each training-relevant key that differs from the backup's config.json."""
+    def _config_changes(self, backup: Backup) -> list[tuple[str, object, object]]:
+        """(key, old, new) for each training-relevant key that differs from the backup's config.json."""
         try:
             saved = json.loads((backup.path / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -231,7 +239,19 @@ class GenericTrainer:
         current = json.loads(json.dumps(self.config.to_dict()))  # the same JSON types as the saved file
         saved = _training_settings(saved, backup.world_size)
         current = _training_settings(current, self.dist.world_size)
-        return [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in _dict_diff(saved, current)]
+        return _dict_diff(saved, current)
+
+    def _refuse_unloadable(self, backup: Backup, changes: list[tuple[str, object, object]]) -> None:
+        """A change of what is trained (LoRA shape, targets, optimizer) makes the backup's tensors unusable:
+        refuse in one line naming the key, before a size-mismatch error deep in torch."""
+        structural = [c for c in changes if c[0].split(".")[0] in _STRUCTURAL_KEYS]
+        mismatch = _tensor_mismatch(backup.trainable, self.setup.trainable_state()) if backup.trainable else None
+        if not structural and mismatch is None:
+            return
+        what = "; ".join(_describe_change(*c) for c in structural) or "the trained weights' shapes"
+        detail = f" ({mismatch})" if mismatch else ""
+        raise UserError(f"cannot resume from {backup.path}: {what} changed since it was written{detail}; set it "
+                        "back, or train without continue_last_backup (or with another workspace_dir)")
 
     # --- the loop -----------------------------------------------------------------------------------
     def train(self) -> None:
@@ -366,7 +386,7 @@ class GenericTrainer:
         if self.commands.take_sample() or sample_schedule.due(step, epoch, epoch_end):
             self.sample()
         if self.commands.take_backup() or backup_schedule.due(step, epoch, epoch_end):
-            self.backup()
+            self._try_backup("training goes on; the next backup tries again")
 
     # --- side effects -----------------------------------------------------------------------------------
     def backup(self) -> Path | None:
@@ -384,6 +404,19 @@ class GenericTrainer:
         return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
                             config.rolling_backup_count, self.dist.world_size)
+
+    def _try_backup(self, consequence: str) -> Path | None:
+        """A backup whose write fails (a full disk) is reported in one line instead of ending the run:
+        the weights in memory are intact, and the final model may go to another disk."""
+        try:
+            path = self.backup()
+            self.backup_failure = None
+            return path
+        except UserError as e:
+            logger.error("%s; %s", e, consequence)
+            self.callbacks.on_status(f"backup failed: {e}")
+            self.backup_failure = str(e)
+            return None
 
     def sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
@@ -404,8 +437,10 @@ class GenericTrainer:
             output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"
             try:
                 paths.append(sampler.sample_to_file(sample, output, show_progress=False))
-            except UserError as e:
-                logger.warning("sample %d skipped: %s", index, e)
+            except Exception as e:  # a bad sample setting or a full disk must not end a run
+                if not isinstance(e, UserError) and not is_write_failure(e):
+                    raise
+                logger.warning("sample %d skipped: %s", index, e if isinstance(e, UserError) else write_failure(e))
                 continue
             if self.tensorboard is not None:
                 import numpy as np
@@ -426,7 +461,7 @@ class GenericTrainer:
         already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
         already_backed_up = self.dist.broadcast_object(already_backed_up)  # rank 0's view decides for all
         if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
-            self.backup()
+            self._try_backup("saving the model anyway")  # the final model is the point of the run
         if self.config.sample_at_end and self.progress.global_step > 0:
             self.sample()
         if self.dist.is_main:
@@ -436,8 +471,15 @@ class GenericTrainer:
             self.dist.barrier()
             self.close()
             return []
-        self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
-            self.config.output_model_destination, transformer_weights=weights)
+        try:
+            self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
+                self.config.output_model_destination, transformer_weights=weights)
+        except Exception as e:
+            if not is_write_failure(e):
+                raise
+            raise UserError(self._save_failure(e)) from None
+        if self.backup_failure:
+            logger.warning("the model was written, but the backup failed: %s", self.backup_failure)
         summary = self.skips.summary()
         logger.info(summary)
         if self.nonfinite_total:
@@ -447,6 +489,17 @@ class GenericTrainer:
         self.dist.barrier()
         self.close()
         return self.output_paths
+
+    def _save_failure(self, error: BaseException) -> str:
+        """One line: why the final save failed and where the trained weights still are."""
+        destination = self.config.output_model_destination
+        backups = list_backups(self.workspace)
+        current = bool(backups) and backups[-1].name == f"step-{self.progress.global_step:08d}"
+        where = (f"the backup {backups[-1]} holds the trained weights: free space or change "
+                 "output_model_destination, then run again with continue_last_backup=true (it resumes at the "
+                 "end and only saves)" if current else
+                 "no backup holds this run's final weights (backup_before_save is off or failed)")
+        return f"cannot write the model to '{destination}' ({write_failure(error)}): {where}"
 
     def close(self) -> None:
         if self._log_handler is not None:
@@ -480,6 +533,23 @@ def _dict_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object
         elif a != b:
             changes.append((f"{prefix}{key}", a, b))
     return changes
+
+
+def _describe_change(key: str, old: object, new: object) -> str:
+    return f"{key}: {_short(old)} -> {_short(new)}"
+
+
+def _tensor_mismatch(saved: dict[str, torch.Tensor], current: dict[str, torch.Tensor]) -> str | None:
+    """Why `saved` cannot be loaded into `current` (missing, extra or reshaped tensors), or None."""
+    missing, extra = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    reshaped = sorted(k for k in set(saved) & set(current) if saved[k].shape != current[k].shape)
+    if reshaped:
+        key = reshaped[0]
+        return (f"{len(reshaped)} tensors differ in shape, e.g. {key}: {tuple(saved[key].shape)} in the backup, "
+                f"{tuple(current[key].shape)} now")
+    if missing or extra:
+        return f"{len(missing)} trained tensors missing and {len(extra)} extra, e.g. {(missing or extra)[0]}"
+    return None
 
 
 def _short(value: object, limit: int = 60) -> str:

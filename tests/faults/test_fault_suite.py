@@ -159,7 +159,7 @@ def test_cli_user_errors_are_one_line_with_exit_code_1(tiny_model, video_dataset
     cases = {
         "wrong_type": (dict(epochs="three"), "error: config key 'epochs' must be an integer, got 'three'"),
         "missing_model": (dict(base_model_name=str(tmp_path / "no-such-model")),
-                          f"error: model folder '{tmp_path / 'no-such-model'}' does not exist"),
+                          f"error: config key 'base_model_name': '{tmp_path / 'no-such-model'}' does not exist"),
     }
     procs = {}
     for name, (overrides, _) in cases.items():  # both at once: most of their time is importing torch

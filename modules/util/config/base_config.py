@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from enum import Enum
@@ -100,6 +101,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # JSON parsers accept NaN and Infinity; no setting means them
+                raise ConfigError(f"config key '{path}' must be a finite number, got {value!r}")
             return float(value)
     elif tp is str:
         if isinstance(value, str):

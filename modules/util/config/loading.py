@@ -14,6 +14,7 @@ from typing import Any, Callable
 from modules.util.atomic import atomic_write_text
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
+from modules.util.text_io import decode_text
 
 PRESET_DIR = Path(__file__).resolve().parents[3] / "training_presets"
 
@@ -46,12 +47,22 @@ def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def read_json(path: str | os.PathLike, what: str = "config") -> Any:
+    """A JSON file as saved by any editor (UTF-8, or UTF-8/UTF-16 with a byte-order mark)."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise ConfigError(f"{what} file '{path}' is a folder, not a JSON file: give the path of the .json file")
+    if not path.exists():
         raise ConfigError(f"{what} file '{path}' does not exist: check the path")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{what} file '{path}' cannot be read ({e.strerror or e}): check its permissions") from None
+    try:
+        return json.loads(decode_text(data))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} file '{path}' is not UTF-8 text ({e.reason} at byte {e.start}): "
+                          "save it as UTF-8") from None
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{what} file '{path}' is not valid JSON ({e}): fix the file") from None
 
 

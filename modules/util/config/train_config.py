@@ -35,6 +35,14 @@ DEFAULT_LORA_TARGETS = [
 ]
 
 
+# Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
+_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank")
+_NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb",
+                 "rolling_backup_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
+_POSITIVE = ("learning_rate", "adam_epsilon", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
+_FRACTION_BELOW_ONE = ("adam_beta1", "adam_beta2", "lora_dropout")
+
+
 def check_frame_count(key: str, frames: int) -> None:
     """The Wan VAE takes 4k+1 frames (1 + 4 per latent frame after the first)."""
     if frames < 1 or (frames - 1) % 4:
@@ -73,6 +81,10 @@ class SampleConfig(BaseConfig):
 
     def validate(self, path: str) -> None:
         check_frame_count(f"{path}.frames", self.frames)
+        if self.steps < 1:
+            raise ConfigError(f"config key '{path}.steps' must be at least 1, got {self.steps}")
+        if self.cfg_scale < 0:
+            raise ConfigError(f"config key '{path}.cfg_scale' must not be negative, got {self.cfg_scale}")
         for key in ("height", "width"):
             if getattr(self, key) < 16 or getattr(self, key) % 16:
                 raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
@@ -178,7 +190,7 @@ class TrainConfig(BaseConfig):
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
     backup_after: int = option(0, "Write a resumable backup every N units (0 = never).")
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
-    rolling_backup_count: int = option(3, "How many backups are kept.")
+    rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
     backup_before_save: bool = option(True, "Write a backup when training ends.")
     continue_last_backup: bool = option(False, "Resume from the newest backup in workspace_dir/backup.")
     tensorboard: bool = option(True, "Write tensorboard scalars to workspace_dir/tensorboard.")
@@ -192,18 +204,24 @@ class TrainConfig(BaseConfig):
         check_frame_count("frames", self.frames)
         if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
             fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
-        for key in ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank"):
+        for key in _AT_LEAST_ONE:
             if getattr(self, key) < 1:
                 fail(key, f"must be at least 1, got {getattr(self, key)}")
-        for key in ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb"):
+        for key in _NOT_NEGATIVE:
             if getattr(self, key) < 0:
                 fail(key, f"must not be negative, got {getattr(self, key)}")
+        for key in _POSITIVE:
+            if getattr(self, key) <= 0:
+                fail(key, f"must be greater than 0, got {getattr(self, key)}")
+        for key in _FRACTION_BELOW_ONE:
+            if not 0.0 <= getattr(self, key) < 1.0:
+                fail(key, f"must be at least 0 and below 1, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
-        if self.timestep_shift <= 0:
-            fail("timestep_shift", f"must be positive, got {self.timestep_shift}")
         if not 0.0 <= self.caption_dropout_probability <= 1.0:
-            fail("caption_dropout_probability", "must be between 0 and 1")
+            fail("caption_dropout_probability", f"must be between 0 and 1, got {self.caption_dropout_probability}")
+        if len(self.transparent_background) != 3 or any(not 0 <= v <= 255 for v in self.transparent_background):
+            fail("transparent_background", f"must be [r, g, b] with values 0-255, got {self.transparent_background}")
         if self.lora_layer_filter:
             try:
                 re.compile(self.lora_layer_filter)
@@ -216,8 +234,6 @@ class TrainConfig(BaseConfig):
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
             if self.optimizer != Optimizer.ADAMW:
                 fail("data_parallel", "FSDP needs optimizer ADAMW (bitsandbytes' 8-bit states cannot be sharded)")
-        if self.blocks_to_swap < 0:
-            fail("blocks_to_swap", f"must not be negative, got {self.blocks_to_swap}")
         if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS_LORA or COMFY_LORA for LORA training, got {self.output_model_format.name}")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():

@@ -1,0 +1,46 @@
+"""Checks a training config against the disk before anything loads: every input path is what it should
+be and every output location can be created and written. A mistake costs a second, not an hour."""
+from __future__ import annotations
+
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+from modules.util.path_checks import (
+    check_input_file,
+    check_input_folder,
+    check_writable_file,
+    check_writable_folder,
+)
+
+_MODEL_FOLDER = "a diffusers-format Wan folder (the one holding model_index.json)"
+
+
+def check_paths(config: TrainConfig) -> None:
+    """One-line `UserError` naming the first key whose path is wrong."""
+    check_base_model(config.base_model_name)
+    for key in ("transformer_override", "transformer_2_override"):
+        if getattr(config, key):
+            check_input_file(key, getattr(config, key), "a .safetensors transformer file")
+    if config.lora_weight_path:
+        check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
+    if config.dataset_config:
+        check_input_file("dataset_config", config.dataset_config, "an E2V dataset .json file")
+    if config.e2v.image_encoder_model_name:
+        check_input_folder("e2v.image_encoder_model_name", config.e2v.image_encoder_model_name,
+                           "a folder with image_encoder/ and image_processor/ (e.g. an I2V checkpoint)")
+    check_writable_folder("workspace_dir", config.workspace_dir)
+    if config.latent_caching:
+        check_writable_folder("cache_dir", config.cache_dir)
+    if config.output_model_format.is_lora():
+        check_writable_file("output_model_destination", config.output_model_destination)
+    else:  # a folder is swapped in beside it
+        check_writable_folder("output_model_destination", config.output_model_destination)
+
+
+def check_base_model(path: str) -> None:
+    if not path:
+        raise UserError(f"config key 'base_model_name' is empty: set it to {_MODEL_FOLDER}")
+    folder = check_input_folder("base_model_name", path, _MODEL_FOLDER + "; a single .safetensors transformer "
+                                "goes in transformer_override")
+    if not (folder / "model_index.json").is_file():
+        raise UserError(f"config key 'base_model_name': '{folder}' has no model_index.json: set it to "
+                        f"{_MODEL_FOLDER}")
