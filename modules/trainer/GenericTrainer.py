@@ -497,7 +497,7 @@ class GenericTrainer:
         current = bool(backups) and backups[-1].name == f"step-{self.progress.global_step:08d}"
         where = (f"the backup {backups[-1]} holds the trained weights: free space or change "
                  "output_model_destination, then run again with continue_last_backup=true (it resumes at the "
-                 "end and only saves)" if current else
+                 "end and saves)" if current else
                  "no backup holds this run's final weights (backup_before_save is off or failed)")
         return f"cannot write the model to '{destination}' ({write_failure(error)}): {where}"
 
