@@ -40,7 +40,7 @@ TABS: tuple[Tab, ...] = (
          ("Weight dtypes", ("transformer_dtype", "text_encoder_dtype", "vae_dtype", "image_encoder_dtype")),
          ("Output", ("output_model_format", "output_model_destination"))),
     _tab("data",
-         ("Clips", ("resolution", "frames", "fps", "aspect_bucketing")),
+         ("Clips", ("resolution", "frames", "fps", "aspect_bucketing", "transparent_background")),
          ("Caching", ("latent_caching", "clear_cache_before_training", "ram_cache_mb")),
          ("Captions", ("caption_dropout_probability",))),
     _tab("concepts"),
