@@ -26,25 +26,23 @@ def path_kind(path: Path) -> str:
 
 def check_input_folder(key: str, path: str | os.PathLike, expected: str) -> Path:
     """`path` must be an existing folder; `expected` describes it ('a diffusers Wan folder')."""
-    path = Path(path)
-    kind = path_kind(path)
-    if kind == "missing":
-        raise UserError(f"config key '{key}': '{path}' does not exist: set it to {expected}")
-    if kind != "a folder":
-        raise UserError(f"config key '{key}': '{path}' is {kind}, not a folder: set it to {expected}")
-    return path
+    return _check_input(key, Path(path), "a folder", expected)
 
 
 def check_input_file(key: str, path: str | os.PathLike, expected: str) -> Path:
     """`path` must be an existing, readable file; `expected` describes it ('a .safetensors LoRA file')."""
-    path = Path(path)
+    path = _check_input(key, Path(path), "a file", expected)
+    if not os.access(path, os.R_OK):
+        raise UserError(f"config key '{key}': '{path}' cannot be read (permission denied): fix its permissions")
+    return path
+
+
+def _check_input(key: str, path: Path, wanted: str, expected: str) -> Path:
     kind = path_kind(path)
     if kind == "missing":
         raise UserError(f"config key '{key}': '{path}' does not exist: set it to {expected}")
-    if kind != "a file":
-        raise UserError(f"config key '{key}': '{path}' is {kind}, not a file: set it to {expected}")
-    if not os.access(path, os.R_OK):
-        raise UserError(f"config key '{key}': '{path}' cannot be read (permission denied): fix its permissions")
+    if kind != wanted:
+        raise UserError(f"config key '{key}': '{path}' is {kind}, not {wanted}: set it to {expected}")
     return path
 
 
