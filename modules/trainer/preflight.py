@@ -17,9 +17,10 @@ _MODEL_FOLDER = "a diffusers-format Wan folder (the one holding model_index.json
 def check_paths(config: TrainConfig) -> None:
     """One-line `UserError` naming the first key whose path is wrong."""
     check_base_model(config.base_model_name)
-    for key in ("transformer_override", "transformer_2_override"):
+    for key in ("transformer_override", "transformer_2_override", "vae_override", "text_encoder_override",
+                "image_encoder_override"):
         if getattr(config, key):
-            check_input_file(key, getattr(config, key), "a .safetensors transformer file")
+            check_input_file(key, getattr(config, key), f"a .safetensors {key.removesuffix('_override')} file")
     if config.lora_weight_path:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.dataset_config:

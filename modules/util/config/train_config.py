@@ -38,7 +38,7 @@ DEFAULT_LORA_TARGETS = [
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
 _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
+                 "rolling_backup_count", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
 _POSITIVE = ("learning_rate", "adam_epsilon", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("adam_beta1", "adam_beta2", "lora_dropout")
 
@@ -99,6 +99,7 @@ class E2VConfig(BaseConfig):
     target_layout: str = option("separate", "separate | joint: how x0 of the reference slots is built.")
     loss_on_reference_frames: bool = option(True, "Keep the reference latent frames in the loss.")
     image_encoder_model_name: str = option("", "Folder with image_encoder/ for bases that have none.")
+    export_i2v: bool = option(True, "E2V on a T2V base: also write the trained model as a Wan I2V model (<stem>-i2v/ diffusers folder and <stem>-i2v.safetensors single file) that ComfyUI, diffusers and SkyReels-A2 load.")
 
     def validate(self, path: str) -> None:
         allowed = {"e2v_type": ("auto", "dual", "vae", "clip"), "vae_posterior": ("sample", "mode"),
@@ -118,6 +119,9 @@ class TrainConfig(BaseConfig):
     base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
     transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")
     transformer_2_override: str = option("", "Like transformer_override, for the low-noise expert of two-expert models.")
+    vae_override: str = option("", "Optional single-file VAE (.safetensors: ComfyUI's vae/wan_2.1_vae or wan2.2_vae, or diffusers key names) that replaces the folder's VAE.")
+    text_encoder_override: str = option("", "Optional single-file UMT5 text encoder (.safetensors: ComfyUI's text_encoders/umt5_xxl_*, bf16/fp16/fp8/fp8_scaled) that replaces the folder's.")
+    image_encoder_override: str = option("", "Optional single-file CLIP vision encoder (.safetensors: ComfyUI's clip_vision/clip_vision_h) that replaces the folder's (or e2v.image_encoder_model_name's).")
     transformer_dtype: DataType = option(DataType.AUTO, "Weight dtype of the transformer(s).")
     text_encoder_dtype: DataType = option(DataType.AUTO, "Weight dtype of the UMT5 text encoder.")
     vae_dtype: DataType = option(DataType.FLOAT32, "Weight dtype of the VAE.")
@@ -129,7 +133,8 @@ class TrainConfig(BaseConfig):
     workspace_dir: str = option("workspace/run", "Run folder: logs, tensorboard, samples, backups.")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
     output_model_destination: str = option("output/lora.safetensors", "Where the final model is written.")
-    output_model_format: ModelFormat = option(ModelFormat.DIFFUSERS_LORA, "DIFFUSERS_LORA, COMFY_LORA or DIFFUSERS (full model folder).")
+    output_model_format: ModelFormat = option(ModelFormat.DIFFUSERS_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder).")
+    output_dtype: DataType = option(DataType.FLOAT32, "Tensor dtype of written LoRA files and snapshots: BFLOAT16 (half the size of FLOAT32, what ComfyUI computes in), FLOAT16 or FLOAT32 (exact).")
 
     # --- data --------------------------------------------------------------------------------
     concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")
@@ -188,6 +193,10 @@ class TrainConfig(BaseConfig):
     sample_after: int = option(0, "Sample every N units (0 = never).")
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
+    save_every: int = option(0, "Write a snapshot of the output model to workspace_dir/save/ every N units (0 = never); separate from resumable backups.")
+    save_every_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
+    save_skip_first: int = option(0, "No snapshot during the first N units (of save_every_unit).")
+    rolling_save_count: int = option(0, "How many of the newest snapshots are kept (0 = keep every snapshot).")
     backup_after: int = option(0, "Write a resumable backup every N units (0 = never).")
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
@@ -204,6 +213,8 @@ class TrainConfig(BaseConfig):
         check_frame_count("frames", self.frames)
         if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
             fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
+        if self.output_dtype == DataType.AUTO:
+            fail("output_dtype", "must be FLOAT32, BFLOAT16 or FLOAT16, got AUTO")
         for key in _AT_LEAST_ONE:
             if getattr(self, key) < 1:
                 fail(key, f"must be at least 1, got {getattr(self, key)}")
