@@ -52,6 +52,8 @@ def main() -> int:
         print(f"model written to {path}")
     for path in trainer.sample_paths:
         print(f"sample written to {path}")
+    if trainer.snapshot_paths:
+        print(f"{len(trainer.snapshot_paths)} snapshot file(s) written to {trainer.snapshot_paths[0].parent}")
     return 0
 
 

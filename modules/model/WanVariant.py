@@ -6,6 +6,7 @@ One descriptor instead of a ladder of `is_i2v()`/`is_ti2v()` checks: code asks f
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ class WanVariant:
     vae_scale_temporal: int
     patch_size: tuple[int, int, int]
     fps: int  # frame rate the variant was trained at
+    transformer_config_hash: str = ""  # of the checkpoint's transformer config: LoRA files record their base's
 
     @property
     def channel_concat_condition(self) -> bool:
@@ -108,4 +110,12 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         patch_size=tuple(transformer.get("patch_size", (1, 2, 2))),
         # Wan 2.2 TI2V 5B was trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
         fps=24 if z_dim == 48 else 16,
+        transformer_config_hash=transformer_config_hash(transformer),
     )
+
+
+def transformer_config_hash(config: dict[str, Any]) -> str:
+    """A short hash of a transformer's architecture (diffusers' bookkeeping keys `_class_name`,
+    `_diffusers_version`, ... left out): equal for the same network shape, whatever the folder."""
+    architecture = {k: v for k, v in config.items() if not k.startswith("_")}
+    return hashlib.sha256(json.dumps(architecture, sort_keys=True).encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ always describe the file as written; a ``lora_adapter_metadata`` of a foreign so
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
@@ -34,11 +35,48 @@ from modules.util.safetensors_io import write_safetensors
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "resources" / "model_spec" / "lora.json"
 
 
-def lora_metadata(variant: str, base_model: str = "", config_hash: str = "", title: str = "") -> dict[str, str]:
+# Header keys that say what a file is (read back by `modules.modelLoader.lora_inference`).
+VARIANT_KEY = "wantrainer.variant"  # `wan-2.1-t2v`, `wan-2.2-a14b-t2v`, ...
+EXPERT_KEY = "wantrainer.expert"  # `high_noise` / `low_noise`; absent for one-expert models
+BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the experts split (of 1000 timesteps)
+BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base
+ADAPTER_KEY = "wantrainer.adapter"
+EXPERT_NAMES = ("high_noise", "low_noise")  # by expert index: transformer, transformer_2
+
+# What `modelspec.implementation` names: the code whose key convention the file uses.
+_IMPLEMENTATIONS = {"DIFFUSERS_LORA": "https://github.com/huggingface/diffusers",
+                    "COMFY_LORA": "https://github.com/Wan-Video/Wan{version}"}  # Wan's own module names
+
+
+@dataclasses.dataclass
+class LoRAFileInfo:
+    """What a trained LoRA file is: written into its header by `lora_metadata`."""
+
+    variant: str  # `wan-2.1-t2v`, ...
+    base_model: str = ""
+    base_transformer_config: str = ""  # WanVariant.transformer_config_hash of the base
+    config_hash: str = ""  # of the whole training config
+    expert: int | None = None  # two-expert models: 0 high noise, 1 low noise
+    boundary_ratio: float | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    adapter: str = "lora"
+    title: str = ""
+
+
+def lora_metadata(variant: str | LoRAFileInfo, base_model: str = "", config_hash: str = "",
+                  title: str = "") -> dict[str, str]:
     """The caller's part of the header: ``variant`` like ``wan-2.1-t2v`` gives ``wan-2.1-t2v/lora``."""
-    meta = {"wantrainer.variant": variant, "wantrainer.base_model": base_model, "wantrainer.config_hash": config_hash}
-    if title:
-        meta["modelspec.title"] = title
+    info = variant if isinstance(variant, LoRAFileInfo) else LoRAFileInfo(variant, base_model, config_hash=config_hash,
+                                                                          title=title)
+    meta = {VARIANT_KEY: info.variant, "wantrainer.base_model": info.base_model,
+            "wantrainer.config_hash": info.config_hash, ADAPTER_KEY: info.adapter}
+    optional = {BASE_CONFIG_HASH_KEY: info.base_transformer_config, "modelspec.title": info.title,
+                EXPERT_KEY: EXPERT_NAMES[info.expert] if info.expert is not None else "",
+                BOUNDARY_KEY: _number(info.boundary_ratio),
+                "wantrainer.steps": "" if info.steps is None else str(info.steps),
+                "wantrainer.epochs": "" if info.epochs is None else str(info.epochs)}
+    meta.update({k: v for k, v in optional.items() if v})
     return meta
 
 
@@ -71,6 +109,7 @@ def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metada
         "base_model": given.get("wantrainer.base_model", ""),
         "config_hash": given.get("wantrainer.config_hash", ""),
         "format": fmt,
+        "implementation": _implementation(fmt, given.get(VARIANT_KEY, "")),
     }
     with open(TEMPLATE_PATH, encoding="utf-8") as f:
         template = json.load(f)
@@ -80,6 +119,10 @@ def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metada
     header["wantrainer.format"] = fmt
     header.update(format_metadata(weights, fmt))
     return header
+
+
+def _implementation(fmt: str, variant: str) -> str:
+    return _IMPLEMENTATIONS[fmt].format(version="2.2" if variant.startswith("wan-2.2") else "2.1")
 
 
 def _prepare_tensors(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:

@@ -1,6 +1,7 @@
 """Final model output: LoRA files (one per trained expert) or a full diffusers folder."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -12,10 +13,11 @@ from huggingface_hub import save_torch_state_dict
 
 from modules.model.WanModel import WanModel
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
-from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
+from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
 from modules.util.config.train_config import TrainConfig
+from modules.util.dtypes import torch_dtype
 from modules.util.enum import ModelFormat
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,14 @@ def variant_tag(model: WanModel) -> str:
     return f"wan-{version}-{model.variant.name.replace('_', '-')}"
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedAmount:
+    """How long the saved weights trained (LoRA headers record it)."""
+
+    steps: int
+    epochs: int  # completed epochs
+
+
 class WanModelSaver:
     def __init__(self, model: WanModel, setup: BaseWanSetup, config: TrainConfig):
         self.model = model
@@ -37,11 +47,13 @@ class WanModelSaver:
         self.config = config
 
     def save(self, destination: str | Path,
-             transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None) -> list[Path]:
+             transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None,
+             trained: TrainedAmount | None = None, exports: bool = True) -> list[Path]:
         """`transformer_weights`: full weights per expert gathered from an FSDP-sharded run (whose modules
-        hold only shards); None reads the modules."""
+        hold only shards); None reads the modules. `trained` goes into LoRA headers. `exports` False
+        writes the output format alone (snapshots), without derived exports."""
         if self.config.output_model_format.is_lora():
-            return self.save_lora(destination, self.config.output_model_format)
+            return self.save_lora(destination, self.config.output_model_format, trained)
         return [self.save_diffusers(destination, transformer_weights)]
 
     def lora_paths(self, destination: str | Path) -> dict[int, Path]:
@@ -51,22 +63,31 @@ class WanModelSaver:
         high, low = expert_lora_paths(destination)
         return {0: Path(high), 1: Path(low)}
 
-    def save_lora(self, destination: str | Path, fmt: ModelFormat) -> list[Path]:
+    def save_lora(self, destination: str | Path, fmt: ModelFormat, trained: TrainedAmount | None = None) -> list[Path]:
         paths = self.lora_paths(destination)
-        config_hash = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         written = []
         for expert, transformer in self.setup.trained_transformers():
             full = self.setup.full_train.get(expert, [])
             weights = extract_from_peft(transformer, "default", full_weight_names=full)
-            metadata = lora_metadata(variant_tag(self.model), base_model=str(self.config.base_model_name),
-                                     config_hash=config_hash)
+            metadata = lora_metadata(self.file_info(expert, trained))
             if full:  # an E2V-expanded transformer: loading needs its new shape
                 metadata[TRANSFORMER_CONFIG_KEY] = json.dumps(
                     {k: v for k, v in transformer.config.items() if not k.startswith("_")})
-            save_lora(weights, paths[expert], fmt.name, metadata)
+            save_lora(weights, paths[expert], fmt.name, metadata, dtype=torch_dtype(self.config.output_dtype))
             logger.info("LoRA written to %s", paths[expert])
             written.append(paths[expert])
         return written
+
+    def file_info(self, expert: int, trained: TrainedAmount | None) -> LoRAFileInfo:
+        """What the LoRA file of `expert` is (its header): variant, expert, base, how long it trained."""
+        variant = self.model.variant
+        config_hash = hashlib.sha256(json.dumps(self.config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return LoRAFileInfo(
+            variant=variant_tag(self.model), base_model=str(self.config.base_model_name),
+            base_transformer_config=variant.transformer_config_hash, config_hash=config_hash,
+            expert=expert if variant.two_experts else None,
+            boundary_ratio=variant.boundary_ratio if variant.two_experts else None,
+            steps=trained.steps if trained else None, epochs=trained.epochs if trained else None)
 
     def save_diffusers(self, destination: str | Path,
                        transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None) -> Path:

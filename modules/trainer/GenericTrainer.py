@@ -28,7 +28,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
-from modules.modelSaver.WanModelSaver import WanModelSaver
+from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 from modules.modelSetup.memory import enable_vae_tiling
@@ -47,6 +47,7 @@ from modules.trainer.backup import (
 )
 from modules.trainer.preflight import check_paths
 from modules.trainer.schedule import Schedule
+from modules.trainer.snapshots import prune_snapshots, snapshot_destination
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
@@ -61,7 +62,9 @@ logger = logging.getLogger(__name__)
 _RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
                         "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                         "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
-                        "backup_before_save", "train_device", "data_parallel"}
+                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
+                        "save_skip_first", "rolling_save_count", "output_dtype"}
+_RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
 # Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
 # other values cannot be loaded.
 _STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
@@ -91,6 +94,7 @@ class GenericTrainer:
         self.sigma_log: list[torch.Tensor] = []
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
+        self.snapshot_paths: list[Path] = []
         self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
         self._log_handler: logging.Handler | None = None
 
@@ -257,8 +261,10 @@ class GenericTrainer:
     def train(self) -> None:
         config = self.config
         accumulation = config.gradient_accumulation_steps
-        backup_schedule = Schedule(config.backup_after, config.backup_after_unit)
-        sample_schedule = Schedule(config.sample_after, config.sample_after_unit)
+        self.schedules = _Schedules(
+            backup=Schedule(config.backup_after, config.backup_after_unit),
+            sample=Schedule(config.sample_after, config.sample_after_unit),
+            save=Schedule(config.save_every, config.save_every_unit, skip_first=config.save_skip_first))
         bar = tqdm(total=self.total_steps, initial=self.progress.global_step, desc="training", unit="step",
                    dynamic_ncols=True, disable=not self.dist.is_main)
         start_time, start_step = time.monotonic(), self.progress.global_step
@@ -286,14 +292,14 @@ class GenericTrainer:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}", refresh=False)
                     self._report(loss, start_time, start_step)
-                    self._after_step(backup_schedule, sample_schedule, epoch_end=False)
+                    self._after_step(epoch_end=False)
                     if self.dist.broadcast_object(self.commands.stop_requested):  # every rank stops together
                         raise _SynchronizedStop
                 if self.progress.epoch_batch >= len(batches):
                     self.progress.epoch += 1
                     self.progress.epoch_batch = 0
                     committed = dataclasses.replace(self.progress)
-                    self._after_step(backup_schedule, sample_schedule, epoch_end=True)
+                    self._after_step(epoch_end=True)
         except (KeyboardInterrupt, _SynchronizedStop) as stop:
             # A stop inside a step drops that step's partial gradients: the backup must describe the state
             # after the last optimizer step, or a resume would skip the interrupted batches.
@@ -381,11 +387,13 @@ class GenericTrainer:
         self.callbacks.on_update(TrainUpdate(self.progress.global_step, self.total_steps, self.progress.epoch,
                                              self.config.epochs, loss, eta, "training"))
 
-    def _after_step(self, backup_schedule: Schedule, sample_schedule: Schedule, epoch_end: bool) -> None:
+    def _after_step(self, epoch_end: bool) -> None:
         step, epoch = self.progress.global_step, self.progress.epoch
-        if self.commands.take_sample() or sample_schedule.due(step, epoch, epoch_end):
+        if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
             self.sample()
-        if self.commands.take_backup() or backup_schedule.due(step, epoch, epoch_end):
+        if self.schedules.save.due(step, epoch, epoch_end):
+            self.snapshot()
+        if self.commands.take_backup() or self.schedules.backup.due(step, epoch, epoch_end):
             self._try_backup("training goes on; the next backup tries again")
 
     # --- side effects -----------------------------------------------------------------------------------
@@ -404,6 +412,31 @@ class GenericTrainer:
         return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
                             config.rolling_backup_count, self.dist.world_size)
+
+    def snapshot(self) -> list[Path]:
+        """The output model as it is now, to `workspace_dir/save/` (rank 0 writes; collective with FSDP).
+        A failed write (a full disk) is one line and training goes on."""
+        weights = self.setup.gathered_transformer_weights()
+        if not self.dist.is_main:
+            return []
+        self._status("saving snapshot")
+        destination = snapshot_destination(self.workspace, self.config.output_model_destination,
+                                           self.progress.global_step)
+        try:
+            paths = WanModelSaver(self.model, self.setup, self.config).save(
+                destination, transformer_weights=weights, trained=self._trained(), exports=False)
+        except Exception as e:
+            if not is_write_failure(e):
+                raise
+            logger.error("cannot write the snapshot %s (%s); training goes on", destination, write_failure(e))
+            return []
+        prune_snapshots(destination.parent, Path(self.config.output_model_destination).stem,
+                        self.config.rolling_save_count)
+        self.snapshot_paths.extend(p for p in paths if p.exists())
+        return paths
+
+    def _trained(self) -> TrainedAmount:
+        return TrainedAmount(steps=self.progress.global_step, epochs=self.progress.epoch)
 
     def _try_backup(self, consequence: str) -> Path | None:
         """A backup whose write fails (a full disk) is reported in one line instead of ending the run:
@@ -473,7 +506,7 @@ class GenericTrainer:
             return []
         try:
             self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
-                self.config.output_model_destination, transformer_weights=weights)
+                self.config.output_model_destination, transformer_weights=weights, trained=self._trained())
         except Exception as e:
             if not is_write_failure(e):
                 raise
@@ -519,6 +552,8 @@ def _training_settings(config: dict, world_size: int) -> dict:
     """The config keys a resume must keep to continue the same training. batch_size counts per GPU, so
     the global batch stands in for it: 1 GPU × 4 resumes as 2 GPUs × 2 without a warning."""
     settings = {k: v for k, v in config.items() if k not in _RESUME_NEUTRAL_KEYS and k != "batch_size"}
+    if isinstance(settings.get("e2v"), dict):
+        settings["e2v"] = {k: v for k, v in settings["e2v"].items() if k not in _RESUME_NEUTRAL_E2V_KEYS}
     settings["global_batch_size"] = config.get("batch_size", 1) * world_size
     return settings
 
@@ -555,6 +590,13 @@ def _tensor_mismatch(saved: dict[str, torch.Tensor], current: dict[str, torch.Te
 def _short(value: object, limit: int = 60) -> str:
     text = "(unset)" if value is _ABSENT else json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass
+class _Schedules:
+    backup: Schedule
+    sample: Schedule
+    save: Schedule
 
 
 class BatchPrefetcher:
