@@ -5,7 +5,7 @@ Per sample, two cache stages hold the caption's UMT5 embedding and the clip's VA
 std, so each step draws its own latent sample) — plus, for image-conditioned models, the first-frame
 condition and its CLIP embedding. Cache keys fingerprint everything that changes those tensors, so with
 `latent_caching` on no encoder runs after the first pass. Epoch order is a pure function of
-(seed, epoch), which makes resume exact.
+(seed, epoch), which makes resume exact; a sample that becomes unreadable later is replaced (`LostItems`).
 """
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import FieldMemo, encode_caption, epoch_batches, prompt_batch
+from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.discovery import RawSample, discover_concept
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
-from modules.dataLoader.errors import TOO_FEW_FRAMES, DataError
-from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
+from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
+from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
@@ -53,27 +53,29 @@ def component_fingerprint(folder: Path) -> str:
 
 
 class DecodeClip(PipelineModule):
-    """Decoded, resampled, cropped clip (3, F, H, W) in [-1, 1] and its bucket [F, H, W]. Short clips
-    train on the largest 4k+1 frames they hold; images are 1-frame clips."""
+    """Decoded, resampled, cropped clip (3, F, H, W) in [-1, 1], its bucket [F, H, W] and the source's
+    [H, W]. Short clips train on the largest 4k+1 frames they hold; images are 1-frame clips, their
+    transparent pixels composited on `background`."""
 
     inputs = ("media_path",)
-    outputs = ("video_frames", "bucket")
+    outputs = ("video_frames", "bucket", "source_size")
 
-    def __init__(self, fps: float, frames: int, resolutions: list[tuple[int, int]]):
-        self.fps, self.frames, self.resolutions = fps, frames, resolutions
+    def __init__(self, fps: float, frames: int, resolutions: list[tuple[int, int]], background: Sequence[int]):
+        self.fps, self.frames, self.resolutions, self.background = fps, frames, resolutions, list(background)
 
     def cache_identity(self) -> Any:
-        return [self.fps, self.frames, self.resolutions]
+        return [self.fps, self.frames, self.resolutions, self.background]
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         path = item["media_path"]
-        frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=self.frames)
+        frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=self.frames, background=self.background)
         count = largest_4k1(len(frames))
         bucket = choose_bucket(frames.shape[1], frames.shape[2], len(frames), self.resolutions, [count])
         if bucket is None:
             raise DataError(path, f"only {len(frames)} frames", TOO_FEW_FRAMES)
         clip = resize_and_crop(frames[:bucket.frames], bucket.height, bucket.width)
-        return {"video_frames": to_tensor(clip), "bucket": [bucket.frames, bucket.height, bucket.width]}
+        return {"video_frames": to_tensor(clip), "bucket": [bucket.frames, bucket.height, bucket.width],
+                "source_size": [frames.shape[1], frames.shape[2]]}
 
 
 class FirstFrameCondition(PipelineModule):
@@ -120,8 +122,9 @@ class TrainingItem:
 
 class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
-                 dist: DistributedContext | None = None):
+                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None):
         self.config = config
+        self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
         self.model = model
@@ -135,6 +138,7 @@ class WanBaseDataLoader:
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
         self.counter = EncoderCounter()
         self.pipeline, self.stages = self._pipeline()
+        self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's).
         self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching else 0)
 
@@ -148,9 +152,9 @@ class WanBaseDataLoader:
         vae_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "vae"), str(model.vae.dtype)]
         text_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "text_encoder"),
                          component_fingerprint(model_dir / "tokenizer"), str(model.text_encoder.dtype)]
-        video = [DecodeClip(self.fps, self.config.frames, self.resolutions),
+        video = [DecodeClip(self.fps, self.config.frames, self.resolutions, self.config.transparent_background),
                  EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
-        outputs = ["bucket", "latent_mean", "latent_std"]
+        outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
         if self.uses_image_condition:
             video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
             outputs.append("condition_mean")
@@ -158,7 +162,8 @@ class WanBaseDataLoader:
             video.append(EncodeFirstFrameClip(model, [PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")],
                                               counter))
             outputs.append("clip_embeds")
-        text = [EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)]
+        self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
+        text = [self.caption_encoder]
         if not self.config.latent_caching:
             return Pipeline(["media_path", "media_fp", "caption"], video + text, self.config.seed), []
         stages = [CacheStage(video, ["media_fp"], self.cache, "video", outputs=outputs, name="video"),
@@ -198,7 +203,8 @@ class WanBaseDataLoader:
         return raw
 
     def prepare(self) -> None:
-        """Find every sample, decide its bucket and (with caching) encode it once."""
+        """Find every sample, decide its bucket and (with caching) encode it once. Raises `CachingStopped`
+        between samples once `should_stop()` is true."""
         raw = self._discover()
         if self.config.clear_cache_before_training:
             logger.info("clear_cache_before_training: re-encoding every sample")
@@ -209,30 +215,43 @@ class WanBaseDataLoader:
                             self.cache.delete(key)
             self.dist.barrier()
         if self.dist.enabled:  # each rank encodes its share of the cache misses, then all read the cache
-            for item, _ in raw[self.dist.rank::self.dist.world_size]:
+            for item, _ in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
                 self._bucket(item, SkipCounter())
             self.dist.barrier()
         self.items = []
-        for item, repeats in tqdm(raw, desc="caching" if self.config.latent_caching else "scanning", unit="clip",
+        for item, repeats in tqdm(until_stopped(raw, self.should_stop), total=len(raw), unit="clip",
+                                  desc="caching" if self.config.latent_caching else "scanning",
                                   disable=not raw or not self.dist.is_main):
-            if self._bucket(item, self.skips):
+            fields = self._bucket(item, self.skips)
+            if fields is not None:
                 self.items.extend([item] * repeats)
+                self._warn_once(item, fields)
         if not self.items:
             raise UserError(f"no usable training sample in the concepts ({self.skips.summary()}): check the dataset")
+        self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
+                              self.skips)
         logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
 
     def _run(self, item: TrainingItem, epoch: int, stop: int | None = None) -> dict[str, Any]:
         return self.pipeline.run(item.source, self.pipeline.context(item.position, epoch), stop=stop)
 
-    def _bucket(self, item: TrainingItem, skips: SkipCounter) -> bool:
+    def _bucket(self, item: TrainingItem, skips: SkipCounter) -> dict[str, Any] | None:
+        """The item's (cached) fields with its bucket set, or None when it is skipped."""
         # Without caching only the decoder needs to run to learn the bucket.
         try:
             fields = self._run(item, 0, stop=None if self.stages else 1)
         except DataError as e:
             skips.record_error(e)
-            return False
+            return None
         item.bucket = Bucket(*fields["bucket"])
-        return True
+        return fields
+
+    def _warn_once(self, item: TrainingItem, fields: dict[str, Any]) -> None:
+        """What a user should know about a usable sample, said once per run (epochs never repeat it)."""
+        framing = framing_warning(item.sample.media_path, *fields["source_size"], item.bucket.height, item.bucket.width)
+        if framing:
+            logger.warning(framing)
+        self.caption_encoder.check_length(item.sample.caption, item.sample.media_path, self.skips)
 
     def fingerprint(self) -> str:
         """Identity of the prepared dataset (for resume checks)."""
@@ -246,7 +265,8 @@ class WanBaseDataLoader:
                              self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
-        fields = [self.memo.get(self.items[i].position, lambda i=i: self._run(self.items[i], epoch)) for i in indices]
+        indices, fields = self.lost.load(indices, epoch, lambda i: self.memo.get(self.items[i].position,
+                                                                               lambda: self._load(i, epoch)))
         batch = {name: torch.stack([f[name] for f in fields]) for name in ("latent_mean", "latent_std")}
         batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
                                               self.config.caption_dropout_probability, self._empty_prompt_embeds)
@@ -259,6 +279,17 @@ class WanBaseDataLoader:
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])
         return batch
+
+    def _load(self, index: int, epoch: int) -> dict[str, Any]:
+        """The item's fields; a file replaced by one of another shape since `prepare()` is a `DataError`."""
+        item = self.items[index]
+        fields = self._run(item, epoch)
+        bucket = Bucket(*fields["bucket"])
+        if bucket != item.bucket:
+            raise DataError(item.sample.media_path, f"changed during the run: now {bucket.frames} frames of "
+                            f"{bucket.width}x{bucket.height}, was {item.bucket.frames} of "
+                            f"{item.bucket.width}x{item.bucket.height}", CHANGED_FILE)
+        return fields
 
     def assemble(self, batch: dict[str, torch.Tensor], random: StepRandom) -> StepInputs:
         """Model inputs of a batch: a fresh posterior sample per step (from each sample's stream)."""

@@ -12,12 +12,12 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import FieldMemo, encode_caption, epoch_batches, prompt_batch
+from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
@@ -92,9 +92,10 @@ class E2VItem:
 
 class WanE2VDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
-                 dist: DistributedContext | None = None):
+                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None):
         check_e2v_base(model)
         self.config = config
+        self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.dist = dist or DistributedContext()
@@ -112,10 +113,14 @@ class WanE2VDataLoader:
                                component_fingerprint(model_dir / "tokenizer"), str(model.text_encoder.dtype)]
         self._clip_identity = ([PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")]
                                if self.uses_clip else None)
-        self.pipelines = [self._pipeline(d) for d in self.datasets]
+        self.background = config.transparent_background
+        self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
+                                 for d in self.datasets]
+        self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
         self.visualization = self.datasets[0].visualization
         self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
         self.items: list[E2VItem] = []
+        self.lost = LostItems([], [], config.seed, self.skips)
 
     # --- pipeline per dataset ------------------------------------------------------------------------
     def _resolution(self, dataset: E2VDatasetConfig) -> tuple[int, int]:
@@ -123,18 +128,18 @@ class WanE2VDataLoader:
         spatial = self.model.variant.vae_scale_spatial * self.model.variant.patch_size[1]
         return max(spatial, height // spatial * spatial), max(spatial, width // spatial * spatial)
 
-    def _pipeline(self, dataset: E2VDatasetConfig) -> Pipeline:
+    def _pipeline(self, dataset: E2VDatasetConfig, text: EncodeCaption) -> Pipeline:
         height, width = self._resolution(dataset)
         model = self.model
         decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width)
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
+        references = LoadReferences(dataset, height, width, self.background)
         vae = dataset.processors.vae
         variations = 4 if vae.frame_conditioning == "random" else 1
-        stages = [CacheStage([EncodeCaption(model, self._text_identity, dataset.remove_common_llm_caption_prefixes)],
-                             ["caption"], self.cache, "e2v-text", name="text")]
+        stages = [CacheStage([text], ["caption"], self.cache, "e2v-text", name="text")]
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
-                [decode, LoadReferences(dataset, height, width), BuildConditionClip(vae.frame_conditioning, vae.frame_index),
+                [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
                  EncodePosterior(model, "condition_clip", "condition", self._vae_identity), BuildJointClip(),
                  EncodePosterior(model, "target_clip", "video", self._vae_identity)],
                 ["video_fp", "element_fps", "num_reference_frames"], self.cache, "e2v-joint", variations,
@@ -145,14 +150,15 @@ class WanE2VDataLoader:
                                      "e2v-video", outputs=["num_frames", "video_mean", "video_std"], name="video"))
             if self.uses_vae:
                 stages.append(CacheStage(
-                    [LoadReferences(dataset, height, width), BuildConditionClip(vae.frame_conditioning, vae.frame_index),
+                    [references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
                      EncodePosterior(model, "condition_clip", "condition", self._vae_identity)],
                     ["element_fps", "num_frames"], self.cache, "e2v-condition", variations,
                     outputs=["condition_mean", "condition_std", "pixel_mask"], name="condition"))
         if self.uses_clip:
             for element in dataset.elements:
                 if element.in_clip:
-                    stages.append(CacheStage([EncodeClipElement(model, dataset, element.name, self._clip_identity)],
+                    stages.append(CacheStage([EncodeClipElement(model, dataset, element.name, self._clip_identity,
+                                                                self.background)],
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
@@ -161,6 +167,8 @@ class WanE2VDataLoader:
 
     # --- discovery and caching -----------------------------------------------------------------------
     def prepare(self) -> None:
+        """Find every sample, decide its bucket and encode it once. Raises `CachingStopped` between samples
+        once `should_stop()` is true."""
         raw: list[E2VItem] = []
         for index, dataset in enumerate(self.datasets):
             if not Path(dataset.data_root).is_dir():
@@ -173,15 +181,20 @@ class WanE2VDataLoader:
                 if item is not None:
                     raw.append(item)
         if self.dist.enabled:  # each rank fills its share of the cache first
-            for item in raw[self.dist.rank::self.dist.world_size]:
+            for item in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
                 self._bucket(item, SkipCounter())
             self.dist.barrier()
         self.items = []
-        for item in tqdm(raw, desc="caching E2V", unit="sample", disable=not raw or not self.dist.is_main):
+        for item in tqdm(until_stopped(raw, self.should_stop), total=len(raw), desc="caching E2V", unit="sample",
+                         disable=not raw or not self.dist.is_main):
             if self._bucket(item, self.skips):
                 self.items.append(item)
+                self.caption_encoders[item.dataset].check_length(item.source["caption"], item.source["video_path"],
+                                                                 self.skips)
         if not self.items:
             raise UserError(f"no usable E2V sample ({self.skips.summary()}): check the dataset folder and element suffixes")
+        self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
+                              self.skips)
         logger.info("%d E2V samples in %d buckets (pathways: %s, target layout: %s)", len(self.items),
                     len({i.bucket for i in self.items}), self.e2v_type, self.layout)
 
@@ -238,8 +251,8 @@ class WanE2VDataLoader:
                              self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, Any]:
-        fields = [self.memo.get((self.items[i].position, self._variation(self.items[i], epoch)),
-                                lambda i=i: self._run(self.items[i], epoch)) for i in indices]
+        indices, fields = self.lost.load(indices, epoch, lambda i: self.memo.get(
+            (self.items[i].position, self._variation(self.items[i], epoch)), lambda: self._run(self.items[i], epoch)))
         first = self.items[indices[0]]
         batch: dict[str, Any] = {
             "num_frames": int(fields[0]["num_frames"]),
@@ -330,7 +343,7 @@ class WanE2VDataLoader:
         dataset = self.datasets[item.dataset]
         references = torch.zeros(3, 0, h, w)
         if self.uses_vae:
-            fields = LoadReferences(dataset, *self._resolution(dataset)).process(item.source, None)
+            fields = LoadReferences(dataset, *self._resolution(dataset), self.background).process(item.source, None)
             references = torch.cat([frame[:, None].expand(-1, repeat, -1, -1)
                                     for frame, repeat in zip(fields["reference_frames"].unbind(1), fields["repeats"])], 1)
         return out, references

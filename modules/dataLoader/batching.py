@@ -1,14 +1,20 @@
-"""What both Wan data loaders (plain and E2V) do the same way: epoch order, caption dropout, text padding."""
+"""What both Wan data loaders (plain and E2V) do the same way: epoch order, caption dropout, text padding,
+samples lost during training, and stopping the caching pass."""
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Sequence
-from typing import Callable
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Callable, TypeVar
 
 import torch
 
 from modules.dataLoader.buckets import batch_by_bucket
+from modules.dataLoader.errors import CachingStopped, DataError
+from modules.dataLoader.skips import SkipCounter
 from modules.modelSetup.step_inputs import derive_seed
+from modules.util.errors import UserError
+
+T = TypeVar("T")
 
 TEXT_LENGTH = 512  # the transformer splits image from text context at "length - 512"
 
@@ -59,3 +65,62 @@ class FieldMemo:
             self.fields[key] = fields
             self.used += size
         return fields
+
+
+def until_stopped(items: Sequence[T], should_stop: Callable[[], bool] | None) -> Iterator[T]:
+    """`items`, but raises `CachingStopped` before the next one as soon as `should_stop()` is true."""
+    for done, item in enumerate(items):
+        if should_stop is not None and should_stop():
+            raise CachingStopped(done, len(items))
+        yield item
+
+
+class LostItems:
+    """Items that became unreadable after `prepare()` (e.g. a video deleted mid-run without latent caching).
+
+    Each is skipped and counted once and never read again. A batch that holds one trains a readable item of
+    the same shape in its place, drawn from a stream of (seed, epoch, batch): every step keeps its size and
+    shape (so each data-parallel rank keeps a share, and loss weights and the schedule stay as planned) and
+    the epoch order stays what `epoch_batches` planned, as a resume expects. `samples[i]` names the sample
+    behind item i: the repeats of a sample are lost together.
+    """
+
+    def __init__(self, buckets: Sequence[Hashable], samples: Sequence[Hashable], seed: int, skips: SkipCounter):
+        self.buckets, self.samples, self.seed, self.skips = list(buckets), list(samples), seed, skips
+        self.lost: set[Hashable] = set()
+
+    def load(self, indices: Sequence[int], epoch: int, load: Callable[[int], T]) -> tuple[list[int], list[T]]:
+        """(indices actually loaded, their `load(index)` results); a `DataError` loses that item."""
+        rng = random.Random(derive_seed(self.seed, "substitute", epoch, list(indices)))
+        bucket = self.buckets[indices[0]]
+        used: list[int] = []
+        loaded: list[T] = []
+        for index in indices:
+            while True:
+                if self.samples[index] not in self.lost:
+                    try:
+                        loaded.append(load(index))
+                        used.append(index)
+                        break
+                    except DataError as error:
+                        self._lose(index, error)
+                index, bucket = self._substitute(bucket, rng)
+        return used, loaded
+
+    def _lose(self, index: int, error: DataError) -> None:
+        self.lost.add(self.samples[index])
+        self.skips.record(error.path, error.category,
+                          f"{error.reason} (found during training: other samples of its shape train in its place)")
+
+    def _substitute(self, bucket: Hashable, rng: random.Random) -> tuple[int, Hashable]:
+        """A readable item of `bucket`; when none is left, of another bucket (the whole batch was lost then,
+        since every item loaded before is a readable one of `bucket`)."""
+        readable = [i for i, sample in enumerate(self.samples) if sample not in self.lost]
+        if not readable:
+            raise UserError(f"every training sample became unreadable during training ({self.skips.summary()}): "
+                            "check the dataset, then resume with continue_last_backup=true")
+        same = [i for i in readable if self.buckets[i] == bucket]
+        if not same:
+            bucket = self.buckets[rng.choice(readable)]
+            same = [i for i in readable if self.buckets[i] == bucket]
+        return rng.choice(same), bucket

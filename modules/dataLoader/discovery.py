@@ -1,5 +1,6 @@
 """Finding samples of a concept: a folder of videos/images with .txt captions, or a JSONL manifest."""
 
+import codecs
 import json
 import logging
 import os
@@ -14,6 +15,14 @@ logger = logging.getLogger(__name__)
 FOLDER_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
 MANIFEST_SUFFIX = ".jsonl"
 _MAX_NAMES_IN_WARNING = 5
+# Byte order marks and the encodings they announce; UTF-32 first, since its LE mark starts like UTF-16's.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
 
 
 @dataclass(frozen=True)
@@ -61,17 +70,35 @@ def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
     return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder)) for p in media]
 
 
+def decode_bom(data: bytes, path: Path) -> str | None:
+    """The text of `data` in the encoding its byte order mark names, or None when it has none. Bytes that
+    do not fit that encoding become U+FFFD with a warning (a BOM leaves no better guess)."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            body = data[len(bom):]
+            try:
+                return body.decode(encoding)
+            except UnicodeDecodeError:
+                logger.warning("%s: text is not valid %s although its byte order mark says so; "
+                               "replacing the bad bytes", path, encoding.upper())
+                return body.decode(encoding, errors="replace")
+    return None
+
+
 def read_caption(path: Path) -> str:
-    """The stripped text of a caption file; "" if missing. UTF-8, falling back to latin-1 with a warning."""
+    """The stripped text of a caption file; "" if missing. The encoding of a byte order mark (UTF-8,
+    UTF-16/32 LE/BE); without one UTF-8, falling back to latin-1 with a warning."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return ""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        logger.warning("%s: caption is not valid UTF-8, reading it as latin-1", path)
-        text = data.decode("latin-1")
+    text = decode_bom(data, path)
+    if text is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            logger.warning("%s: caption is not valid UTF-8, reading it as latin-1", path)
+            text = data.decode("latin-1")
     return text.strip()
 
 
@@ -90,12 +117,16 @@ def _warn_missing_captions(concept: Path, samples: list[RawSample]) -> None:
 def read_jsonl_manifest(path: str | os.PathLike) -> list[RawSample]:
     """Samples from lines `{"path": ..., "prompt": ...}`; relative paths are resolved from the manifest's folder.
 
-    Blank lines are ignored; `caption` is accepted instead of `prompt`. Raises `DataError` naming
-    the file and line number for a bad line. File existence is checked later, when reading.
+    UTF-8, or the encoding a byte order mark names. Blank lines are ignored; `caption` is accepted instead
+    of `prompt`. Raises `DataError` naming the file and line number for a bad line. File existence is
+    checked later, when reading.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
+        text = decode_bom(data, path)
+        if text is None:
+            text = data.decode("utf-8")
     except FileNotFoundError as e:
         raise DataError(path, "manifest not found", MISSING_FILE) from e
     except (OSError, UnicodeDecodeError) as e:

@@ -5,12 +5,16 @@ no encoder.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Mapping
 
+from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
 from modules.dataLoader.batching import encode_caption
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
-from modules.model.WanModel import WanModel
+from modules.dataLoader.skips import SkipCounter
+from modules.model.WanModel import TEXT_SEQ_LEN, WanModel
 
 
 class EncoderCounter:
@@ -61,7 +65,19 @@ class EncodeCaption(PipelineModule):
     def cache_identity(self) -> Any:
         return [self.identity, self.strip_prefixes]
 
+    def text(self, caption: str) -> str:
+        """The text that is encoded for `caption`."""
+        return strip_llm_prefix(caption) if self.strip_prefixes else caption
+
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
-        caption = strip_llm_prefix(item["caption"]) if self.strip_prefixes else item["caption"]
-        return {"prompt_embeds": encode_caption(self.model, caption)}
+        return {"prompt_embeds": encode_caption(self.model, self.text(item["caption"]))}
+
+    def check_length(self, caption: str, name: str | os.PathLike, skips: SkipCounter) -> None:
+        """Record (and log once) a caption that the text encoder cuts to its TEXT_SEQ_LEN tokens. Called
+        once per sample in `prepare()`, so a warm cache, which never runs `process`, still reports it."""
+        # The tokenizer as diffusers' encode call sees it (cleaned text, with </s>), but without the cut.
+        tokens = len(self.model.tokenizer(prompt_clean(self.text(caption)), add_special_tokens=True,
+                                          truncation=False, verbose=False).input_ids)
+        if tokens > TEXT_SEQ_LEN:
+            skips.record_truncated_caption(name, TEXT_SEQ_LEN, tokens)

@@ -12,6 +12,7 @@ BAD_NPZ = "bad npz"
 BAD_MANIFEST = "bad manifest"
 UNSUPPORTED_FILE = "unsupported file"
 TOO_FEW_FRAMES = "too few frames"
+CHANGED_FILE = "changed file"
 
 
 class DataError(UserError):
@@ -25,3 +26,13 @@ class DataError(UserError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}".replace("\n", " ")
+
+
+class CachingStopped(Exception):
+    """A stop was requested while `prepare()` encoded the dataset. Entries already written stay valid (each
+    is written atomically), so the next run reuses them and encodes only the rest."""
+
+    def __init__(self, done: int, total: int):
+        self.done, self.total = done, total
+        super().__init__(f"caching stopped after {done} of {total} samples; the cached ones are kept and "
+                         "the next run encodes only the rest")

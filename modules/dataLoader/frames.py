@@ -1,6 +1,7 @@
 """Frame-count rules (4k+1), temporal windows, spatial resize/crop and tensor conversion."""
 
 import random
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -70,6 +71,26 @@ def crop_box(src_h: int, src_w: int, height: int, width: int) -> tuple[int, int,
     return (src_h - crop_h) // 2, (src_w - crop_w) // 2, crop_h, crop_w
 
 
+MIN_KEPT_SHARE = 0.5  # a cover crop that keeps less of the source than this is worth a warning
+MAX_UPSCALE = 2.0  # so is enlarging the kept region by more than this factor
+
+
+def framing_warning(name: str | Path, src_h: int, src_w: int, height: int, width: int) -> str | None:
+    """One line about what `resize_and_crop` to height x width does to a src_h x src_w source when it
+    crops away more than half of it or enlarges it more than 2x; None when neither happens."""
+    _, _, crop_h, crop_w = crop_box(src_h, src_w, height, width)
+    kept = crop_h * crop_w / (src_h * src_w)
+    upscale = max(height / crop_h, width / crop_w)
+    problems = []
+    if kept < MIN_KEPT_SHARE:
+        problems.append(f"the crop keeps {crop_w}x{crop_h} ({kept:.0%} of the pixels)")
+    if upscale > MAX_UPSCALE:
+        problems.append(f"it is upscaled {upscale:.1f}x")
+    if not problems:
+        return None
+    return f"{name}: {src_w}x{src_h} trains at {width}x{height}: {' and '.join(problems)}"
+
+
 def resize_and_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     """Cover-resize and center-crop uint8 (F, H, W, 3) frames to exactly (F, height, width, 3).
 
@@ -101,6 +122,7 @@ def to_tensor(frames: np.ndarray) -> torch.Tensor:
 __all__ = [
     "choose_frame_count",
     "crop_box",
+    "framing_warning",
     "is_4k1",
     "largest_4k1",
     "pick_window",

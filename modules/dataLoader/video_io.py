@@ -1,17 +1,20 @@
 """Reading and writing videos (and images / .npz frame arrays) as uint8 RGB frame arrays.
 
-Frames are always `uint8` arrays shaped (F, H, W, 3) in RGB order.
+Frames are always `uint8` arrays shaped (F, H, W, 3) in RGB order. Transparent image pixels are
+composited on a background colour (white unless the caller says otherwise).
 """
 
+import io
 import logging
 import math
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import cv2
 import numpy as np
+from PIL import Image, ImageOps
 
 from modules.dataLoader.errors import (
     BAD_NPZ,
@@ -29,17 +32,35 @@ VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
 NPZ_EXTENSIONS = frozenset({".npz"})
 MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS | NPZ_EXTENSIONS
+WHITE = (255, 255, 255)
+_ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
+
+
+def _quiet_video_decoders() -> None:
+    """Keep OpenCV's "[ WARN:0@...]" lines and FFmpeg's own messages about broken files off stderr: a broken
+    file already gets one skip line. FFmpeg reads its level when OpenCV first opens a video, so this runs
+    when this module is imported; a level the user set in the environment wins."""
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+    if "OPENCV_LOG_LEVEL" not in os.environ:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+
+
+_quiet_video_decoders()
 
 
 def read_video_frames(
-    path: str | os.PathLike, target_fps: float | None = None, max_frames: int | None = None
+    path: str | os.PathLike,
+    target_fps: float | None = None,
+    max_frames: int | None = None,
+    background: Sequence[int] = WHITE,
 ) -> tuple[np.ndarray, float]:
     """Read a video, image or .npz as (frames uint8 (F, H, W, 3) RGB, source_fps).
 
     With `target_fps`, frames are resampled to the timestamps k / target_fps (nearest source
     frame, timestamps inside the clip). `max_frames` caps the number of returned frames (decoding
     stops early). `source_fps` is 0.0 when unknown (images; .npz without an `fps` key and no
-    `target_fps`). Raises `DataError` for missing, unreadable or empty files.
+    `target_fps`). Transparent image pixels are composited on `background` (RGB). Raises
+    `DataError` for missing, unreadable or empty files.
     """
     path = Path(path)
     if max_frames is not None and max_frames < 1:
@@ -50,7 +71,7 @@ def read_video_frames(
         raise DataError(path, "file not found", MISSING_FILE)
     suffix = path.suffix.lower()
     if suffix in IMAGE_EXTENSIONS:
-        return _read_image(path)[None], 0.0
+        return read_image(path, background)[None], 0.0
     if suffix in NPZ_EXTENSIONS:
         frames, fps = _read_npz(path)
         source_fps = fps if fps is not None else (target_fps or 0.0)
@@ -76,13 +97,48 @@ def resample_indices(
     return indices[:max_frames] if max_frames is not None else indices
 
 
-def _read_image(path: Path) -> np.ndarray:
-    """Decode an image file to (H, W, 3) RGB uint8 (alpha dropped, grey expanded)."""
-    data = np.fromfile(path, dtype=np.uint8)  # imdecode also works for non-ASCII paths
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE) -> np.ndarray:
+    """Decode an image file to (H, W, 3) RGB uint8: grey expanded, transparent pixels (RGBA, LA, palette
+    or colour-key transparency) composited on `background`. Raises `DataError` naming the file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(path, "file not found", MISSING_FILE) from None
+    except OSError as e:
+        raise DataError(path, f"cannot read image ({e.strerror or e})", UNREADABLE_IMAGE) from None
+    rgba = _decode_transparent(path, data)
+    if rgba is not None:
+        return composite_alpha(rgba, background)
+    buffer = np.frombuffer(data, dtype=np.uint8)  # imdecode also works for non-ASCII paths
+    image = cv2.imdecode(buffer, cv2.IMREAD_COLOR) if buffer.size else None
     if image is None:
         raise DataError(path, "cannot decode image", UNREADABLE_IMAGE)
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def _decode_transparent(path: Path, data: bytes) -> np.ndarray | None:
+    """(H, W, 4) RGBA of an image that has transparency, else None (also when PIL cannot identify it:
+    OpenCV then decodes it, or names it unreadable). OpenCV's colour decode would drop the alpha."""
+    try:
+        image = Image.open(io.BytesIO(data))
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    with image:
+        if image.mode not in _ALPHA_MODES and "transparency" not in image.info:
+            return None
+        try:
+            return np.asarray(ImageOps.exif_transpose(image).convert("RGBA"))  # as OpenCV applies EXIF rotation
+        except (OSError, ValueError, Image.DecompressionBombError) as e:
+            raise DataError(path, f"cannot decode image ({e})", UNREADABLE_IMAGE) from None
+
+
+def composite_alpha(rgba: np.ndarray, background: Sequence[int] = WHITE) -> np.ndarray:
+    """uint8 (H, W, 4) RGBA over an opaque RGB `background` -> uint8 (H, W, 3) RGB."""
+    alpha = rgba[..., 3:].astype(np.float32) / 255.0
+    colour = np.asarray(background, dtype=np.float32).reshape(1, 1, 3)
+    blended = rgba[..., :3].astype(np.float32) * alpha + colour * (1.0 - alpha)
+    return np.ascontiguousarray(np.rint(blended).astype(np.uint8))
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:

@@ -6,11 +6,8 @@ step's random streams.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-import cv2
-import numpy as np
 import torch
 
 from modules.dataLoader.e2v.layout import (
@@ -24,19 +21,14 @@ from modules.dataLoader.e2v.layout import (
     separate_target_frames,
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
-from modules.dataLoader.errors import TOO_FEW_FRAMES, UNREADABLE_IMAGE, DataError
+from modules.dataLoader.errors import TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
-from modules.dataLoader.video_io import read_video_frames
+from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
 from modules.model.WanModel import WanModel
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 
-def read_image(path: str) -> np.ndarray:
-    data = np.fromfile(path, dtype=np.uint8) if Path(path).is_file() else np.zeros(0, np.uint8)
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-    if image is None:
-        raise DataError(path, "element image cannot be read", UNREADABLE_IMAGE)
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
 
 
 class DecodeTargetVideo(PipelineModule):
@@ -85,19 +77,20 @@ class LoadReferences(PipelineModule):
     inputs = ("element_paths",)
     outputs = ("reference_frames", "repeats")
 
-    def __init__(self, dataset: E2VDatasetConfig, height: int, width: int):
-        self.dataset, self.height, self.width = dataset, height, width
+    def __init__(self, dataset: E2VDatasetConfig, height: int, width: int, background: Sequence[int] = WHITE):
+        self.dataset, self.height, self.width, self.background = dataset, height, width, list(background)
 
     def cache_identity(self) -> Any:
         return [[e.name, e.vae.position, e.vae.repeat, self.dataset.vae_preprocess(e)] for e in self.dataset.elements] + \
-               [self.height, self.width]
+               [self.height, self.width, self.background]
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         paths = item["element_paths"]
         by_name = {e.name: e for e in self.dataset.elements}
         frames, repeats = [], []
         for name, repeat in layout_elements(self.dataset.elements, {n: True for n in paths}):
-            image = preprocess(read_image(paths[name]), self.dataset.vae_preprocess(by_name[name]), self.height, self.width)
+            image = preprocess(read_image(paths[name], self.background), self.dataset.vae_preprocess(by_name[name]),
+                               self.height, self.width)
             frames.append(image_to_tensor(image))
             repeats.append(repeat)
         return {"reference_frames": torch.stack(frames, dim=1), "repeats": repeats}
@@ -142,15 +135,16 @@ class EncodeClipElement(PipelineModule):
 
     inputs = ("element_paths",)
 
-    def __init__(self, model: WanModel, dataset: E2VDatasetConfig, element_name: str, identity: Any):
-        self.model, self.dataset, self.identity = model, dataset, identity
+    def __init__(self, model: WanModel, dataset: E2VDatasetConfig, element_name: str, identity: Any,
+                 background: Sequence[int] = WHITE):
+        self.model, self.dataset, self.identity, self.background = model, dataset, identity, list(background)
         self.element = next(e for e in dataset.elements if e.name == element_name)
         self.name = f"EncodeClip[{element_name}]"
         self.outputs = (f"clip_{element_name}",)
 
     def cache_identity(self) -> Any:
         height, width = self.dataset.processors.clip.resolution
-        return [self.identity, self.dataset.clip_preprocess(self.element), height, width]
+        return [self.identity, self.dataset.clip_preprocess(self.element), height, width, self.background]
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         path = item["element_paths"].get(self.element.name)
@@ -158,7 +152,7 @@ class EncodeClipElement(PipelineModule):
         if path is None:
             return {self.outputs[0]: torch.zeros(0, width_out)}
         height, width = self.dataset.processors.clip.resolution
-        image = preprocess(read_image(path), self.dataset.clip_preprocess(self.element), height, width)
+        image = preprocess(read_image(path, self.background), self.dataset.clip_preprocess(self.element), height, width)
         return {self.outputs[0]: self.model.encode_images([image])[0]}
 
 
