@@ -41,6 +41,8 @@ def main() -> int:
         trainer.close()
         if stopped.path is not None:
             print(f"stopped: backup written to {stopped.path}; resume with --config-value continue_last_backup=true")
+        elif stopped.reason:
+            print(f"stopped: {stopped.reason}")
         else:
             print("stopped at once: no backup written (the last scheduled one, if any, is intact)")
         return 130

@@ -1,6 +1,5 @@
 """Finding samples of a concept: a folder of videos/images with .txt captions, or a JSONL manifest."""
 
-import codecs
 import json
 import logging
 import os
@@ -9,6 +8,7 @@ from pathlib import Path
 
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
+from modules.util.text_io import bom_encoding
 
 logger = logging.getLogger(__name__)
 
@@ -16,13 +16,6 @@ FOLDER_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
 MANIFEST_SUFFIX = ".jsonl"
 _MAX_NAMES_IN_WARNING = 5
 # Byte order marks and the encodings they announce; UTF-32 first, since its LE mark starts like UTF-16's.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32-le"),
-    (codecs.BOM_UTF32_BE, "utf-32-be"),
-    (codecs.BOM_UTF8, "utf-8"),
-    (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
 
 
 @dataclass(frozen=True)
@@ -73,16 +66,15 @@ def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
 def decode_bom(data: bytes, path: Path) -> str | None:
     """The text of `data` in the encoding its byte order mark names, or None when it has none. Bytes that
     do not fit that encoding become U+FFFD with a warning (a BOM leaves no better guess)."""
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            body = data[len(bom):]
-            try:
-                return body.decode(encoding)
-            except UnicodeDecodeError:
-                logger.warning("%s: text is not valid %s although its byte order mark says so; "
-                               "replacing the bad bytes", path, encoding.upper())
-                return body.decode(encoding, errors="replace")
-    return None
+    encoding, skip = bom_encoding(data)
+    if encoding is None:
+        return None
+    try:
+        return data[skip:].decode(encoding)
+    except UnicodeDecodeError:
+        logger.warning("%s: text is not valid %s although its byte order mark says so; "
+                       "replacing the bad bytes", path, encoding.upper())
+        return data[skip:].decode(encoding, errors="replace")
 
 
 def read_caption(path: Path) -> str:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
+from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
@@ -128,8 +129,13 @@ class GenericTrainer:
             if module is not None:
                 module.to(device)
         loader_cls = WanE2VDataLoader if config.dataset_config else WanBaseDataLoader
-        self.data = loader_cls(config, self.model, self.skips, self.dist)
-        self.data.prepare()
+        self.data = loader_cls(config, self.model, self.skips, self.dist,
+                               should_stop=lambda: self.commands.stop_requested)
+        try:
+            self.data.prepare()
+        except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
+            self._status(str(stopped))
+            raise TrainingStopped(None, reason=str(stopped)) from None
         if config.latent_caching:  # encoders are not needed until sampling: free the GPU for training
             for module in (self.model.text_encoder, self.model.image_encoder):
                 if module is not None:
@@ -623,11 +629,12 @@ class BatchPrefetcher:
 
 class TrainingStopped(Exception):
     """Training was stopped on request; a backup was written to `path` (None: an immediate stop of a
-    sharded run, which cannot write one)."""
+    sharded run, which cannot write one, or a stop before training began); `reason` says why not."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, reason: str = ""):
         super().__init__(f"training stopped; backup written to {path}" if path else "training stopped; no backup")
         self.path = path
+        self.reason = reason
 
 
 class _SynchronizedStop(Exception):
