@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] --prompt P [--image I] --output X.mp4"""
+"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] --prompt P [--image I] --output X.mp4|.gif|.webp"""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")
     parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--force", action="store_true",
+                        help="apply a LoRA whose metadata names another Wan variant (with a warning) instead of refusing it")
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--negative-prompt", default="")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
@@ -32,14 +34,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cfg-scale", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--output", required=True, help="output .mp4 (a .png strip is written beside it)")
+    parser.add_argument("--output", required=True, help="output .mp4, .gif or .webp (a .png strip is written beside it)")
     return parser.parse_args()
 
 
 def main() -> int:
     args = parse_args()
-    from modules.modelLoader.lora_inference import attach_lora_for_inference
+    from modules.model.WanVariant import detect_variant
+    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+    from modules.modelSampler.video_output import check_video_output
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
 
@@ -49,11 +53,14 @@ def main() -> int:
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "seed": args.seed,
     }, "sample")
+    # everything that can be checked without the weights is, before they load
+    check_video_output(args.output)
+    lora = check_lora_file(args.lora, detect_variant(args.model), args.force, "--force") if args.lora else None
     model = WanModelLoader().load(args.model, resolve_device(args.device))
     if args.image_encoder and model.image_encoder is None:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
-    if args.lora:
-        attach_lora_for_inference(model, args.lora, args.lora_scale)
+    if lora is not None:
+        attach_lora_for_inference(model, lora, args.lora_scale)
     path = WanModelSampler(model, e2v_options(args, model)).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0

@@ -250,8 +250,10 @@ def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float) -> None
     if not (math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be positive, got {fps}")
     with atomic_path(path) as temp:
-        # the temp name keeps the path's suffix (.mp4): OpenCV picks the container from it
-        writer = cv2.VideoWriter(str(temp), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height))
+        # the temp name keeps the path's suffix (.mp4): FFmpeg picks the container from it. FFmpeg only: when
+        # it cannot open a name, OpenCV falls back to its image-sequence writer, which reads a digit run in
+        # the name as a frame number and writes one file per frame beside the target
+        writer = cv2.VideoWriter(str(temp), cv2.CAP_FFMPEG, cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height))
         try:
             if not writer.isOpened():
                 raise OSError(f"cannot open a video writer for {path}")

@@ -3,13 +3,50 @@ from __future__ import annotations
 
 import os
 
-from modules.modelSaver.lora_formats import LoRAFormatError, LoRAWeights, from_state_dict
+from modules.modelSaver.lora_formats import LoRAFormatError, LoRAWeights, detect_format, from_state_dict
 from modules.util.errors import UserError
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error message (the rest of a library's message is often a long dump)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _check_lora_path(path: str) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"LoRA file not found: {path}")
+    if os.path.isdir(path):
+        raise UserError(f"LoRA path is a directory, expected a .safetensors file: {path}")
+
+
+def _unreadable(path: str, error: BaseException) -> UserError:
+    return UserError(f"cannot read LoRA file {path}: not a valid .safetensors file ({first_line(error)}); "
+                     "check the path, or download / export the file again")
+
+
+def _not_a_lora(path: str, error: LoRAFormatError) -> UserError:
+    return UserError(f"{path} is not a usable LoRA file: {error}; give a LoRA in ComfyUI, diffusers or musubi format")
+
+
+def read_lora_header(path: str | os.PathLike) -> dict[str, str]:
+    """The header metadata of a LoRA file, without reading its tensors: cheap enough to check a file before
+    a model loads. `UserError` naming the file when it is missing, corrupt or holds no LoRA keys."""
+    from safetensors import safe_open
+
+    path = os.fspath(path)
+    _check_lora_path(path)
+    try:
+        with safe_open(path, framework="pt") as f:
+            metadata = dict(f.metadata() or {})
+            keys = list(f.keys())
+    except Exception as e:  # safetensors raises several types for corrupt/truncated files
+        raise _unreadable(path, e) from e
+    try:
+        detect_format(dict.fromkeys(keys))  # decides on key names alone
+    except LoRAFormatError as e:
+        raise _not_a_lora(path, e) from e
+    return metadata
 
 
 def load_lora_file(path: str | os.PathLike) -> tuple[LoRAWeights, dict[str, str]]:
@@ -17,18 +54,15 @@ def load_lora_file(path: str | os.PathLike) -> tuple[LoRAWeights, dict[str, str]
     from safetensors import safe_open
 
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise UserError(f"LoRA file not found: {path}")
-    if os.path.isdir(path):
-        raise UserError(f"LoRA path is a directory, expected a .safetensors file: {path}")
+    _check_lora_path(path)
     try:
         with safe_open(path, framework="pt") as f:
             metadata = dict(f.metadata() or {})
             state_dict = {key: f.get_tensor(key) for key in f.keys()}
     except Exception as e:  # safetensors raises several types for corrupt/truncated files
-        raise UserError(f"cannot read LoRA file {path}: not a valid .safetensors file ({_first_line(e)})") from e
+        raise _unreadable(path, e) from e
     try:
         weights = from_state_dict(state_dict, metadata)
     except LoRAFormatError as e:
-        raise UserError(f"{path} is not a usable LoRA file: {e}") from e
+        raise _not_a_lora(path, e) from e
     return weights, metadata

@@ -2,73 +2,172 @@
 
 Going through diffusers (not our reader) means `scripts/sample.py` proves the file works for users of
 plain diffusers too. Two-expert models: either expert's file is accepted, its sibling found by name.
+
+`check_lora_file` reads only the files' headers, so a LoRA made for another variant, a corrupt file or
+a file without LoRA keys is refused before the model loads; `check_lora_matches` is the one place that
+decides whether a LoRA's metadata fits a model.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import re
 from pathlib import Path
+from typing import Iterator, Mapping
 
 from modules.model.WanModel import WanModel
-from modules.modelSaver.lora_formats import expert_lora_paths
+from modules.model.WanVariant import WanVariant
+from modules.modelLoader.WanLoRALoader import first_line, read_lora_header
+from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths
+from modules.modelSaver.WanLoRASaver import VARIANT_KEY
 from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 _HIGH, _LOW = "_high_noise.safetensors", "_low_noise.safetensors"
+_EXPERTS = ("high", "low")  # expert index -> adapter name / words in messages
+_VARIANT_TAG = re.compile(r"^wan-\d+(?:\.\d+)*-(?P<name>.+)$")  # WanModelSaver.variant_tag: `wan-2.2-a14b-t2v`
 
 
-def expert_files(path: str | Path) -> tuple[Path | None, Path | None]:
-    """(high-noise file, low-noise file) for a two-expert LoRA given either of them (or the base name)."""
+@dataclasses.dataclass(frozen=True)
+class LoRAFiles:
+    """A LoRA checked against a model: its file per expert (0: high noise, or the only transformer) and
+    each file's header metadata."""
+
+    given: Path
+    files: dict[int, Path]
+    metadata: dict[int, dict[str, str]]
+
+
+def _expert_candidates(path: str | Path) -> tuple[Path, Path]:
     text = str(path)
     for suffix in (_HIGH, _LOW):
         if text.endswith(suffix):
             text = text[: -len(suffix)] + ".safetensors"
-    high, low = (Path(p) for p in expert_lora_paths(text))
+    high, low = expert_lora_paths(text)
+    return Path(high), Path(low)
+
+
+def expert_files(path: str | Path) -> tuple[Path | None, Path | None]:
+    """(high-noise file, low-noise file) for a two-expert LoRA given either of them (or the base name)."""
+    high, low = _expert_candidates(path)
     return (high if high.is_file() else None), (low if low.is_file() else None)
 
 
-def attach_lora_for_inference(model: WanModel, path: str | Path, scale: float = 1.0) -> None:
+def check_lora_matches(path: Path, metadata: Mapping[str, str], variant: WanVariant, force: bool = False,
+                       force_option: str | None = None) -> None:
+    """Refuse a LoRA whose metadata says it was made for another model (`force`: warn and go on).
+
+    `force_option` names the switch that forces it (e.g. "--force"), for the message; None when there is none.
+    """
+    tag = metadata.get(VARIANT_KEY, "")
+    match = _VARIANT_TAG.match(tag)
+    if match is None:  # ComfyUI, musubi and diffusers files carry no such key; ours without a variant say "wan"
+        logger.info("LoRA '%s' does not say which Wan variant it was made for (%s): not checked against the %s model",
+                    path, f"{VARIANT_KEY} is '{tag}'" if tag else f"no {VARIANT_KEY} in its header", variant.name)
+        return
+    if match["name"].replace("-", "_") == variant.name:
+        return
+    problem = f"LoRA '{path}' was made for {tag}, not for this {variant.name} model"
+    if force:
+        logger.warning("%s; applying it anyway (%s)", problem, force_option or "forced")
+        return
+    hint = f", or pass {force_option} to apply it anyway" if force_option else ""
+    raise UserError(f"{problem}: use a LoRA made for {variant.name}{hint}")
+
+
+def _lora_files(path: Path, variant: WanVariant, force: bool) -> dict[int, Path]:
+    """Expert index -> file; a missing single file is reported by `read_lora_header`."""
+    if not variant.two_experts:
+        return {0: path}
+    found = {expert: file for expert, file in enumerate(expert_files(path)) if file is not None}
+    if found:
+        return found
+    if path.is_file() and not force:  # a one-transformer LoRA given to a two-expert model: say so when its header knows
+        check_lora_matches(path, read_lora_header(path), variant)
+    high, low = _expert_candidates(path)
+    raise UserError(f"no expert LoRA found for '{path}': the two-expert {variant.name} model takes "
+                    f"'{high.name}' and/or '{low.name}' (LoRAs trained on a two-expert model)")
+
+
+def check_lora_file(path: str | Path, variant: WanVariant, force: bool = False,
+                    force_option: str | None = None) -> LoRAFiles:
+    """Find the LoRA's file(s) and check their headers against `variant`, without reading tensors."""
     path = Path(path)
-    if _is_expanded_lora(path if model.transformer_2 is None else next(p for p in expert_files(path) if p)):
-        attach_expanded_lora(model, path, scale)
+    files = _lora_files(path, variant, force)
+    metadata = {expert: read_lora_header(file) for expert, file in files.items()}
+    for expert, file in files.items():
+        check_lora_matches(file, metadata[expert], variant, force, force_option)
+    return LoRAFiles(path, files, metadata)
+
+
+def _warn_missing_expert(lora: LoRAFiles, model: WanModel) -> None:
+    if model.transformer_2 is None or len(lora.files) == 2:
+        return
+    missing = next(e for e in range(2) if e not in lora.files)
+    logger.warning("the %s-noise expert runs without the LoRA: '%s' is missing next to '%s'",
+                   _EXPERTS[missing], _expert_candidates(lora.given)[missing], lora.files[1 - missing])
+
+
+def _reason(error: BaseException) -> str:
+    """One line of why a load failed: torch's state-dict report starts with a header line, the useful one follows."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    return next((line for line in lines if line.startswith("size mismatch for")), first_line(error))
+
+
+@contextlib.contextmanager
+def _quiet_diffusers_load_errors() -> Iterator[None]:
+    """diffusers logs (to stderr) the exception it then raises; `_applying` makes that one line instead."""
+    peft_logger = logging.getLogger("diffusers.loaders.peft")
+    level = peft_logger.level
+    peft_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        peft_logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _applying(file: Path, variant: WanVariant) -> Iterator[None]:
+    """Turn a file that does not fit the model (other shapes, unknown modules, bad keys) into one line."""
+    try:
+        with _quiet_diffusers_load_errors():
+            yield
+    except RuntimeError as e:
+        if "size mismatch" not in str(e):
+            raise
+        raise UserError(f"LoRA '{file}' does not fit this {variant.name} model ({_reason(e)}): it was made for "
+                        "another model size; use a LoRA trained on this base model") from e
+    except (ValueError, KeyError, IndexError, LoRAFormatError) as e:  # diffusers/peft/our reader on foreign keys
+        raise UserError(f"LoRA '{file}' cannot be applied to this {variant.name} model ({_reason(e)}): "
+                        "use a LoRA trained on this base model") from e
+
+
+def attach_lora_for_inference(model: WanModel, lora: str | Path | LoRAFiles, scale: float = 1.0,
+                              force: bool = False) -> None:
+    """`lora`: a path, or what `check_lora_file` returned for it (checked before the model loaded)."""
+    checked = lora if isinstance(lora, LoRAFiles) else check_lora_file(lora, model.variant, force)
+    _warn_missing_expert(checked, model)
+    if any(TRANSFORMER_CONFIG_KEY in metadata for metadata in checked.metadata.values()):
+        attach_expanded_lora(model, checked, scale)
         return
     pipe = model.pipeline()
     if model.transformer_2 is None:
-        if not path.is_file():
-            raise UserError(f"LoRA file '{path}' does not exist")
-        pipe.load_lora_weights(str(path), adapter_name="lora")
+        with _applying(checked.files[0], model.variant):
+            pipe.load_lora_weights(str(checked.files[0]), adapter_name="lora")
         pipe.set_adapters(["lora"], [scale])
         return
-    high, low = expert_files(path)
-    if high is None and low is None:
-        raise UserError(f"no expert LoRA found for '{path}': expected <name>{_HIGH} and/or <name>{_LOW}")
-    names, weights = [], []
-    if high is not None:
-        pipe.load_lora_weights(str(high), adapter_name="high")
-        names.append("high")
-        weights.append(scale)
-        logger.info("high-noise expert LoRA: %s", high)
-    if low is not None:
-        pipe.load_lora_weights(str(low), adapter_name="low", load_into_transformer_2=True)
-        names.append("low")
-        weights.append(scale)
-        logger.info("low-noise expert LoRA: %s", low)
-    for transformer, name in ((model.transformer, "high"), (model.transformer_2, "low")):
-        if name in names:
-            transformer.set_adapters([name], [scale])
+    for expert, file in checked.files.items():
+        with _applying(file, model.variant):
+            pipe.load_lora_weights(str(file), adapter_name=_EXPERTS[expert], load_into_transformer_2=expert == 1)
+        logger.info("%s-noise expert LoRA: %s", _EXPERTS[expert], file)
+    for expert in checked.files:
+        model.transformers()[expert].set_adapters([_EXPERTS[expert]], [scale])
 
 
-def _is_expanded_lora(path: Path) -> bool:
-    from safetensors import safe_open
-
-    if not path.is_file():
-        return False
-    with safe_open(str(path), "pt") as f:
-        return TRANSFORMER_CONFIG_KEY in (f.metadata() or {})
-
-
-def attach_expanded_lora(model: WanModel, path: Path, scale: float = 1.0) -> None:
+def attach_expanded_lora(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> None:
     """A LoRA trained on an E2V-expanded base (T2V + E2V): expand the transformer(s) the same way, then
     load the LoRA and the fully trained new weights with our own loader (diffusers knows no such file)."""
     import json
@@ -79,16 +178,16 @@ def attach_expanded_lora(model: WanModel, path: Path, scale: float = 1.0) -> Non
     from modules.modelSaver.lora_formats import apply_to_peft
     from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 
-    files = {0: path} if model.transformer_2 is None else dict(enumerate(expert_files(path)))
-    weights = {expert: load_lora_file(file) for expert, file in files.items() if file is not None}
+    weights = {expert: load_lora_file(file) for expert, file in lora.files.items()}
     config = json.loads(next(iter(weights.values()))[1][TRANSFORMER_CONFIG_KEY])
     expand_model_for_e2v(model, config.get("image_dim") is not None, config.get("image_dim"), seed=0)
-    for expert, (lora, _) in weights.items():
-        transformer = model.transformer if expert == 0 else model.transformer_2
-        ranks = {layer.rank for layer in lora.layers.values()}
-        transformer.add_adapter(LoraConfig(r=max(ranks), lora_alpha=max(ranks), target_modules=sorted(lora.layers),
-                                           rank_pattern={n: l.rank for n, l in lora.layers.items()}), "default")
-        apply_to_peft(transformer, lora, "default")
+    for expert, (layers, _) in weights.items():
+        transformer = model.transformers()[expert]
+        ranks = {layer.rank for layer in layers.layers.values()}
+        transformer.add_adapter(LoraConfig(r=max(ranks), lora_alpha=max(ranks), target_modules=sorted(layers.layers),
+                                           rank_pattern={n: l.rank for n, l in layers.layers.items()}), "default")
+        with _applying(lora.files[expert], model.variant):
+            apply_to_peft(transformer, layers, "default")
         if scale != 1.0:
             transformer.set_adapters(["default"], [scale])
-    logger.info("E2V-expanded LoRA loaded from %s", path)
+    logger.info("E2V-expanded LoRA loaded from %s", lora.given)

@@ -1,25 +1,29 @@
 """Video generation from a (partly trained) WanModel: diffusers' own Wan pipelines over our modules.
 
-Writes an mp4 and a PNG strip of evenly spaced frames beside it.
+Writes an mp4 (or an animated GIF / WebP) and a PNG strip of evenly spaced frames beside it.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 from PIL import Image
 from tqdm import tqdm
 
-from modules.dataLoader.video_io import write_png_strip, write_video
+from modules.dataLoader.video_io import write_png_strip
 from modules.model.WanModel import WanModel
 from modules.modelSampler.e2v_sampling import ElementSpec, a2_layout, build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
+from modules.util.write_errors import write_failure
 
 logger = logging.getLogger(__name__)
 
@@ -119,15 +123,20 @@ class WanModelSampler:
                 module.to(device)
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:
-        output = Path(output)
+        """Generate and write `output` (.mp4, .gif or .webp, checked before generating) and a PNG strip beside it."""
+        output = check_video_output(output, "sample output")
+        write_strip: Callable[[Path], None]
         if sample.elements:
             frames, references = self.generate_e2v(sample, show_progress)
-            write_video(output, frames, fps=self.model.variant.fps)
-            atomic_save_png(output.with_suffix(".png"), contact_sheet(references, frames))
+            write_strip = functools.partial(atomic_save_png, image=contact_sheet(references, frames))
         else:
             frames = self.generate(sample, show_progress)
-            write_video(output, frames, fps=self.model.variant.fps)
-            write_png_strip(output.with_suffix(".png"), frames)
+            write_strip = functools.partial(write_png_strip, frames=frames)
+        try:
+            write_video_output(output, frames, fps=self.model.variant.fps)
+            write_strip(output.with_suffix(".png"))
+        except OSError as e:
+            raise UserError(f"cannot write sample output '{output}': {write_failure(e)}") from e
         logger.info("sample written to %s", output)
         return output
 
