@@ -14,6 +14,7 @@ from PIL import Image
 from modules.dataLoader.video_io import write_video
 from modules.util.atomic import atomic_path
 from modules.util.errors import UserError
+from modules.util.path_checks import check_writable_file
 
 _PILLOW_FORMATS = {".gif": "GIF", ".webp": "WEBP"}
 VIDEO_OUTPUT_EXTENSIONS = (".mp4", *_PILLOW_FORMATS)
@@ -26,20 +27,7 @@ def check_video_output(path: str | os.PathLike, option: str = "--output") -> Pat
     if path.suffix.lower() not in VIDEO_OUTPUT_EXTENSIONS:
         raise UserError(f"{option} '{path}': cannot write '{path.suffix or 'no extension'}' videos; "
                         f"end the name in {', '.join(VIDEO_OUTPUT_EXTENSIONS)}")
-    if path.is_dir():
-        raise UserError(f"{option} '{path}' is a folder: give a file name ending in {', '.join(VIDEO_OUTPUT_EXTENSIONS)}")
-    existing = _nearest_existing(path.parent)
-    if not existing.is_dir():
-        raise UserError(f"{option} '{path}': '{existing}' is a file, not a folder; choose another output path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{option} '{path}': folder '{existing}' is not writable; choose another output path")
-    return path
-
-
-def _nearest_existing(folder: Path) -> Path:
-    while not folder.exists() and folder.parent != folder:
-        folder = folder.parent
-    return folder
+    return check_writable_file(option, path)
 
 
 def write_video_output(path: str | os.PathLike, frames: np.ndarray, fps: float) -> None:

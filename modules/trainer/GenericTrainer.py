@@ -187,10 +187,11 @@ class GenericTrainer:
 
     def _load_initial_lora(self, path: str) -> None:
         """Continue from a LoRA file (ours, ComfyUI or musubi); two-expert models take either expert's file."""
-        from modules.modelLoader.lora_inference import expert_files
+        from modules.modelLoader.lora_inference import check_lora_file, expert_files
         from modules.modelLoader.WanLoRALoader import load_lora_file
         from modules.modelSaver.lora_formats import apply_to_peft
 
+        check_lora_file(path, self.model.variant)  # a LoRA made for another variant, refused from its header
         files = {0: Path(path)} if self.model.transformer_2 is None else dict(enumerate(expert_files(path)))
         for expert, transformer in self.setup.trained_transformers():
             if files.get(expert) is None:

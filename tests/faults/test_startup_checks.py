@@ -133,7 +133,7 @@ def test_an_output_location_under_a_file_is_one_line_before_loading(tiny_model, 
     message = start_error(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path,
                                             **{key: str(tmp_path / relative)}))
     assert message.startswith(f"config key '{key}': ")
-    assert f"because '{tmp_path / 'blocker'}' is a file, not a folder" in message
+    assert f"because '{tmp_path / 'blocker'}' is a file, not a folder" in message and "cannot create" in message
 
 
 def test_an_output_file_path_that_is_a_folder_is_refused(tiny_model, video_dataset, tmp_path, no_model_load):
