@@ -1,25 +1,31 @@
 """Loads a Wan checkpoint into a WanModel.
 
-Sources: a diffusers folder (the base), optionally with a single-file transformer override in diffusers
-or original/ComfyUI key names. Resuming from our own backups is the trainer's job (it loads the
-trained weights over the base model this loader returns).
+Sources: a diffusers folder (the base), where any component's weights may come from a single file
+instead (`*_override`: ComfyUI's split files or diffusers-named ones, bf16/fp16/fp8/fp8_scaled; see
+`component_files`). The folder still gives the configs, the tokenizer and the scheduler. Resuming from
+our own backups is the trainer's job (it loads the trained weights over the base model this loader returns).
 """
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
-from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from transformers import AutoTokenizer, CLIPImageProcessor, CLIPVisionModel, UMT5EncoderModel
 
 from modules.model.WanModel import WanModel
-from modules.model.WanVariant import detect_variant
+from modules.model.WanVariant import WanVariant, detect_variant
+from modules.modelLoader.component_files import (
+    load_image_encoder_file,
+    load_text_encoder_file,
+    load_transformer_file,
+    load_vae_file,
+)
+from modules.modelLoader.single_file import SingleFile
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 
@@ -47,31 +53,6 @@ def resolve_dtype(dtype: DataType, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def load_transformer_file(path: str | Path, like: WanTransformer3DModel) -> dict[str, torch.Tensor]:
-    """A single-file transformer in diffusers or original Wan (ComfyUI) key names -> diffusers state dict."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"transformer override '{path}' does not exist: check transformer_override")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise UserError(f"transformer override '{path}' is not a readable safetensors file ({e})") from None
-    for prefix in ("model.diffusion_model.", "diffusion_model."):
-        if all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
-    if any(".self_attn." in k for k in state):  # original Wan names
-        state = convert_wan_transformer_to_diffusers(state)
-    expected = set(like.state_dict())
-    missing, unexpected = expected - set(state), set(state) - expected
-    if missing or unexpected:
-        example = sorted(missing or unexpected)[0]
-        raise UserError(
-            f"transformer override '{path}' does not match the base model's transformer "
-            f"({len(missing)} missing, {len(unexpected)} unexpected keys, e.g. '{example}'): use a file of the same variant"
-        )
-    return state
-
-
 class WanModelLoader:
     def load(
         self,
@@ -84,28 +65,26 @@ class WanModelLoader:
         train_dtype: DataType = DataType.AUTO,
         transformer_override: str = "",
         transformer_2_override: str = "",
+        vae_override: str = "",
+        text_encoder_override: str = "",
+        image_encoder_override: str = "",
     ) -> WanModel:
+        """The base folder's model; each `*_override` file replaces that component's weights."""
         model_dir = Path(base_model_name)
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
         t_dtype = resolve_dtype(transformer_dtype, train_device)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer")
-            text_encoder = UMT5EncoderModel.from_pretrained(model_dir / "text_encoder",
-                                                            dtype=resolve_dtype(text_encoder_dtype, train_device))
-            vae = AutoencoderKLWan.from_pretrained(model_dir / "vae", torch_dtype=resolve_dtype(vae_dtype, train_device))
-            transformer = self._load_transformer(model_dir / "transformer", t_dtype, transformer_override)
-            transformer_2 = None
-            if variant.two_experts:
-                transformer_2 = self._load_transformer(model_dir / "transformer_2", t_dtype, transformer_2_override)
-            image_encoder = image_processor = None
-            if variant.has_image_encoder:
-                image_encoder = CLIPVisionModel.from_pretrained(model_dir / "image_encoder",
-                                                                dtype=resolve_dtype(image_encoder_dtype, train_device))
-                image_processor = CLIPImageProcessor.from_pretrained(model_dir / "image_processor")
-            scheduler = self._load_scheduler(model_dir)
-        except (OSError, ValueError) as e:
-            raise UserError(f"could not load the model folder '{model_dir}': {str(e).splitlines()[0]}") from None
+        tokenizer = _from_folder(model_dir / "tokenizer", "", AutoTokenizer.from_pretrained)
+        text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
+                                               text_encoder_override)
+        vae = self._load_vae(model_dir, resolve_dtype(vae_dtype, train_device), vae_override)
+        transformer = self._load_transformer(model_dir, "transformer", t_dtype, transformer_override)
+        transformer_2 = None
+        if variant.two_experts:
+            transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override)
+        image_encoder, image_processor = self._load_image_encoder(
+            model_dir, variant, resolve_dtype(image_encoder_dtype, train_device), image_encoder_override)
+        scheduler = _from_folder(model_dir, "", self._load_scheduler)
 
         for module in (text_encoder, vae, transformer, transformer_2, image_encoder):
             if module is not None:
@@ -119,27 +98,59 @@ class WanModelLoader:
         )
 
     @staticmethod
-    def load_image_encoder(folder: str, device: torch.device, dtype: DataType = DataType.FLOAT32):
-        """CLIP image encoder + processor from another checkpoint's image_encoder/ and image_processor/."""
+    def load_image_encoder(folder: str, device: torch.device, dtype: DataType = DataType.FLOAT32,
+                           override: str = "") -> tuple[CLIPVisionModel, CLIPImageProcessor]:
+        """CLIP image encoder + processor from another checkpoint's image_encoder/ and image_processor/, or
+        from the `override` file (image_encoder_override) with `folder`'s configs where it has them."""
         root = Path(folder)
-        if not (root / "image_encoder").is_dir() or not (root / "image_processor").is_dir():
+        torch_dtype = resolve_dtype(dtype, device)
+        if override:
+            encoder, processor = load_image_encoder_file(SingleFile("image_encoder_override", Path(override)), root,
+                                                         torch_dtype)
+        elif not (root / "image_encoder").is_dir() or not (root / "image_processor").is_dir():
             raise UserError(f"'{root}' has no image_encoder/ and image_processor/ folders: point "
                             "e2v.image_encoder_model_name at an I2V checkpoint folder")
-        encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=resolve_dtype(dtype, device))
+        else:
+            encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=torch_dtype)
+            processor = CLIPImageProcessor.from_pretrained(root / "image_processor")
         encoder.requires_grad_(False)
         encoder.eval()
-        return encoder.to(device), CLIPImageProcessor.from_pretrained(root / "image_processor")
+        return encoder.to(device), processor
 
     @staticmethod
-    def _load_transformer(folder: Path, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
-        if not override:
-            return WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype)
-        config = WanTransformer3DModel.load_config(folder)
-        with torch.device("meta"):
-            transformer = WanTransformer3DModel.from_config(config)
-        state = load_transformer_file(override, transformer)
-        transformer.load_state_dict(state, strict=True, assign=True)
-        return transformer.to(dtype)
+    def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
+        if override:
+            return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
+        return _from_folder(model_dir / name, f"{name}_override",
+                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype))
+
+    @staticmethod
+    def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:
+        if override:
+            return load_vae_file(SingleFile("vae_override", Path(override)), model_dir / "vae", dtype)
+        return _from_folder(model_dir / "vae", "vae_override",
+                            lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype))
+
+    @staticmethod
+    def _load_text_encoder(model_dir: Path, dtype: torch.dtype, override: str) -> UMT5EncoderModel:
+        if override:
+            return load_text_encoder_file(SingleFile("text_encoder_override", Path(override)),
+                                          model_dir / "text_encoder", dtype)
+        return _from_folder(model_dir / "text_encoder", "text_encoder_override",
+                            lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype))
+
+    @staticmethod
+    def _load_image_encoder(model_dir: Path, variant: WanVariant, dtype: torch.dtype,
+                            override: str) -> tuple[CLIPVisionModel | None, CLIPImageProcessor | None]:
+        """The folder's CLIP for bases that ship one; the override file for any base (an E2V run on a T2V
+        base takes its CLIP from it)."""
+        if override:
+            return load_image_encoder_file(SingleFile("image_encoder_override", Path(override)), model_dir, dtype)
+        if not variant.has_image_encoder:
+            return None, None
+        encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override",
+                               lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype))
+        return encoder, _from_folder(model_dir / "image_processor", "", CLIPImageProcessor.from_pretrained)
 
     @staticmethod
     def _load_scheduler(model_dir: Path):
@@ -152,3 +163,16 @@ class WanModelLoader:
         name = json.loads(config_file.read_text(encoding="utf-8")).get("_class_name", "")
         cls = getattr(diffusers, name, None) or FlowMatchEulerDiscreteScheduler
         return cls.from_pretrained(model_dir / "scheduler")
+
+
+Loaded = TypeVar("Loaded")
+
+
+def _from_folder(folder: Path, override_key: str, load: Callable[[Path], Loaded]) -> Loaded:
+    """`load(folder)`; a folder without what it needs is one line (naming the override key that can stand in)."""
+    try:
+        return load(folder)
+    except (OSError, ValueError) as e:
+        instead = f", or set {override_key} to a single .safetensors file" if override_key else ""
+        raise UserError(f"could not load '{folder}' from the model folder: {str(e).splitlines()[0]}: "
+                        f"give a complete diffusers-format folder in base_model_name{instead}") from None

@@ -117,6 +117,8 @@ class GenericTrainer:
             text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
             image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
             transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
+            vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
+            image_encoder_override=config.image_encoder_override,
         )
         if config.vae_tiling:
             enable_vae_tiling(self.model.vae)
