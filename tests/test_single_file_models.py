@@ -301,6 +301,24 @@ def test_training_on_comfyui_files_equals_training_on_the_folder(bf16_folder, vi
     assert abs(file_loss - folder_loss) <= 1e-5
 
 
+def test_a_cache_made_with_the_folder_is_not_reused_with_override_files(tiny_model, video_dataset, comfy_files,
+                                                                           tmp_path):
+    """Cache entries are keyed on where each encoder's weights came from: switching to an override file
+    (or between two) encodes again instead of training on the other encoder's latents."""
+    def encoder_calls(**overrides) -> int:
+        config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, **overrides))
+        trainer = GenericTrainer(config)
+        trainer.start()
+        trainer.close()
+        return trainer.data.encoder_calls
+
+    assert encoder_calls() == 6  # 3 clips: VAE + UMT5 each
+    assert encoder_calls() == 0  # warm
+    assert encoder_calls(vae_override=comfy_files["vae"]) == 3  # the VAE's entries again, captions reused
+    assert encoder_calls(vae_override=comfy_files["vae"], text_encoder_override=comfy_files["umt5"]) == 3
+    assert encoder_calls(vae_override=comfy_files["vae"], text_encoder_override=comfy_files["umt5"]) == 0
+
+
 def test_training_on_an_fp8_scaled_transformer(tiny_model, video_dataset, comfy_files, tmp_path):
     reference = first_loss(tiny_model("t2v"), video_dataset, tmp_path / "folder")
     loss = first_loss(tiny_model("t2v"), video_dataset, tmp_path / "fp8",

@@ -43,13 +43,37 @@ PREPROCESS_VERSION = 1  # bump when decoding/preprocessing changes what a cache 
 
 
 def component_fingerprint(folder: Path) -> str:
-    """Identity of a model component without hashing gigabytes: its config plus each file's size and mtime."""
+    """Identity of a model component without hashing gigabytes: its config plus each file's size and mtime
+    (a folder's files, or a single-file component's one file)."""
+    if folder.is_file():
+        stat = folder.stat()
+        return fingerprint([(folder.name, stat.st_size, stat.st_mtime_ns)])
     parts = []
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             stat = path.stat()
             parts.append((path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
     return fingerprint(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderIdentities:
+    """What cache entries of each encoder are keyed on: the component's weights (wherever they came from:
+    the base folder, an override file, another checkpoint), its dtype and the preprocessing version."""
+
+    vae: list
+    text: list
+    clip: list
+
+    @classmethod
+    def of(cls, model: WanModel) -> "EncoderIdentities":
+        def identity(name: str) -> str:
+            return component_fingerprint(model.component_source(name))
+
+        return cls(vae=[PREPROCESS_VERSION, identity("vae"), str(model.vae.dtype)],
+                   text=[PREPROCESS_VERSION, identity("text_encoder"), identity("tokenizer"),
+                         str(model.text_encoder.dtype)],
+                   clip=[PREPROCESS_VERSION, identity("image_encoder")])
 
 
 class DecodeClip(PipelineModule):
@@ -148,10 +172,9 @@ class WanBaseDataLoader:
         return self.counter.calls
 
     def _pipeline(self) -> tuple[Pipeline, list[CacheStage]]:
-        model, model_dir, counter = self.model, self.model.model_dir, self.counter
-        vae_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "vae"), str(model.vae.dtype)]
-        text_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "text_encoder"),
-                         component_fingerprint(model_dir / "tokenizer"), str(model.text_encoder.dtype)]
+        model, counter = self.model, self.counter
+        identities = EncoderIdentities.of(model)
+        vae_identity, text_identity = identities.vae, identities.text
         video = [DecodeClip(self.fps, self.config.frames, self.resolutions, self.config.transparent_background),
                  EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
@@ -159,8 +182,7 @@ class WanBaseDataLoader:
             video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
             outputs.append("condition_mean")
         if self.uses_clip:
-            video.append(EncodeFirstFrameClip(model, [PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")],
-                                              counter))
+            video.append(EncodeFirstFrameClip(model, identities.clip, counter))
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
         text = [self.caption_encoder]

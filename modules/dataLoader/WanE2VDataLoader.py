@@ -39,7 +39,7 @@ from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.WanBaseDataLoader import PREPROCESS_VERSION, component_fingerprint
+from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
 from modules.modelSampler.e2v_sampling import ElementSpec
 from modules.modelSampler.WanModelSampler import E2VSamplingOptions
@@ -107,12 +107,9 @@ class WanE2VDataLoader:
         self.layout = config.e2v.target_layout
         self.fps = config.fps or model.variant.fps
         self.cache = DiskCache(config.cache_dir)
-        model_dir = model.model_dir
-        self._vae_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "vae"), str(model.vae.dtype)]
-        self._text_identity = [PREPROCESS_VERSION, component_fingerprint(model_dir / "text_encoder"),
-                               component_fingerprint(model_dir / "tokenizer"), str(model.text_encoder.dtype)]
-        self._clip_identity = ([PREPROCESS_VERSION, component_fingerprint(model_dir / "image_encoder")]
-                               if self.uses_clip else None)
+        identities = EncoderIdentities.of(model)
+        self._vae_identity, self._text_identity = identities.vae, identities.text
+        self._clip_identity = identities.clip if self.uses_clip else None
         self.background = config.transparent_background
         self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
                                  for d in self.datasets]
@@ -316,11 +313,13 @@ class WanE2VDataLoader:
         return masks if self.datasets[0].processors.vae.concatenate_mask else torch.zeros_like(masks)
 
     def sampling_options(self) -> E2VSamplingOptions:
-        """The first dataset's layout and pathways, so samples during training condition like the data."""
+        """The first dataset's layout and pathways, and the config's transparent background, so samples during
+        training condition like the data."""
         d = self.datasets[0]
         layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
                   for e in d.layout_order()]
-        return E2VSamplingOptions(layout, self.uses_vae, self.uses_clip, self.layout, tuple(d.processors.clip.resolution))
+        return E2VSamplingOptions(layout, self.uses_vae, self.uses_clip, self.layout, tuple(d.processors.clip.resolution),
+                                  tuple(self.background))
 
     # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
     def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

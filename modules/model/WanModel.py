@@ -33,6 +33,12 @@ class WanModel:
     image_processor: CLIPImageProcessor | None = None
     train_device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
     train_dtype: torch.dtype = torch.float32
+    # Where a component's weights came from when not `model_dir/<name>` (an override file, another
+    # checkpoint's image encoder): what cache entries encoded by it are keyed on.
+    component_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
+
+    def component_source(self, name: str) -> Path:
+        return self.component_sources.get(name, self.model_dir / name)
 
     # --- components ----------------------------------------------------------------------------
     def transformers(self) -> list[WanTransformer3DModel]:

@@ -95,6 +95,10 @@ class WanModelLoader:
             transformer=transformer, transformer_2=transformer_2, image_encoder=image_encoder,
             image_processor=image_processor, scheduler=scheduler, train_device=train_device,
             train_dtype=resolve_dtype(train_dtype, train_device),
+            component_sources={name: Path(file) for name, file in (
+                ("vae", vae_override), ("text_encoder", text_encoder_override),
+                ("image_encoder", image_encoder_override), ("transformer", transformer_override),
+                ("transformer_2", transformer_2_override)) if file},
         )
 
     @staticmethod

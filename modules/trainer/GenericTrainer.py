@@ -167,6 +167,7 @@ class GenericTrainer:
         if config.e2v.image_encoder_model_name and model.image_encoder is None:
             model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(
                 config.e2v.image_encoder_model_name, model.train_device, config.image_encoder_dtype)
+            model.component_sources["image_encoder"] = Path(config.e2v.image_encoder_model_name) / "image_encoder"
         if model.variant.channel_concat_condition or model.variant.expand_timesteps:
             return {}
         wants_clip = config.e2v.e2v_type in ("dual", "clip") or (config.e2v.e2v_type == "auto" and model.image_encoder)
