@@ -21,14 +21,19 @@ Formats
     (scale 1.0). Alpha is therefore *baked* into the weights: ``lora_B`` is written as
     ``up * alpha / r`` (only ``up`` is scaled, computed in float32). We do not write
     ``lora_adapter_metadata``: it is honoured only by diffusers, whereas baked weights give the trained
-    effect in every loader that reads diffusers keys (diffusers, ComfyUI, ...). So that a WanTrainer file
+    effect in every loader that reads diffusers keys. ComfyUI is not one of them for Wan: it maps only
+    ``diffusion_model.<Wan name>`` and ``lora_unet_<...>`` keys, so every key of this format is "lora key
+    not loaded" there and a workflow silently runs the base model — hence COMFY_LORA is the default and
+    this format an explicit choice for diffusers/PEFT users. So that a WanTrainer file
     can be turned back into the trained parametrisation (for resuming or a COMFY conversion with the real
     alpha), the true alphas are recorded in the header key ``wantrainer.alpha_map`` (JSON:
     ``{"*": most common alpha, "<module>": alpha, ...}``) and `from_state_dict` un-bakes them (only when
     the header's ``wantrainer.format`` is the file's format, i.e. the header belongs to these weights).
     A foreign diffusers file with diffusers' own ``lora_adapter_metadata`` is read with that alpha.
-``COMFY_LORA``
-    ``diffusion_model.<Wan original name>.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
+``COMFY_LORA`` (the default output)
+    ``diffusion_model.<Wan original name>.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``: the key
+    space of ComfyUI's LoRA loader (comfy/lora.py maps ``diffusion_model.`` + every weight name of its Wan
+    model), which diffusers' ``load_lora_weights`` and SkyReels-A2's diffusers-based pipeline convert.
     diffusers loads these through `_convert_non_diffusers_wan_lora_to_diffusers`, which has quirks
     that this writer works around so that ``pipe.load_lora_weights(file)`` gives the trained effect:
 

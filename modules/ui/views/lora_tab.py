@@ -9,5 +9,6 @@ class LoRATab(BaseTab):
 
     def build(self) -> None:
         self.config_form()
-        self.note("Target modules are module-name suffixes, one per line; the defaults are the modules both "
-                  "diffusers and ComfyUI know by name, so the LoRA loads in both.")
+        self.note("Target modules are module-name suffixes, one per line; the defaults are modules Wan's "
+                  "original code names too, so a COMFY_LORA file (the default output) loads in ComfyUI, "
+                  "diffusers and SkyReels-A2. DIFFUSERS_LORA files load in diffusers only.")

@@ -65,6 +65,10 @@ class ConceptConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.repeats' must be at least 1, got {self.repeats}")
 
 
+SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
+E2V_POSTERIORS = ("mode", "sample")
+
+
 @dataclasses.dataclass
 class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
@@ -77,10 +81,21 @@ class SampleConfig(BaseConfig):
     steps: int = option(20, "Denoising steps.")
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
     seed: int = option(42, "Noise seed.")
+    scheduler: str = option("default", "default | unipc | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration (SkyReels-A2 samples with unipc).")
+    shift: float = option(0.0, "Flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's (3 for Wan2.1 480P).")
+    e2v_posterior: str = option("mode", "mode | sample: E2V samples condition on the VAE posterior's mode, or on a sample drawn with the seed right after the noise (SkyReels-A2's inference).")
     enabled: bool = option(True, "Disabled samples are skipped.")
 
     def validate(self, path: str) -> None:
         check_frame_count(f"{path}.frames", self.frames)
+        for key, values in (("scheduler", SAMPLE_SCHEDULERS), ("e2v_posterior", E2V_POSTERIORS)):
+            if getattr(self, key) not in values:
+                raise ConfigError(f"config key '{path}.{key}' must be one of {', '.join(values)}, got '{getattr(self, key)}'")
+        if self.shift < 0:
+            raise ConfigError(f"config key '{path}.shift' must not be negative (0 = the model's own), got {self.shift}")
+        if self.e2v_posterior == "sample" and not self.elements:
+            raise ConfigError(f"config key '{path}.e2v_posterior' is 'sample' but the sample has no elements: "
+                              "the posterior choice applies to E2V samples only; set it to 'mode' or add elements")
         if self.steps < 1:
             raise ConfigError(f"config key '{path}.steps' must be at least 1, got {self.steps}")
         if self.cfg_scale < 0:
@@ -133,8 +148,8 @@ class TrainConfig(BaseConfig):
     workspace_dir: str = option("workspace/run", "Run folder: logs, tensorboard, samples, backups.")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
     output_model_destination: str = option("output/lora.safetensors", "Where the final model is written.")
-    output_model_format: ModelFormat = option(ModelFormat.DIFFUSERS_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder).")
-    output_dtype: DataType = option(DataType.FLOAT32, "Tensor dtype of written LoRA files and snapshots: BFLOAT16 (half the size of FLOAT32, what ComfyUI computes in), FLOAT16 or FLOAT32 (exact).")
+    output_model_format: ModelFormat = option(ModelFormat.COMFY_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder).")
+    output_dtype: DataType = option(DataType.BFLOAT16, "Tensor dtype of written LoRA files and snapshots: BFLOAT16 (half the size of FLOAT32, what ComfyUI computes in), FLOAT16 or FLOAT32 (exact).")
 
     # --- data --------------------------------------------------------------------------------
     concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")

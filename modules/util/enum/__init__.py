@@ -13,8 +13,8 @@ class TrainingMethod(Enum):
 
 
 class ModelFormat(Enum):
-    DIFFUSERS_LORA = "DIFFUSERS_LORA"  # safetensors, diffusers key names (pipe.load_lora_weights)
-    COMFY_LORA = "COMFY_LORA"  # safetensors, "diffusion_model." + Wan's original names, explicit alpha
+    DIFFUSERS_LORA = "DIFFUSERS_LORA"  # safetensors, diffusers/PEFT key names: diffusers only (ComfyUI ignores them)
+    COMFY_LORA = "COMFY_LORA"  # safetensors, "diffusion_model." + Wan's original names, explicit alpha: loads everywhere
     DIFFUSERS = "DIFFUSERS"  # full model as a diffusers folder
 
     def is_lora(self) -> bool:
