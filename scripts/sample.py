@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] --prompt P [--image I] --output X.mp4|.gif|.webp"""
+"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
+
+SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample"""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +11,8 @@ from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args() -> argparse.Namespace:
+    from modules.util.config.train_config import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
@@ -33,6 +37,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cfg-scale", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
+                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ "
+                             "(SkyReels-A2: unipc)")
+    parser.add_argument("--shift", type=float, default=0.0,
+                        help="flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's")
+    parser.add_argument("--e2v-posterior", default="mode", choices=E2V_POSTERIORS,
+                        help="E2V condition: the VAE posterior's mode, or a sample drawn with the seed right after "
+                             "the noise (SkyReels-A2)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--output", required=True, help="output .mp4, .gif or .webp (a .png strip is written beside it)")
     return parser.parse_args()
@@ -52,6 +64,7 @@ def main() -> int:
         "elements": args.elements or [],
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "seed": args.seed,
+        "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
     }, "sample")
     # everything that can be checked without the weights is, before they load
     check_video_output(args.output)

@@ -15,9 +15,11 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from modules.dataLoader.video_io import write_png_strip
+from modules.dataLoader.errors import DataError
+from modules.dataLoader.video_io import WHITE, read_image, write_png_strip
 from modules.model.WanModel import WanModel
 from modules.modelSampler.e2v_sampling import ElementSpec, a2_layout, build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
@@ -37,6 +39,7 @@ class E2VSamplingOptions:
     use_clip: bool = True
     target_layout: str = "separate"
     clip_resolution: tuple[int, int] = (512, 512)
+    background: tuple[int, int, int] = WHITE  # transparent pixels of sample images, as training composites them
 
     def specs(self, count: int) -> list[ElementSpec]:
         if self.layout is None:
@@ -51,14 +54,14 @@ class WanModelSampler:
         self.model = model
         self.e2v = e2v or E2VSamplingOptions(use_clip=model.variant.has_clip_branch and model.image_encoder is not None)
 
-    def _load_image(self, path: str, height: int, width: int, keep_size: bool = False) -> Image.Image:
+    def _load_image(self, path: str) -> np.ndarray:
+        """(H, W, 3) uint8 read as training reads images: EXIF orientation applied, transparency composited."""
         if not Path(path).is_file():
             raise UserError(f"sample image '{path}' does not exist: fix the sample's image path")
         try:
-            image = Image.open(path).convert("RGB")
-        except OSError as e:
-            raise UserError(f"sample image '{path}' cannot be read ({e})") from None
-        return image if keep_size else image.resize((width, height), Image.BICUBIC)
+            return read_image(path, self.e2v.background)
+        except DataError as e:
+            raise UserError(f"sample image '{path}' cannot be read ({e.reason}): re-save it as PNG or JPEG") from None
 
     @torch.no_grad()
     def generate(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
@@ -71,6 +74,7 @@ class WanModelSampler:
             raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
         pipe = self.model.pipeline(image_conditioned=use_image)
+        pipe.scheduler = build_scheduler(self.model.scheduler, sample.scheduler, sample.shift)
         pipe.set_progress_bar_config(disable=not show_progress, leave=False)
         device = self.model.train_device
         self._move(device)
@@ -81,7 +85,8 @@ class WanModelSampler:
         if variant.two_experts:
             kwargs["guidance_scale_2"] = sample.cfg_scale
         if use_image:
-            kwargs["image"] = self._load_image(sample.image, sample.height, sample.width)
+            image = Image.fromarray(self._load_image(sample.image))
+            kwargs["image"] = image.resize((sample.width, sample.height), Image.BICUBIC)
         training = [t.training for t in self.model.transformers()]
         for t in self.model.transformers():
             t.eval()
@@ -99,7 +104,7 @@ class WanModelSampler:
         variant = self.model.variant
         if not (variant.channel_concat_condition or variant.expand_timesteps):
             raise UserError(f"the {variant.name} model has no E2V input layout (use an I2V/TI2V base or an E2V-expanded model)")
-        images = [np.asarray(self._load_image(path, sample.height, sample.width, keep_size=True)) for path in sample.elements]
+        images = [self._load_image(path) for path in sample.elements]
         self._move(self.model.train_device)
         conditioning = build_conditioning(
             self.model, images, self.e2v.specs(len(images)), sample.frames, sample.height, sample.width,
@@ -108,10 +113,8 @@ class WanModelSampler:
         for t in self.model.transformers():
             t.eval()
         try:
-            frames = denoise_e2v(self.model, conditioning, sample.prompt, sample.negative_prompt, sample.frames,
-                                 sample.height, sample.width, sample.steps, sample.cfg_scale, sample.seed,
-                                 self.e2v.target_layout, progress=(lambda it: tqdm(it, desc="sampling", leave=False))
-                                 if show_progress else None)
+            frames = denoise_e2v(self.model, conditioning, sample, self.e2v.target_layout,
+                                 progress=(lambda it: tqdm(it, desc="sampling", leave=False)) if show_progress else None)
         finally:
             for t, training in zip(self.model.transformers(), was_training):
                 t.train(training)

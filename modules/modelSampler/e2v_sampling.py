@@ -3,12 +3,14 @@
 The references are laid out, encoded with ONE VAE call and masked exactly as in training (the same
 functions build both), the transformer denoises with classifier-free guidance on the text only (the
 negative branch keeps the image embeddings, as A2 does), two-expert models switch at the boundary, and
-the decoded reference frames are dropped (4K for `separate`, P for `joint`).
+the decoded reference frames are dropped (4K for `separate`, P for `joint`). The scheduler, its shift
+and the condition posterior (mode or sample) are the sample's; `unipc`, shift 8 and `sample` are A2's
+infer.py recipe, random draws included.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -23,6 +25,8 @@ from modules.dataLoader.e2v.layout import (
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
 from modules.model.WanModel import WanModel
+from modules.modelSampler.schedulers import build_scheduler
+from modules.util.config.train_config import SampleConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +53,24 @@ def a2_layout(count: int) -> list[ElementSpec]:
 
 @dataclasses.dataclass
 class E2VConditioning:
-    condition_latents: torch.Tensor | None  # normalised (1, C, T, h, w)
+    posterior_mean: torch.Tensor | None  # raw (not normalised) VAE posterior of the reference clip, (1, C, T, h, w)
+    posterior_std: torch.Tensor | None
     mask: torch.Tensor | None  # (1, 4, T, h, w)
     clip_embeds: torch.Tensor | None  # (1, 257·N, D)
     reference_frames: int  # P
     reference_latents: int  # K
     references_preview: np.ndarray  # uint8 (N, H, W, 3): each element as the VAE sees it
+
+    def condition_latents(self, model: WanModel, posterior: str, generator: torch.Generator) -> torch.Tensor | None:
+        """Normalised z_cond on the generator's device: the posterior mode (diffusers' I2V pipeline) or a sample
+        drawn with `generator` (A2's `retrieve_latents` → `latent_dist.sample(generator)`)."""
+        if self.posterior_mean is None:
+            return None
+        mean = self.posterior_mean.to(generator.device)
+        if posterior == "sample":
+            draw = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            mean = mean + self.posterior_std.to(mean.device) * draw
+        return model.normalize_latents(mean)
 
 
 @torch.no_grad()
@@ -63,46 +79,60 @@ def build_conditioning(model: WanModel, images: list[np.ndarray], layout: list[E
                        clip_resolution: tuple[int, int] = (512, 512)) -> E2VConditioning:
     vae_images = [preprocess(image, spec.vae_preprocess, height, width) for image, spec in zip(images, layout)]
     p = sum(spec.repeat for spec in layout) if use_vae else 0
-    condition = mask = None
+    mean = std = mask = None
     if use_vae:
         clip = reference_clip([image_to_tensor(i) for i in vae_images], [s.repeat for s in layout], num_frames)
-        mean, _ = model.encode_video(clip[None])
-        condition = model.normalize_latents(mean)  # posterior mode, as diffusers' I2V pipeline
-        _, _, _, h, w = condition.shape
+        mean, std = model.encode_video(clip[None])
+        _, _, _, h, w = mean.shape
         mask = fold_mask(pixel_frame_mask(num_frames, p), h, w, model.variant.vae_scale_temporal)[None]
     clip_embeds = None
     if use_clip:
         embeds = [model.encode_images([preprocess(image, spec.clip_preprocess, *clip_resolution)])[0]
                   for image, spec in zip(images, layout) if spec.clip_preprocess is not None]
         clip_embeds = concat_clip_embeds(embeds)[None] if embeds else None
-    return E2VConditioning(condition, mask, clip_embeds, p, reference_latent_frames(p), np.stack(vae_images))
+    return E2VConditioning(mean, std, mask, clip_embeds, p, reference_latent_frames(p), np.stack(vae_images))
+
+
+def latent_shape(model: WanModel, sample: SampleConfig) -> tuple[int, int, int, int, int]:
+    variant = model.variant
+    t = (sample.frames - 1) // variant.vae_scale_temporal + 1
+    return (1, variant.out_channels, t, sample.height // variant.vae_scale_spatial,
+            sample.width // variant.vae_scale_spatial)
+
+
+def initial_latents(model: WanModel, conditioning: E2VConditioning,
+                    sample: SampleConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(noise, z_cond) from ONE generator seeded with the sample's seed on the sampling device, drawn in A2's
+    order (models/pipeline_a2.py `prepare_latents`: the noise, then the posterior sample), so the same seed
+    gives A2's starting point."""
+    device = model.train_device
+    generator = torch.Generator(device).manual_seed(sample.seed)
+    noise = torch.randn(latent_shape(model, sample), generator=generator, device=device)
+    return noise, conditioning.condition_latents(model, sample.e2v_posterior, generator)
 
 
 @torch.no_grad()
-def denoise_e2v(model: WanModel, conditioning: E2VConditioning, prompt: str, negative_prompt: str,
-                num_frames: int, height: int, width: int, steps: int, cfg_scale: float, seed: int,
-                target_layout: str = "separate", progress=None) -> np.ndarray:
-    """uint8 frames (F − dropped, H, W, 3) of the generated video, reference frames removed."""
+def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: SampleConfig,
+                   progress: Callable[[Iterable], Iterable] | None = None) -> torch.Tensor:
+    """The denoised normalised latents (1, C, T, h, w) of one E2V sample."""
     device, dtype = model.train_device, model.train_dtype
     variant = model.variant
-    prompt_embeds = model.encode_prompts([prompt]).to(device, dtype)
-    negative_embeds = model.encode_prompts([negative_prompt]).to(device, dtype) if cfg_scale > 1 else None
-    t = (num_frames - 1) // variant.vae_scale_temporal + 1
-    shape = (1, variant.out_channels, t, height // variant.vae_scale_spatial, width // variant.vae_scale_spatial)
-    latents = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
-    scheduler = copy.deepcopy(model.scheduler)
-    scheduler.set_timesteps(steps, device=device)
+    prompt_embeds = model.encode_prompts([sample.prompt]).to(device, dtype)
+    negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) if sample.cfg_scale > 1 else None
+    scheduler = build_scheduler(model.scheduler, sample.scheduler, sample.shift)
+    scheduler.set_timesteps(sample.steps, device=device)
+    latents, condition_z = initial_latents(model, conditioning, sample)
+    _, c, t, h, w = latents.shape
     condition = None
     if variant.channel_concat_condition:
-        condition = (torch.cat([conditioning.mask, conditioning.condition_latents], dim=1).to(device, dtype)
-                     if conditioning.condition_latents is not None else
-                     torch.zeros(1, 4 + shape[1], *shape[2:], device=device, dtype=dtype))
+        condition = (torch.cat([conditioning.mask.to(device), condition_z], dim=1).to(dtype)
+                     if condition_z is not None else torch.zeros(1, 4 + c, t, h, w, device=device, dtype=dtype))
     k = conditioning.reference_latents if variant.expand_timesteps else 0
     clip = conditioning.clip_embeds.to(device, dtype) if conditioning.clip_embeds is not None and variant.has_clip_branch else None
     boundary = variant.boundary_ratio * scheduler.config.num_train_timesteps if variant.boundary_ratio else None
     for timestep in (progress(scheduler.timesteps) if progress else scheduler.timesteps):
         if k:  # TI2V: reference latents stay clean tokens with timestep 0
-            latents[:, :, :k] = conditioning.condition_latents[:, :, :k].to(device)
+            latents[:, :, :k] = condition_z[:, :, :k]
         transformer = model.transformer if boundary is None or timestep >= boundary or model.transformer_2 is None \
             else model.transformer_2
         hidden = latents if condition is None else torch.cat([latents, condition], dim=1)
@@ -111,18 +141,25 @@ def denoise_e2v(model: WanModel, conditioning: E2VConditioning, prompt: str, neg
             per_frame = per_sample[:, None].expand(-1, t).clone()
             per_frame[:, :k] = 0
             _, ph, pw = variant.patch_size
-            per_sample = per_frame[:, :, None].expand(-1, -1, (shape[3] // ph) * (shape[4] // pw)).reshape(1, -1)
+            per_sample = per_frame[:, :, None].expand(-1, -1, (h // ph) * (w // pw)).reshape(1, -1)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             prediction = transformer(hidden.to(dtype), per_sample, prompt_embeds, encoder_hidden_states_image=clip,
                                      return_dict=False)[0].float()
             if negative_embeds is not None:  # CFG on the text only: the image context stays (A2)
                 unconditional = transformer(hidden.to(dtype), per_sample, negative_embeds,
                                             encoder_hidden_states_image=clip, return_dict=False)[0].float()
-                prediction = unconditional + cfg_scale * (prediction - unconditional)
+                prediction = unconditional + sample.cfg_scale * (prediction - unconditional)
         latents = scheduler.step(prediction, timestep, latents, return_dict=False)[0]
     if k:
-        latents[:, :, :k] = conditioning.condition_latents[:, :, :k].to(device)
-    video = model.decode_latents(latents)[0]  # (3, F, H, W) in [-1, 1]
+        latents[:, :, :k] = condition_z[:, :, :k]
+    return latents
+
+
+@torch.no_grad()
+def denoise_e2v(model: WanModel, conditioning: E2VConditioning, sample: SampleConfig, target_layout: str = "separate",
+                progress: Callable[[Iterable], Iterable] | None = None) -> np.ndarray:
+    """uint8 frames (F − dropped, H, W, 3) of the generated video, reference frames removed."""
+    video = model.decode_latents(sample_latents(model, conditioning, sample, progress))[0]  # (3, F, H, W) in [-1, 1]
     drop = dropped_decoded_frames(target_layout, conditioning.reference_frames) if conditioning.reference_frames else 0
     frames = ((video.permute(1, 2, 3, 0).cpu().numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8)
     return frames[drop:]
