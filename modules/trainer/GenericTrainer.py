@@ -469,6 +469,8 @@ class GenericTrainer:
         self._status("sampling")
         options = self.data.sampling_options() if hasattr(self.data, "sampling_options") else None
         sampler = WanModelSampler(self.model, options)
+        if options is None:  # a first-frame image's transparent pixels, as the plain data path composites them
+            sampler.e2v.background = tuple(self.config.transparent_background)
         paths = []
         for index, sample in enumerate(samples):
             if not self.dist.is_main:

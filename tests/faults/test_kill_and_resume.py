@@ -102,7 +102,7 @@ def assert_same_tensors(actual: dict[str, torch.Tensor], expected: dict[str, tor
     assert actual.keys() == expected.keys()
     for key in expected:
         assert actual[key].dtype == expected[key].dtype and torch.equal(actual[key], expected[key]), key
-        assert actual[key].numpy().tobytes() == expected[key].numpy().tobytes(), key
+        assert torch.equal(actual[key].contiguous().view(torch.uint8), expected[key].contiguous().view(torch.uint8)), key
 
 
 @dataclasses.dataclass
