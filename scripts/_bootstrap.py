@@ -1,11 +1,12 @@
 """Shared start-up of the command-line scripts: import path, logging, one-line user errors."""
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -13,6 +14,14 @@ if str(REPO_ROOT) not in sys.path:
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: weights come from local folders
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """Bad command-line arguments end with one line and exit code 1, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(1)
 
 
 def run_main(main: Callable[[], int | None]) -> None:

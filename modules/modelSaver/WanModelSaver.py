@@ -5,13 +5,13 @@ import dataclasses
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import torch
 from huggingface_hub import save_torch_state_dict
 
 from modules.model.WanModel import WanModel
+from modules.modelSaver.diffusers_folder import copy_base_components
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
 from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
@@ -19,6 +19,7 @@ from modules.util.atomic import atomic_write_dir
 from modules.util.config.train_config import TrainConfig
 from modules.util.dtypes import torch_dtype
 from modules.util.enum import ModelFormat
+from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,41 @@ class WanModelSaver:
         hold only shards); None reads the modules. `trained` goes into LoRA headers. `exports` False
         writes the output format alone (snapshots), without derived exports."""
         if self.config.output_model_format.is_lora():
-            return self.save_lora(destination, self.config.output_model_format, trained)
-        return [self.save_diffusers(destination, transformer_weights)]
+            written = self.save_lora(destination, self.config.output_model_format, trained)
+        else:
+            written = [self.save_diffusers(destination, transformer_weights)]
+        return written + (self.export_i2v(destination, written) if exports else [])
+
+    def export_i2v(self, destination: str | Path, written: list[Path]) -> list[Path]:
+        """E2V on a T2V base (`e2v.export_i2v`): the trained model also as a Wan I2V model beside the output,
+        `<stem>-i2v/` + `<stem>-i2v.safetensors` (`merged_model.export_e2v_as_i2v`). A failed export is logged,
+        not raised: the LoRA is written, and `scripts/merge_lora.py` makes the same export from it."""
+        if not (self.setup.full_train and self.config.e2v.export_i2v):
+            return []
+        from modules.modelSaver.merged_model import MergeInputs, export_e2v_as_i2v
+        from modules.util.write_errors import is_write_failure, write_failure
+
+        config, lora = self.config, self.config.output_model_format.is_lora()
+        transformer = self.model.transformer
+        inputs = MergeInputs(
+            model_dir=Path(config.base_model_name) if lora else written[0], lora=written[0] if lora else None,
+            image_encoder_dir=Path(config.e2v.image_encoder_model_name) if config.e2v.image_encoder_model_name else None,
+            image_encoder_option="config key 'e2v.image_encoder_model_name'",
+            overrides=(config.transformer_override, config.transformer_2_override) if lora else ("", ""),
+            target_config={k: v for k, v in transformer.config.items() if not k.startswith("_")})
+        stem = Path(destination)
+        stem = stem.with_suffix("") if stem.suffix == ".safetensors" else stem
+        try:
+            exported = export_e2v_as_i2v(inputs, stem)
+        except Exception as e:
+            if not isinstance(e, UserError) and not is_write_failure(e):
+                raise
+            logger.error("the Wan I2V export of this E2V run failed (%s); the trained model is written to %s",
+                         e if isinstance(e, UserError) else write_failure(e), written[0])
+            return []
+        for path in exported:
+            logger.info("Wan I2V export written to %s", path)
+        return exported
 
     def lora_paths(self, destination: str | Path) -> dict[int, Path]:
         """Expert index -> file; two-expert models get `<name>_high_noise` / `<name>_low_noise` files."""
@@ -96,13 +130,7 @@ class WanModelSaver:
         trained = dict(self.setup.trained_transformers())
 
         def write(folder: Path) -> None:
-            for entry in self.model.model_dir.iterdir():
-                if entry.name in TRANSFORMER_FOLDERS and TRANSFORMER_FOLDERS.index(entry.name) in trained:
-                    continue
-                if entry.is_dir():
-                    shutil.copytree(entry, folder / entry.name)
-                else:
-                    shutil.copy2(entry, folder / entry.name)
+            copy_base_components(self.model.model_dir, folder, {TRANSFORMER_FOLDERS[e] for e in trained})
             for expert, transformer in trained.items():
                 target = folder / TRANSFORMER_FOLDERS[expert]
                 if transformer_weights is None:

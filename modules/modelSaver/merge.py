@@ -1,0 +1,182 @@
+"""A LoRA merged into a transformer's weights: W' = W + strength · up @ down · alpha / rank, in float32.
+
+The base weights are read from safetensors one tensor at a time and each merged tensor is computed only
+when a writer asks for it, so merging a 14B model holds one tensor in memory, not the model. The LoRA's
+full weights (modules an E2V run trained fully: the expanded patch embedding, the added image
+cross-attention) replace the base's; `strength` scales the LoRA layers only, as `--lora-scale` does in
+our sampler (`attach_expanded_lora`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import torch
+
+from modules.modelSaver.diffusers_folder import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from modules.modelSaver.lora_formats import LoRALayer, LoRAWeights
+from modules.util.errors import UserError
+from modules.util.safetensors_io import TensorSpec, dtype_from_name
+
+
+class WeightSource(Protocol):
+    """Transformer weights by diffusers name, each read when asked for."""
+
+    def names(self) -> list[str]: ...
+
+    def spec(self, name: str) -> TensorSpec: ...
+
+    def tensor(self, name: str) -> torch.Tensor: ...
+
+
+class SafetensorsSource:
+    """Weights in safetensors files (a diffusers folder's)."""
+
+    def __init__(self, files: list[Path]):
+        from safetensors import safe_open
+
+        self._files: dict[str, Any] = {}
+        for file in files:
+            try:
+                handle = safe_open(str(file), framework="pt")
+            except Exception as e:  # safetensors raises several types for corrupt files
+                raise UserError(f"cannot read '{file}': not a valid .safetensors file ({str(e).splitlines()[0]}); "
+                                "download or export the model again") from None
+            self._files.update(dict.fromkeys(handle.keys(), handle))
+
+    def names(self) -> list[str]:
+        return list(self._files)
+
+    def spec(self, name: str) -> TensorSpec:
+        part = self._files[name].get_slice(name)
+        return TensorSpec(dtype_from_name(part.get_dtype()), tuple(part.get_shape()))
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self._files[name].get_tensor(name)
+
+
+class StateDictSource:
+    """Weights already in memory (an expert expanded for E2V on the fly)."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor]):
+        self._state = dict(state)
+
+    def names(self) -> list[str]:
+        return list(self._state)
+
+    def spec(self, name: str) -> TensorSpec:
+        return TensorSpec(self._state[name].dtype, tuple(self._state[name].shape))
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self._state[name]
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """A transformer folder's config.json without diffusers' private (`_`) keys."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read '{folder / 'config.json'}' ({e}): give a diffusers-format Wan folder") from None
+    return {key: value for key, value in config.items() if not key.startswith("_")}
+
+
+def folder_source(folder: Path) -> SafetensorsSource:
+    """The weights of a diffusers transformer folder (one file, or shards named by their index)."""
+    index = folder / WEIGHTS_INDEX_NAME
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return SafetensorsSource([folder / name for name in sorted(set(weight_map.values()))])
+    if (folder / WEIGHTS_NAME).is_file():
+        return SafetensorsSource([folder / WEIGHTS_NAME])
+    raise UserError(f"'{folder}' holds no {WEIGHTS_NAME} (or its shard index): give a diffusers-format Wan folder "
+                    "with safetensors weights")
+
+
+def lora_delta(layer: LoRALayer) -> torch.Tensor:
+    """up @ down · alpha / rank in float32, shaped like the weight (conv LoRA: the kernel's shape)."""
+    delta = layer.up.float().flatten(1) @ layer.down.float().flatten(1)
+    return delta.view(layer.up.shape[0], *layer.down.shape[1:]) * layer.scale
+
+
+def _delta_shape(layer: LoRALayer) -> tuple[int, ...]:
+    return (int(layer.up.shape[0]), *(int(n) for n in layer.down.shape[1:]))
+
+
+@dataclasses.dataclass
+class MergedTransformer:
+    """One transformer's merged weights, computed a tensor at a time and cast to `dtype` on the way out."""
+
+    config: dict[str, Any]  # the merged model's transformer config (E2V-expanded when the LoRA expanded it)
+    base: WeightSource
+    lora: LoRAWeights
+    strength: float
+    dtype: torch.dtype
+    shapes: dict[str, tuple[int, ...]]
+
+    def specs(self, dtype: torch.dtype | None = None) -> dict[str, TensorSpec]:
+        return {name: TensorSpec(dtype or self.dtype, shape) for name, shape in sorted(self.shapes.items())}
+
+    def merged(self, name: str) -> torch.Tensor:
+        """The float32 merged tensor `name`."""
+        full = self.lora.full_weights.get(name)
+        weight = (full if full is not None else self.base.tensor(name)).to(torch.float32, copy=True)
+        layer = self.lora.layers.get(name.removesuffix(".weight")) if name.endswith(".weight") else None
+        if layer is not None:
+            weight += self.strength * lora_delta(layer)
+        return weight
+
+    def tensor(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return self.merged(name).to(dtype or self.dtype)
+
+
+def expected_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Parameter shapes of a `WanTransformer3DModel` with `config` (built on the meta device: no memory)."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.device("meta"):
+        model = WanTransformer3DModel.from_config(dict(config))
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def model_dtype(source: WeightSource) -> torch.dtype:
+    """The dtype most of the model's weights are stored in."""
+    return Counter(source.spec(name).dtype for name in source.names()).most_common(1)[0][0]
+
+
+def merge_transformer(config: Mapping[str, Any], base: WeightSource, lora: LoRAWeights, strength: float,
+                      dtype: torch.dtype, what: str) -> MergedTransformer:
+    """Check that `lora` fits `base` as a model with `config`, then return the lazily merged model.
+
+    `what` names the pair for messages ("LoRA 'x.safetensors' and model 'models/wan'")."""
+    shapes = expected_shapes(config)
+    problems = _fit_problems(shapes, base, lora)
+    if problems:
+        raise UserError(f"{what} do not fit: {problems[0]}"
+                        f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
+                        "use a LoRA trained on this base model")
+    return MergedTransformer(dict(config), base, lora, strength, dtype, shapes)
+
+
+def _fit_problems(shapes: Mapping[str, tuple[int, ...]], base: WeightSource, lora: LoRAWeights) -> list[str]:
+    base_names = set(base.names())
+    problems = [f"the model has a weight '{name}' the merged model does not"
+                for name in sorted(base_names - set(shapes))]
+    problems += [f"the LoRA's full weight '{name}' is no weight of the model"
+                 for name in sorted(set(lora.full_weights) - set(shapes))]
+    for name, shape in sorted(shapes.items()):
+        full = lora.full_weights.get(name)
+        have = tuple(full.shape) if full is not None else base.spec(name).shape if name in base_names else None
+        if have is None:
+            problems.append(f"weight '{name}' is in neither the model nor the LoRA")
+        elif have != shape:
+            problems.append(f"weight '{name}' is {have}, the merged model needs {shape}")
+    for module, layer in sorted(lora.layers.items()):
+        shape = shapes.get(f"{module}.weight")
+        if shape is None:
+            problems.append(f"the LoRA changes '{module}', which the model does not have")
+        elif _delta_shape(layer) != shape:
+            problems.append(f"the LoRA layer '{module}' is {_delta_shape(layer)}, the model's weight {shape}")
+    return problems
