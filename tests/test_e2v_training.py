@@ -50,7 +50,8 @@ def lora_state(trainer):
 
 @pytest.mark.parametrize("variant, pathways", [("i2v", "dual"), ("t2v", "dual"), ("a14b", "vae"), ("ti2v", "vae")])
 def test_e2v_trains_saves_continues_and_samples(variant, pathways, tiny_model, e2v_data, tmp_path):
-    first = GenericTrainer(TrainConfig.from_dict(e2v_config(tiny_model, e2v_data, tmp_path / "a", variant)))
+    first = GenericTrainer(TrainConfig.from_dict(e2v_config(tiny_model, e2v_data, tmp_path / "a", variant,
+                                                            output_dtype="FLOAT32")))  # exact: reloaded below
     first.start()
     assert first.data.e2v_type == pathways
     first.train()

@@ -102,7 +102,8 @@ def assert_same_tensors(actual: dict[str, torch.Tensor], expected: dict[str, tor
     assert actual.keys() == expected.keys()
     for key in expected:
         assert actual[key].dtype == expected[key].dtype and torch.equal(actual[key], expected[key]), key
-        assert torch.equal(actual[key].contiguous().view(torch.uint8), expected[key].contiguous().view(torch.uint8)), key
+        as_bytes = [t.reshape(-1).contiguous().view(torch.uint8) for t in (actual[key], expected[key])]
+        assert torch.equal(*as_bytes), key  # bit for bit (-0.0 and 0.0 differ)
 
 
 @dataclasses.dataclass
