@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -13,24 +12,20 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from scripts._bootstrap import OneLineArgumentParser  # noqa: E402  (after the import path is set)
+
 FORMATS = ("DIFFUSERS_LORA", "COMFY_LORA")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 1, like every other user error
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(description=__doc__.strip().splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--input", required=True, help="LoRA .safetensors (diffusers, ComfyUI or musubi-tuner keys)")
     parser.add_argument("--output", required=True, help="the .safetensors file to write")
     parser.add_argument("--format", required=True, type=str.upper, choices=FORMATS, help="format of the output")
     args = parser.parse_args(argv)
 
     from modules.modelLoader.WanLoRALoader import load_lora_file
-    from modules.modelSaver.WanLoRASaver import save_lora
+    from modules.modelSaver.WanLoRASaver import EXPERT_KEY, VARIANT_KEY, save_lora
     from modules.util.errors import UserError
 
     try:
@@ -39,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {args.output} ({args.format}, {len(weights.layers)} LoRA modules)")
+    made_for = ", ".join(v for v in (metadata.get(VARIANT_KEY, ""), metadata.get(EXPERT_KEY, "")) if v)
+    print(f"wrote {args.output} ({args.format}, {len(weights.layers)} LoRA modules"
+          f"{f'; made for {made_for}' if made_for else ''})")  # the header (variant, expert, ...) is carried over
     return 0
 
 

@@ -20,7 +20,7 @@ from modules.model.WanModel import WanModel
 from modules.model.WanVariant import WanVariant
 from modules.modelLoader.WanLoRALoader import first_line, read_lora_header
 from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths
-from modules.modelSaver.WanLoRASaver import VARIANT_KEY
+from modules.modelSaver.WanLoRASaver import BASE_CONFIG_HASH_KEY, EXPERT_KEY, EXPERT_NAMES, VARIANT_KEY
 from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
 from modules.util.errors import UserError
 
@@ -57,8 +57,10 @@ def expert_files(path: str | Path) -> tuple[Path | None, Path | None]:
 
 
 def check_lora_matches(path: Path, metadata: Mapping[str, str], variant: WanVariant, force: bool = False,
-                       force_option: str | None = None) -> None:
-    """Refuse a LoRA whose metadata says it was made for another model (`force`: warn and go on).
+                       force_option: str | None = None, expert: int | None = None) -> None:
+    """Refuse a LoRA whose metadata says it was made for another model (`force`: warn and go on): another
+    variant, another transformer architecture (a 1.3B LoRA on a 14B model), or — `expert` being the expert
+    it is about to be applied to — the other expert of a two-expert model.
 
     `force_option` names the switch that forces it (e.g. "--force"), for the message; None when there is none.
     """
@@ -68,14 +70,31 @@ def check_lora_matches(path: Path, metadata: Mapping[str, str], variant: WanVari
         logger.info("LoRA '%s' does not say which Wan variant it was made for (%s): not checked against the %s model",
                     path, f"{VARIANT_KEY} is '{tag}'" if tag else f"no {VARIANT_KEY} in its header", variant.name)
         return
-    if match["name"].replace("-", "_") == variant.name:
+    problem = _mismatch(path, metadata, tag, match["name"].replace("-", "_"), variant, expert)
+    if problem is None:
         return
-    problem = f"LoRA '{path}' was made for {tag}, not for this {variant.name} model"
     if force:
         logger.warning("%s; applying it anyway (%s)", problem, force_option or "forced")
         return
     hint = f", or pass {force_option} to apply it anyway" if force_option else ""
-    raise UserError(f"{problem}: use a LoRA made for {variant.name}{hint}")
+    raise UserError(f"{problem}: use a LoRA made for this model{hint}")
+
+
+def _mismatch(path: Path, metadata: Mapping[str, str], tag: str, made_for: str, variant: WanVariant,
+              expert: int | None) -> str | None:
+    """Why the header says the file does not fit (None: it fits, as far as the header tells)."""
+    if made_for != variant.name:
+        return f"LoRA '{path}' was made for {tag}, not for this {variant.name} model"
+    base_hash = metadata.get(BASE_CONFIG_HASH_KEY, "")
+    if base_hash and variant.transformer_config_hash and base_hash != variant.transformer_config_hash:
+        base = metadata.get("wantrainer.base_model", "") or "another checkpoint"
+        return (f"LoRA '{path}' was made for a {variant.name} transformer of another size or architecture "
+                f"(trained on '{base}')")
+    written_for = metadata.get(EXPERT_KEY, "")
+    if expert is not None and written_for and written_for != EXPERT_NAMES[expert]:
+        return (f"LoRA '{path}' was trained for the {written_for.replace('_', '-')} expert, not the "
+                f"{EXPERT_NAMES[expert].replace('_', '-')} one it would be applied to (check the file names)")
+    return None
 
 
 def _lora_files(path: Path, variant: WanVariant, force: bool) -> dict[int, Path]:
@@ -99,7 +118,8 @@ def check_lora_file(path: str | Path, variant: WanVariant, force: bool = False,
     files = _lora_files(path, variant, force)
     metadata = {expert: read_lora_header(file) for expert, file in files.items()}
     for expert, file in files.items():
-        check_lora_matches(file, metadata[expert], variant, force, force_option)
+        check_lora_matches(file, metadata[expert], variant, force, force_option,
+                           expert=expert if variant.two_experts else None)
     return LoRAFiles(path, files, metadata)
 
 

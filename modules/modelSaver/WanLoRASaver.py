@@ -97,8 +97,8 @@ def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metada
     """The safetensors ``__metadata__`` for `weights` written to `path` in `fmt`."""
     fmt = normalize_format(fmt)
     given = {str(k): str(v) for k, v in (metadata or {}).items()}
-    for key in (DIFFUSERS_ADAPTER_METADATA_KEY, ALPHA_MAP_KEY, "format"):
-        given.pop(key, None)
+    for key in (DIFFUSERS_ADAPTER_METADATA_KEY, ALPHA_MAP_KEY, "format", "modelspec.implementation"):
+        given.pop(key, None)  # they describe the file as written (a converted file's source said otherwise)
     rank, alpha = common_rank_alpha(weights)
     context = {
         "variant": given.get("wantrainer.variant") or "wan",
