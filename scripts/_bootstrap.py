@@ -14,6 +14,7 @@ if str(REPO_ROOT) not in sys.path:
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: weights come from local folders
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its torchvision notice on every start
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):

@@ -52,8 +52,7 @@ def main() -> int:
     if not config.dataset_config:
         raise UserError("config key 'dataset_config' is empty: preview_e2v needs an E2V dataset JSON")
     load_dataset_config(config.dataset_config)  # validate before loading any model
-    model = WanModelLoader().load(config.base_model_name, resolve_device(config.train_device),
-                                  transformer_dtype=config.transformer_dtype, vae_dtype=config.vae_dtype)
+    model = WanModelLoader().load_for_config(config, resolve_device(config.train_device))
     data = WanE2VDataLoader(config, model)
     data.prepare()
     tensors, references = data.preview(args.sample)

@@ -29,6 +29,10 @@ def parse_args() -> argparse.Namespace:
                                                  "to use; default: A2's (repeats 1/4/4)")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    for component in ("transformer", "transformer-2", "vae", "text-encoder", "image-encoder"):
+        parser.add_argument(f"--{component}-file", metavar="FILE",
+                            help=f"single-file {component.replace('-', ' ')} (e.g. ComfyUI's) replacing the folder's, "
+                                 f"as the config key {component.replace('-', '_')}_override")
     parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for bases without "
                                                 "them (E2V LoRAs trained on T2V bases with the CLIP pathway)")
     parser.add_argument("--frames", type=int, default=81)
@@ -58,6 +62,7 @@ def main() -> int:
     from modules.modelSampler.video_output import check_video_output
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
+    from modules.util.path_checks import check_input_file
 
     sample = SampleConfig.from_dict({
         "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
@@ -69,7 +74,12 @@ def main() -> int:
     # everything that can be checked without the weights is, before they load
     check_video_output(args.output)
     lora = check_lora_file(args.lora, detect_variant(args.model), args.force, "--force") if args.lora else None
-    model = WanModelLoader().load(args.model, resolve_device(args.device))
+    overrides = {f"{name}_override": getattr(args, f"{name}_file") or ""
+                 for name in ("transformer", "transformer_2", "vae", "text_encoder", "image_encoder")}
+    for key, file in overrides.items():
+        if file:
+            check_input_file(f"--{key.removesuffix('_override').replace('_', '-')}-file", file, "a .safetensors file")
+    model = WanModelLoader().load(args.model, resolve_device(args.device), **overrides)
     if args.image_encoder and model.image_encoder is None:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if lora is not None:

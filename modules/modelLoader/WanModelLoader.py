@@ -26,6 +26,7 @@ from modules.modelLoader.component_files import (
     load_vae_file,
 )
 from modules.modelLoader.single_file import SingleFile
+from modules.util.config.train_config import TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 
@@ -99,6 +100,18 @@ class WanModelLoader:
                 ("vae", vae_override), ("text_encoder", text_encoder_override),
                 ("image_encoder", image_encoder_override), ("transformer", transformer_override),
                 ("transformer_2", transformer_2_override)) if file},
+        )
+
+    def load_for_config(self, config: TrainConfig, device: torch.device) -> WanModel:
+        """The model a training config names: base folder, override files and dtypes (one place for that
+        mapping: the trainer and preview_e2v.py load through it)."""
+        return self.load(
+            config.base_model_name, device, transformer_dtype=config.transformer_dtype,
+            text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
+            image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
+            transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
+            vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
+            image_encoder_override=config.image_encoder_override,
         )
 
     @staticmethod

@@ -112,14 +112,7 @@ class GenericTrainer:
         torch.manual_seed(config.seed)
         self._status("loading model")
         device = resolve_device(device_name)
-        self.model = WanModelLoader().load(
-            config.base_model_name, device, transformer_dtype=config.transformer_dtype,
-            text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
-            image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
-            transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
-            vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
-            image_encoder_override=config.image_encoder_override,
-        )
+        self.model = WanModelLoader().load_for_config(config, device)
         if config.vae_tiling:
             enable_vae_tiling(self.model.vae)
         full_train = self._prepare_e2v_base() if config.dataset_config else {}
