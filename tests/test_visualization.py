@@ -1,4 +1,6 @@
-"""The dataset JSON's visualization block writes latents and decoded frames every `frequency` steps."""
+"""The dataset JSON's visualization block writes latents and decoded frames every `frequency` steps.
+
+Latents are always safetensors, also for the seeds' `"format": "pt"`: a .pt file needs unpickling to read."""
 from __future__ import annotations
 
 import json
@@ -18,8 +20,8 @@ def test_visualization_writes_latents_and_frames(tiny_model, tmp_path):
     dataset["datasets"][0]["visualization"] = {
         "enabled": True, "output_dir": "visualizations/{run_id}", "frequency": 2,
         "processors": [
-            {"type": "latent_save", "data": ["input_latents", "noisy_latents", "conditioned_latents",
-                                             "predicted_latents"], "format": "safetensors"},
+            {"type": "latent_save", "data": ["input_latents", "noisy_latents"], "format": "safetensors"},
+            {"type": "latent_save", "data": ["conditioned_latents", "predicted_latents"], "format": "pt"},
             {"type": "vae_decode", "data": ["input_latents", "reference_images"], "frames": [0, -1]},
         ]}
     path = tmp_path / "dataset.json"
@@ -35,5 +37,6 @@ def test_visualization_writes_latents_and_frames(tiny_model, tmp_path):
     assert names == ["conditioned_latents.safetensors", "input_latents.safetensors", "input_latents_frame000.png",
                      "input_latents_frame016.png", "noisy_latents.safetensors", "predicted_latents.safetensors",
                      "reference_images_frame000.png", "reference_images_frame016.png"]
-    latents = load_file(str(step / "input_latents.safetensors"))["latents"]
-    assert latents.shape == (16, 5, 4, 4) and torch.isfinite(latents).all()
+    for name in ("input_latents", "predicted_latents"):
+        latents = load_file(str(step / f"{name}.safetensors"))["latents"]
+        assert latents.shape == (16, 5, 4, 4) and torch.isfinite(latents).all()

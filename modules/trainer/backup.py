@@ -5,10 +5,14 @@ data position (epoch, next batch) and step counters, plus fingerprints of the co
 a resume with different settings warns and names what changed. Randomness needs no saved state: every
 draw of step N comes from a generator seeded by (seed, N).
 
-Whole-tensor backups hold `trainable.safetensors` and `optimizer.pt`; FSDP runs write `shards/`
-(torch.distributed.checkpoint, each rank its own part), which any number of ranks — or one process —
-can read back. `progress.json` is written last and lists a sha256 of every other file: a backup whose
-files changed after writing is skipped for the previous one.
+Nothing in a backup is pickled, so a backup from someone else cannot run code when it is resumed: every
+file is safetensors or JSON. Whole-tensor backups hold `trainable.safetensors` and the optimizer state
+as `optimizer.safetensors` (its tensors) + `optimizer.json` (the rest; see `state_io`); FSDP runs write
+`shards/` (each rank a safetensors file of its own chunks, see `sharding`), which any number of ranks —
+or one process — can read back. `lr_scheduler.json` holds the LR scheduler's state. `progress.json` is
+written last and lists a sha256 of every other file: a backup whose files changed after writing is
+skipped for the previous one. Backups of older WanTrainers (`optimizer.pt`, `lr_scheduler.pt`, DCP's
+`shards/.metadata`) would need unpickling: they are refused, never read.
 """
 from __future__ import annotations
 
@@ -19,19 +23,30 @@ import logging
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from modules.modelSetup.sharding import check_shards
+from modules.util import state_io
 from modules.util.atomic import atomic_write_dir
 from modules.util.distributed import DistributedContext
 from modules.util.errors import UserError
+from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BACKUP_DIR = "backup"
-SHARDS_DIR = "shards"  # FSDP backups: torch.distributed.checkpoint files, one per rank
+SHARDS_DIR = "shards"  # FSDP backups: one safetensors file per rank + state.json
+LR_SCHEDULER_FILE = "lr_scheduler.json"
+# What older WanTrainers wrote with torch.save / torch.distributed.checkpoint: reading them unpickles.
+OLD_FORMAT_FILES = ("optimizer.pt", "lr_scheduler.pt", f"{SHARDS_DIR}/.metadata")
+
+
+class OldFormatBackup(UserError):
+    """A backup that only unpickling could read."""
 
 
 def _file_sha256(path: Path) -> str:
@@ -67,7 +82,7 @@ class Backup:
     optimizer: dict[str, Any]
     lr_scheduler: dict[str, Any]
     fingerprints: dict[str, str]
-    shards: Path | None = None  # an FSDP backup's torch.distributed.checkpoint folder (trainable/optimizer empty)
+    shards: Path | None = None  # an FSDP backup's shard folder (trainable/optimizer empty)
     world_size: int = 1  # data-parallel ranks of the run that wrote it
 
 
@@ -81,8 +96,10 @@ def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: 
     """A backup of whole tensors; `optimizer` / `lr_scheduler` are state dicts; `world_size` is the
     number of data-parallel ranks (batch_size counts per rank)."""
     def write_states(folder: Path) -> None:
-        save_file({k: v.contiguous().cpu() for k, v in trainable.items()}, str(folder / "trainable.safetensors"))
-        torch.save(optimizer, folder / "optimizer.pt")
+        save_file(_saveable(trainable), str(folder / "trainable.safetensors"))
+        tensors, skeleton = state_io.split(optimizer)
+        save_file(_saveable(tensors), str(folder / "optimizer.safetensors"))
+        (folder / "optimizer.json").write_text(state_io.dumps(skeleton), encoding="utf-8")
 
     return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep, world_size)
 
@@ -91,17 +108,33 @@ def write_sharded_backup(workspace_dir: str | Path, progress: TrainProgress, sav
                          lr_scheduler: dict[str, Any], fingerprints: dict[str, str], config_dict: dict[str, Any],
                          keep: int, dist: DistributedContext) -> Path | None:
     """Collective: every rank writes its own shards (`save_shards(folder)`) into rank 0's temp folder —
-    nothing is gathered, so no rank needs RAM for the whole state — and rank 0 writes the rest."""
+    nothing is gathered, so no rank needs RAM for the whole state — and rank 0 writes the rest. A failed
+    write raises the same one-line UserError on every rank that took part."""
+    root = backup_root(workspace_dir)
     if not dist.is_main:
-        save_shards(dist.broadcast_object(None) / SHARDS_DIR)
+        folder = dist.broadcast_object(None)
+        if folder is None:
+            raise UserError(f"cannot write the backup to '{root}': rank 0 failed before the shards (see its log)")
+        try:
+            save_shards(folder / SHARDS_DIR)
+        except Exception as e:
+            raise _write_error(root, e) from None
         return None
 
+    broadcast = False
+
     def write_states(folder: Path) -> None:
+        nonlocal broadcast
         dist.broadcast_object(folder)
+        broadcast = True
         save_shards(folder / SHARDS_DIR)
 
-    return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep,
-                  dist.world_size)
+    try:
+        return _write(workspace_dir, progress, write_states, lr_scheduler, fingerprints, config_dict, keep,
+                      dist.world_size)
+    finally:
+        if not broadcast:  # the other ranks wait for a folder: release them
+            dist.broadcast_object(None)
 
 
 def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Callable[[Path], None],
@@ -112,7 +145,8 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
 
     def write(folder: Path) -> None:
         write_states(folder)
-        torch.save(lr_scheduler, folder / "lr_scheduler.pt")  # apart: ranks of a sharded resume read only this
+        # apart: ranks of a sharded resume read only this
+        (folder / LR_SCHEDULER_FILE).write_text(state_io.to_json(lr_scheduler), encoding="utf-8")
         files = sorted(f for f in folder.rglob("*") if f.is_file())
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:  # hashlib releases the GIL
             digests = pool.map(_file_sha256, files)
@@ -126,13 +160,25 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
         shutil.rmtree(stale, ignore_errors=True)
     try:
         atomic_write_dir(path, write)
-    except OSError as e:  # e.g. a full disk: the previous backups are intact, say so in one line
-        raise UserError(f"cannot write the backup to '{root}' ({e.strerror or e}): free space there or lower "
-                        "rolling_backup_count; the previous backups are intact") from None
+    except Exception as e:
+        raise _write_error(root, e) from None
     for old in list_backups(workspace_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     logger.info("backup written to %s", path)
     return path
+
+
+def _saveable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+
+
+def _write_error(root: Path, error: Exception) -> Exception:
+    """A full disk (whichever library wrote: safetensors, torch, json) is one line saying the previous
+    backups are intact; anything else is a bug and keeps its traceback."""
+    if isinstance(error, UserError) or not is_write_failure(error):
+        return error
+    return UserError(f"cannot write the backup to '{root}' ({write_failure(error)}): free space there or lower "
+                     "rolling_backup_count; the previous backups are intact")
 
 
 def list_backups(workspace_dir: str | Path) -> list[Path]:
@@ -145,29 +191,63 @@ def list_backups(workspace_dir: str | Path) -> list[Path]:
 
 def read_backup(path: Path, with_states: bool = True) -> Backup:
     """`with_states=False` skips the weights and optimizer state (empty dicts) — for the ranks of a
-    sharded resume that receive theirs from rank 0."""
-    meta = json.loads((path / "progress.json").read_text())
+    sharded resume that receive theirs from rank 0. Nothing is unpickled: a backup in the old pickle-based
+    format raises OldFormatBackup without being read; a file that does not parse raises ValueError naming it."""
+    meta = _read(path, "progress.json", _read_json)
     checksums = meta.get("sha256", {})
-    _verify(path, sorted(checksums) if with_states else [n for n in ("lr_scheduler.pt",) if n in checksums], checksums)
+    _refuse_old_format(path, checksums)
+    _verify(path, sorted(checksums) if with_states else [n for n in (LR_SCHEDULER_FILE,) if n in checksums], checksums)
     shards = path / SHARDS_DIR if (path / SHARDS_DIR).is_dir() else None
     whole = with_states and shards is None
+    if with_states and shards is not None:
+        _read(path, SHARDS_DIR, check_shards)  # damage is found here, where an older backup can still be chosen
     return Backup(
         path=path,
         progress=TrainProgress(**meta["progress"]),
-        trainable=load_file(str(path / "trainable.safetensors")) if whole else {},
-        optimizer=torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False, mmap=True) if whole else {},
-        lr_scheduler=torch.load(path / "lr_scheduler.pt", map_location="cpu", weights_only=False),
+        trainable=_read(path, "trainable.safetensors", lambda p: load_file(str(p))) if whole else {},
+        optimizer=state_io.join(_read(path, "optimizer.safetensors", lambda p: load_file(str(p))),
+                                _read(path, "optimizer.json", _read_json)) if whole else {},
+        lr_scheduler=_read(path, LR_SCHEDULER_FILE, lambda p: state_io.from_json(p.read_text(encoding="utf-8"))),
         fingerprints=meta.get("fingerprints", {}),
         shards=shards,
         world_size=meta.get("world_size", 1),
     )
 
 
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read(folder: Path, name: str, load: Callable[[Path], T]) -> T:
+    """`load(folder / name)`; a failure names the file (the loaders' own messages do not)."""
+    try:
+        return load(folder / name)
+    except Exception as e:
+        raise ValueError(f"{name}: {e}") from e
+
+
+def _refuse_old_format(path: Path, checksums: dict[str, str]) -> None:
+    old = [name for name in OLD_FORMAT_FILES if name in checksums or (path / name).exists()]
+    if old:
+        raise OldFormatBackup(
+            f"cannot resume from {path}: an older WanTrainer wrote it in a format that only unpickling can read "
+            f"({old[0]}), which would run any code planted in the file; move that folder out of "
+            f"{path.parent} (or use another workspace_dir), or train without continue_last_backup")
+
+
 def latest_backup(workspace_dir: str | Path) -> Backup | None:
-    """The newest backup that loads; a damaged one is skipped with a warning."""
+    """The newest backup that loads; a damaged one is skipped with a warning, and so is one in the old
+    pickle-based format. When nothing loads and an old-format backup was seen, that is the error: resuming
+    from scratch instead would quietly drop the run."""
+    refused: OldFormatBackup | None = None
     for path in reversed(list_backups(workspace_dir)):
         try:
             return read_backup(path)
+        except OldFormatBackup as e:
+            refused = refused or e
+            logger.warning("%s; trying an older one", e)
         except Exception as e:  # a damaged backup must not block resuming from an older good one
             logger.warning("backup %s cannot be read (%s); trying an older one", path, e)
+    if refused is not None:
+        raise refused
     return None

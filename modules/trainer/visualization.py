@@ -1,7 +1,8 @@
 """Training-time visualisation of E2V steps (the `visualization` block of the dataset JSON, seed 001).
 
 Every `frequency` optimizer steps, for the first sample of the batch:
-- `latent_save` writes the chosen latents (`.pt` or `.safetensors`);
+- `latent_save` writes the chosen latents as `<name>.safetensors` (tensor `latents`), also for the
+  seeds' `"format": "pt"`: a `.pt` file can only be read by unpickling, which runs any code planted in it;
 - `vae_decode` decodes them with the VAE and writes PNGs of the chosen frames.
 Data names: `input_latents` (x0), `noisy_latents` (x_t), `conditioned_latents` (the VAE-pathway condition
 latents), `predicted_latents` (the model's clean estimate x0̂ = x_t − σ·v̂), `reference_images` (the
@@ -46,6 +47,9 @@ class Visualizer:
         self.config, self.model = config, model
         folder = Path(config.output_dir.replace("{run_id}", run_id))
         self.folder = folder if folder.is_absolute() else workspace / folder
+        if any(p.type == "latent_save" and p.format == "pt" for p in config.processors):
+            logger.info("visualization: latents are written as .safetensors (format 'pt' would need unpickling "
+                        "to read)")
 
     def due(self, global_step: int) -> bool:
         return self.config.enabled and self.config.frequency > 0 and global_step % self.config.frequency == 0
@@ -60,7 +64,7 @@ class Visualizer:
                     continue
                 stem = self.folder / f"step-{global_step:08d}" / name
                 if processor.type == "latent_save":
-                    written.append(self._save_latents(stem, latents.detach().float().cpu(), processor.format))
+                    written.append(self._save_latents(stem, latents.detach().float().cpu()))
                 else:
                     written.extend(self._save_frames(stem, latents, processor.frames))
         if written:
@@ -68,13 +72,10 @@ class Visualizer:
         return written
 
     @staticmethod
-    def _save_latents(stem: Path, latents: torch.Tensor, fmt: str | None) -> Path:
-        path = stem.with_suffix(".safetensors" if fmt == "safetensors" else ".pt")
+    def _save_latents(stem: Path, latents: torch.Tensor) -> Path:
+        path = stem.with_suffix(".safetensors")
         with atomic_path(path) as tmp:
-            if fmt == "safetensors":
-                save_file({"latents": latents.contiguous()}, str(tmp))
-            else:
-                torch.save(latents, tmp)
+            save_file({"latents": latents.contiguous()}, str(tmp))
         return path
 
     def _save_frames(self, stem: Path, latents: torch.Tensor, frames: list[int]) -> list[Path]:
