@@ -58,7 +58,8 @@ def _write(workspace, step: int, value: float):
                         scheduler.state_dict(), {"config": "c"}, {}, keep=3)
 
 
-@pytest.mark.parametrize("damaged", ["optimizer.pt", "trainable.safetensors", "lr_scheduler.pt"])
+@pytest.mark.parametrize("damaged", ["optimizer.safetensors", "optimizer.json", "trainable.safetensors",
+                                     "lr_scheduler.json"])
 def test_a_backup_damaged_after_writing_is_skipped_for_the_previous_one(tmp_path, caplog, damaged):
     _write(tmp_path, 1, 1.0)
     newest = _write(tmp_path, 2, 2.0)

@@ -211,9 +211,18 @@ class GenericTrainer:
 
     def _resume(self) -> None:
         sharded = self.setup.sharded
-        backup = latest_backup(self.workspace) if self.dist.is_main or not sharded else None
+        backup, error = None, None
+        if self.dist.is_main or not sharded:
+            try:
+                backup = latest_backup(self.workspace)
+            except UserError as e:  # under FSDP every rank must hear it, or the others wait forever
+                if not sharded:
+                    raise
+                error = str(e)
         if sharded:  # rank 0 picks (and checks) the backup; the others need its position, and read their shards
-            path = self.dist.broadcast_object(backup.path if backup is not None else None)
+            path, error = self.dist.broadcast_object((backup.path if backup is not None else None, error))
+            if error:
+                raise UserError(error)
             if not self.dist.is_main and path is not None:
                 backup = read_backup(path, with_states=False)
         if backup is None:
@@ -252,13 +261,20 @@ class GenericTrainer:
         """A change of what is trained (LoRA shape, targets, optimizer) makes the backup's tensors unusable:
         refuse in one line naming the key, before a size-mismatch error deep in torch."""
         structural = [c for c in changes if c[0].split(".")[0] in _STRUCTURAL_KEYS]
-        mismatch = _tensor_mismatch(backup.trainable, self.setup.trainable_state()) if backup.trainable else None
-        if not structural and mismatch is None:
-            return
-        what = "; ".join(_describe_change(*c) for c in structural) or "the trained weights' shapes"
-        detail = f" ({mismatch})" if mismatch else ""
-        raise UserError(f"cannot resume from {backup.path}: {what} changed since it was written{detail}; set it "
-                        "back, or train without continue_last_backup (or with another workspace_dir)")
+        whole = backup.shards is None
+        # Under FSDP trainable_state() gathers (collective: every rank calls it); rank 0 holds the backup's tensors.
+        current = self.setup.trainable_state() if whole and (backup.trainable or self.setup.sharded) else None
+        mismatch = _tensor_mismatch(backup.trainable, current) if backup.trainable and current is not None else None
+        message = None
+        if structural or mismatch is not None:
+            what = "; ".join(_describe_change(*c) for c in structural) or "the trained weights' shapes"
+            detail = f" ({mismatch})" if mismatch else ""
+            message = (f"cannot resume from {backup.path}: {what} changed since it was written{detail}; set it "
+                       "back, or train without continue_last_backup (or with another workspace_dir)")
+        if self.setup.sharded:  # rank 0 decides for every rank
+            message = self.dist.broadcast_object(message)
+        if message:
+            raise UserError(message)
 
     # --- the loop -----------------------------------------------------------------------------------
     def train(self) -> None:

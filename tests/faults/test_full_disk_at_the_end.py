@@ -62,7 +62,7 @@ def make_trainer(tiny_model, video_dataset, tmp_path, **overrides) -> GenericTra
 def test_a_failed_final_save_names_the_backup_and_how_to_resume(tiny_model, video_dataset, tmp_path, monkeypatch):
     save = WanModelSaver.save
 
-    def disk_full(self, destination, transformer_weights=None):
+    def disk_full(self, destination, **kwargs):
         raise DISK_FULL
 
     monkeypatch.setattr(WanModelSaver, "save", disk_full)

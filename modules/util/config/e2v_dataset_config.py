@@ -197,7 +197,7 @@ class VisualizationProcessorConfig(BaseConfig):
     type: str = option("latent_save", "latent_save | vae_decode.")
     data: list[str] = option([], "Any of input_latents, noisy_latents, conditioned_latents, predicted_latents, reference_images.")
     frames: list[int] = option([], "Frame indices to keep (negative counts from the end); [] = all.")
-    format: str | None = option(None, "pt | safetensors | png; default pt for latent_save, png for vae_decode.")
+    format: str | None = option(None, "pt | safetensors | png; default pt for latent_save, png for vae_decode. Latents are always written as .safetensors (never pickled); \"pt\" is accepted from the seeds and means the same.")
 
     def validate(self, path: str) -> None:
         _check_choice(_key(path, "type"), self.type, VISUALIZATION_TYPES)
