@@ -17,7 +17,6 @@ from modules.util.enum import (
     ModelFormat,
     ModelType,
     Optimizer,
-    PeftType,
     TimestepDistribution,
     TimeUnit,
     TrainingMethod,
@@ -196,9 +195,6 @@ class TrainConfig(BaseConfig):
     train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).")
 
     # --- LoRA --------------------------------------------------------------------------------
-    peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.")
-    lora_decompose: bool = option(False, "DoRA: train a per-output-channel magnitude next to the LoRA direction (LORA only).")
-    lokr_factor: int = option(-1, "LOKR: the Kronecker factor of each dimension (-1 = as balanced as possible).")
     lora_rank: int = option(16, "LoRA rank.")
     lora_alpha: float = option(16.0, "LoRA alpha (effective scale alpha/rank).")
     lora_dropout: float = option(0.0, "LoRA dropout.")
