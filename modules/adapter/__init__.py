@@ -1,1 +1,0 @@
-"""Adapter types (LoRA, DoRA, LoHa, LoKr) as pluggable parts: see `spec.AdapterSpec` and `registry.ADAPTERS`."""
