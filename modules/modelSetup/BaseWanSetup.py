@@ -74,6 +74,15 @@ class BaseWanSetup:
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
         raise NotImplementedError
 
+    def _trains(self, expert: int, name: str) -> bool:
+        """Whether parameter `name` of `expert` is in trainable_state() (a full fine-tune trains them all)."""
+        return True
+
+    def trainable_shapes(self) -> dict[str, torch.Size]:
+        """The names and (whole, also when sharded) shapes of trainable_state(), without copying or gathering."""
+        return {f"{EXPERT_NAMES[expert]}.{name}": param.shape for expert, transformer in self.trained_transformers()
+                for name, param in transformer.named_parameters() if self._trains(expert, name)}
+
     def trained_root(self) -> torch.nn.ModuleDict:
         """The trained transformers under their model names (the keys of backups and sharded states)."""
         return torch.nn.ModuleDict({EXPERT_NAMES[expert]: t for expert, t in self.trained_transformers()})

@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -46,7 +45,15 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
+from modules.trainer.prefetch import BatchPrefetcher
 from modules.trainer.preflight import check_paths
+from modules.trainer.resume_check import (
+    STRUCTURAL_KEYS,
+    config_diff,
+    describe_change,
+    tensor_mismatch,
+    training_settings,
+)
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, snapshot_destination
 from modules.trainer.visualization import Visualizer
@@ -59,17 +66,6 @@ from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
 
-# Keys that may change between a backup and its resume without changing the training itself.
-_RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
-                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
-                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
-                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
-                        "save_skip_first", "rolling_save_count", "output_dtype"}
-_RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
-# Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
-# other values cannot be loaded.
-_STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
-                    "optimizer", "train_expert"}
 MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
@@ -205,7 +201,7 @@ class GenericTrainer:
         return min(total, self.config.max_steps) if self.config.max_steps else total
 
     def _fingerprints(self) -> dict[str, str]:
-        training = _training_settings(self.config.to_dict(), self.dist.world_size)
+        training = training_settings(self.config.to_dict(), self.dist.world_size)
         return {"config": hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest(),
                 "dataset": self.data.fingerprint()}
 
@@ -233,7 +229,7 @@ class GenericTrainer:
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
-                lines = [_describe_change(*change) for change in changes] if what == "config" else []
+                lines = [describe_change(*change) for change in changes] if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
                                f": {'; '.join(lines)}" if lines else "")
         if backup.shards is not None:  # written by an FSDP run, read by any kind of run
@@ -253,25 +249,24 @@ class GenericTrainer:
         except (OSError, ValueError):
             return []
         current = json.loads(json.dumps(self.config.to_dict()))  # the same JSON types as the saved file
-        saved = _training_settings(saved, backup.world_size)
-        current = _training_settings(current, self.dist.world_size)
-        return _dict_diff(saved, current)
+        saved = training_settings(saved, backup.world_size)
+        current = training_settings(current, self.dist.world_size)
+        return config_diff(saved, current)
 
     def _refuse_unloadable(self, backup: Backup, changes: list[tuple[str, object, object]]) -> None:
         """A change of what is trained (LoRA shape, targets, optimizer) makes the backup's tensors unusable:
         refuse in one line naming the key, before a size-mismatch error deep in torch."""
-        structural = [c for c in changes if c[0].split(".")[0] in _STRUCTURAL_KEYS]
-        whole = backup.shards is None
-        # Under FSDP trainable_state() gathers (collective: every rank calls it); rank 0 holds the backup's tensors.
-        current = self.setup.trainable_state() if whole and (backup.trainable or self.setup.sharded) else None
-        mismatch = _tensor_mismatch(backup.trainable, current) if backup.trainable and current is not None else None
+        structural = [c for c in changes if c[0].split(".")[0] in STRUCTURAL_KEYS]
+        mismatch = None
+        if backup.trainable:  # a whole-tensor backup, read by this rank: compare shapes, nothing is copied
+            mismatch = tensor_mismatch({k: v.shape for k, v in backup.trainable.items()}, self.setup.trainable_shapes())
         message = None
         if structural or mismatch is not None:
-            what = "; ".join(_describe_change(*c) for c in structural) or "the trained weights' shapes"
+            what = "; ".join(describe_change(*c) for c in structural) or "the trained weights' shapes"
             detail = f" ({mismatch})" if mismatch else ""
             message = (f"cannot resume from {backup.path}: {what} changed since it was written{detail}; set it "
                        "back, or train without continue_last_backup (or with another workspace_dir)")
-        if self.setup.sharded:  # rank 0 decides for every rank
+        if self.setup.sharded:  # only rank 0 read the backup's tensors: it decides for every rank
             message = self.dist.broadcast_object(message)
         if message:
             raise UserError(message)
@@ -511,8 +506,7 @@ class GenericTrainer:
 
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
-        latest = list_backups(self.workspace)
-        already_backed_up = bool(latest) and latest[-1].name == f"step-{self.progress.global_step:08d}"
+        already_backed_up = self._backup_of_this_step() is not None
         already_backed_up = self.dist.broadcast_object(already_backed_up)  # rank 0's view decides for all
         if self.config.backup_before_save and self.progress.global_step > 0 and not already_backed_up:
             self._try_backup("saving the model anyway")  # the final model is the point of the run
@@ -544,14 +538,19 @@ class GenericTrainer:
         self.close()
         return self.output_paths
 
+    def _backup_of_this_step(self) -> Path | None:
+        """The newest backup, when it holds the current step's weights."""
+        backups = list_backups(self.workspace)
+        current = bool(backups) and backups[-1].name == f"step-{self.progress.global_step:08d}"
+        return backups[-1] if current else None
+
     def _save_failure(self, error: BaseException) -> str:
         """One line: why the final save failed and where the trained weights still are."""
         destination = self.config.output_model_destination
-        backups = list_backups(self.workspace)
-        current = bool(backups) and backups[-1].name == f"step-{self.progress.global_step:08d}"
-        where = (f"the backup {backups[-1]} holds the trained weights: free space or change "
+        backup = self._backup_of_this_step()
+        where = (f"the backup {backup} holds the trained weights: free space or change "
                  "output_model_destination, then run again with continue_last_backup=true (it resumes at the "
-                 "end and saves)" if current else
+                 "end and saves)" if backup is not None else
                  "no backup holds this run's final weights (backup_before_save is off or failed)")
         return f"cannot write the model to '{destination}' ({write_failure(error)}): {where}"
 
@@ -566,80 +565,11 @@ class GenericTrainer:
         self.callbacks.on_status(text)
 
 
-_ABSENT = object()
-
-
-def _training_settings(config: dict, world_size: int) -> dict:
-    """The config keys a resume must keep to continue the same training. batch_size counts per GPU, so
-    the global batch stands in for it: 1 GPU × 4 resumes as 2 GPUs × 2 without a warning."""
-    settings = {k: v for k, v in config.items() if k not in _RESUME_NEUTRAL_KEYS and k != "batch_size"}
-    if isinstance(settings.get("e2v"), dict):
-        settings["e2v"] = {k: v for k, v in settings["e2v"].items() if k not in _RESUME_NEUTRAL_E2V_KEYS}
-    settings["global_batch_size"] = config.get("batch_size", 1) * world_size
-    return settings
-
-
-def _dict_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
-    """(dotted key, old, new) for every differing key; nested dicts are compared key by key."""
-    changes = []
-    for key in sorted(set(old) | set(new), key=str):
-        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
-        if isinstance(a, dict) and isinstance(b, dict):
-            changes.extend(_dict_diff(a, b, f"{prefix}{key}."))
-        elif a != b:
-            changes.append((f"{prefix}{key}", a, b))
-    return changes
-
-
-def _describe_change(key: str, old: object, new: object) -> str:
-    return f"{key}: {_short(old)} -> {_short(new)}"
-
-
-def _tensor_mismatch(saved: dict[str, torch.Tensor], current: dict[str, torch.Tensor]) -> str | None:
-    """Why `saved` cannot be loaded into `current` (missing, extra or reshaped tensors), or None."""
-    missing, extra = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
-    reshaped = sorted(k for k in set(saved) & set(current) if saved[k].shape != current[k].shape)
-    if reshaped:
-        key = reshaped[0]
-        return (f"{len(reshaped)} tensors differ in shape, e.g. {key}: {tuple(saved[key].shape)} in the backup, "
-                f"{tuple(current[key].shape)} now")
-    if missing or extra:
-        return f"{len(missing)} trained tensors missing and {len(extra)} extra, e.g. {(missing or extra)[0]}"
-    return None
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = "(unset)" if value is _ABSENT else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 @dataclasses.dataclass
 class _Schedules:
     backup: Schedule
     sample: Schedule
     save: Schedule
-
-
-class BatchPrefetcher:
-    """Loads batch i+1 on a worker thread while batch i trains (loading is a pure function of the indices)."""
-
-    def __init__(self, data: WanBaseDataLoader, batches: list[list[int]], epoch: int, start: int):
-        self.data, self.batches, self.epoch = data, batches, epoch
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
-        self.pending: dict[int, Future] = {}
-        self._submit(start)
-
-    def _submit(self, index: int) -> None:
-        if index < len(self.batches) and index not in self.pending:
-            self.pending[index] = self.pool.submit(self.data.load_batch, self.batches[index], self.epoch)
-
-    def get(self, index: int) -> dict[str, torch.Tensor]:
-        self._submit(index)
-        batch = self.pending.pop(index).result()
-        self._submit(index + 1)
-        if index + 1 >= len(self.batches):
-            self.pool.shutdown(wait=False)
-        return batch
 
 
 class TrainingStopped(Exception):

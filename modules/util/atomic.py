@@ -153,12 +153,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 def _normalise_modes(folder: Path) -> None:
     """Files that libraries wrote inside a temp folder with their own temp-file modes get normal ones."""
-    os.chmod(folder, folder_mode())
+    files_mode, folders_mode = file_mode(), folder_mode()  # the umask once, not per entry
+    os.chmod(folder, folders_mode)
     for root, folders, files in os.walk(folder):
         for name in folders:
-            os.chmod(Path(root) / name, folder_mode())
+            os.chmod(Path(root) / name, folders_mode)
         for name in files:
-            os.chmod(Path(root) / name, file_mode())
+            os.chmod(Path(root) / name, files_mode)
 
 
 def atomic_write_dir(path: str | os.PathLike, write: Callable[[Path], None]) -> None:

@@ -1,0 +1,65 @@
+"""What a resume compares with the backup it continues: the training-relevant config keys (a change is
+warned about, or refused when the backup's tensors no longer fit) and the trained tensors' shapes."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+# Keys that may change between a backup and its resume without changing the training itself.
+RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
+                       "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
+                       "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
+                       "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
+                       "save_skip_first", "rolling_save_count", "output_dtype"}
+RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
+# Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
+# other values cannot be loaded.
+STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
+                   "optimizer", "train_expert"}
+
+_ABSENT = object()
+
+
+def training_settings(config: dict, world_size: int) -> dict:
+    """The config keys a resume must keep to continue the same training. batch_size counts per GPU, so
+    the global batch stands in for it: 1 GPU × 4 resumes as 2 GPUs × 2 without a warning."""
+    settings = {k: v for k, v in config.items() if k not in RESUME_NEUTRAL_KEYS and k != "batch_size"}
+    if isinstance(settings.get("e2v"), dict):
+        settings["e2v"] = {k: v for k, v in settings["e2v"].items() if k not in RESUME_NEUTRAL_E2V_KEYS}
+    settings["global_batch_size"] = config.get("batch_size", 1) * world_size
+    return settings
+
+
+def config_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, old, new) for every differing key; nested dicts are compared key by key."""
+    changes = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes.extend(config_diff(a, b, f"{prefix}{key}."))
+        elif a != b:
+            changes.append((f"{prefix}{key}", a, b))
+    return changes
+
+
+def describe_change(key: str, old: object, new: object) -> str:
+    return f"{key}: {_short(old)} -> {_short(new)}"
+
+
+def tensor_mismatch(saved: dict[str, torch.Size], current: dict[str, torch.Size]) -> str | None:
+    """Why tensors of shapes `saved` cannot be loaded into `current` (missing, extra or reshaped), or None."""
+    missing, extra = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    reshaped = sorted(k for k in set(saved) & set(current) if saved[k] != current[k])
+    if reshaped:
+        key = reshaped[0]
+        return (f"{len(reshaped)} tensors differ in shape, e.g. {key}: {tuple(saved[key])} in the backup, "
+                f"{tuple(current[key])} now")
+    if missing or extra:
+        return f"{len(missing)} trained tensors missing and {len(extra)} extra, e.g. {(missing or extra)[0]}"
+    return None
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = "(unset)" if value is _ABSENT else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
