@@ -2,6 +2,9 @@
 """Convert a LoRA file between DIFFUSERS_LORA and COMFY_LORA (musubi-tuner files can be read too).
 
     python scripts/convert_model.py --input in.safetensors --output out.safetensors --format COMFY_LORA
+
+LoHa, LoKr and DoRA files convert to COMFY_LORA only (diffusers loads none of them for Wan; merge them with
+scripts/merge_lora.py for a diffusers model).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     made_for = ", ".join(v for v in (metadata.get(VARIANT_KEY, ""), metadata.get(EXPERT_KEY, "")) if v)
-    print(f"wrote {args.output} ({args.format}, {len(weights.layers)} LoRA modules"
+    print(f"wrote {args.output} ({args.format}, {len(weights.layers)} {weights.spec.title} modules"
           f"{f'; made for {made_for}' if made_for else ''})")  # the header (variant, expert, ...) is carried over
     return 0
 

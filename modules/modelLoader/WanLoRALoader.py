@@ -1,9 +1,17 @@
-"""Reads a LoRA .safetensors file (DIFFUSERS_LORA, COMFY_LORA or musubi-tuner) into `LoRAWeights`."""
+"""Reads a LoRA .safetensors file (DIFFUSERS_LORA, COMFY_LORA or musubi-tuner; LoRA, DoRA, LoHa or LoKr) into
+`LoRAWeights`."""
 from __future__ import annotations
 
 import os
 
-from modules.modelSaver.lora_formats import LoRAFormatError, LoRAWeights, detect_format, from_state_dict
+from modules.adapter.spec import AdapterSpec
+from modules.modelSaver.lora_formats import (
+    LoRAFormatError,
+    LoRAWeights,
+    adapter_of_keys,
+    detect_format,
+    from_state_dict,
+)
 from modules.util.errors import UserError
 
 
@@ -29,24 +37,37 @@ def _not_a_lora(path: str, error: LoRAFormatError) -> UserError:
     return UserError(f"{path} is not a usable LoRA file: {error}; give a LoRA in ComfyUI, diffusers or musubi format")
 
 
-def read_lora_header(path: str | os.PathLike) -> dict[str, str]:
-    """The header metadata of a LoRA file, without reading its tensors: cheap enough to check a file before
-    a model loads. `UserError` naming the file when it is missing, corrupt or holds no LoRA keys."""
+def _read_names(path: str) -> tuple[dict[str, str], list[str]]:
+    """(header metadata, tensor names) of a LoRA file, without reading its tensors."""
     from safetensors import safe_open
 
-    path = os.fspath(path)
     _check_lora_path(path)
     try:
         with safe_open(path, framework="pt") as f:
-            metadata = dict(f.metadata() or {})
-            keys = list(f.keys())
+            return dict(f.metadata() or {}), list(f.keys())
     except Exception as e:  # safetensors raises several types for corrupt/truncated files
         raise _unreadable(path, e) from e
+
+
+def read_lora_header(path: str | os.PathLike) -> dict[str, str]:
+    """The header metadata of a LoRA file, without reading its tensors: cheap enough to check a file before
+    a model loads. `UserError` naming the file when it is missing, corrupt or holds no LoRA keys."""
+    path = os.fspath(path)
+    metadata, keys = _read_names(path)
     try:
         detect_format(dict.fromkeys(keys))  # decides on key names alone
     except LoRAFormatError as e:
         raise _not_a_lora(path, e) from e
     return metadata
+
+
+def read_lora_adapter(path: str | os.PathLike) -> AdapterSpec:
+    """The adapter type (`modules.adapter`) of a LoRA file from its key names, without reading its tensors."""
+    path = os.fspath(path)
+    try:
+        return adapter_of_keys(_read_names(path)[1])
+    except LoRAFormatError as e:
+        raise _not_a_lora(path, e) from e
 
 
 def load_lora_file(path: str | os.PathLike) -> tuple[LoRAWeights, dict[str, str]]:

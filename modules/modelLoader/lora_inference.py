@@ -1,7 +1,9 @@
 """Attach a LoRA file to a loaded model for sampling, through diffusers' own `load_lora_weights`.
 
 Going through diffusers (not our reader) means `scripts/sample.py` proves the file works for users of
-plain diffusers too. Two-expert models: either expert's file is accepted, its sibling found by name.
+plain diffusers too. Adapter types diffusers cannot load for Wan (LoHa, LoKr, DoRA) are merged into the
+weights by our reader as ComfyUI computes them (`merge_into_transformer`). Two-expert models: either
+expert's file is accepted, its sibling found by name.
 
 `check_lora_file` reads only the files' headers, so a LoRA made for another variant, a corrupt file or
 a file without LoRA keys is refused before the model loads; `check_lora_matches` is the one place that
@@ -18,8 +20,9 @@ from typing import Iterator, Mapping
 
 from modules.model.WanModel import WanModel
 from modules.model.WanVariant import WanVariant
-from modules.modelLoader.WanLoRALoader import first_line, read_lora_header
+from modules.modelLoader.WanLoRALoader import first_line, load_lora_file, read_lora_adapter, read_lora_header
 from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths
+from modules.modelSaver.merge import merge_into_transformer
 from modules.modelSaver.WanLoRASaver import BASE_CONFIG_HASH_KEY, EXPERT_KEY, EXPERT_NAMES, VARIANT_KEY
 from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
 from modules.util.errors import UserError
@@ -173,6 +176,9 @@ def attach_lora_for_inference(model: WanModel, lora: str | Path | LoRAFiles, sca
     if any(TRANSFORMER_CONFIG_KEY in metadata for metadata in checked.metadata.values()):
         attach_expanded_lora(model, checked, scale)
         return
+    if not all(read_lora_adapter(file).diffusers_loadable for file in checked.files.values()):
+        merge_lora_files(model, checked, scale)
+        return
     pipe = model.pipeline()
     if model.transformer_2 is None:
         with _applying(checked.files[0], model.variant):
@@ -187,6 +193,16 @@ def attach_lora_for_inference(model: WanModel, lora: str | Path | LoRAFiles, sca
         model.transformers()[expert].set_adapters([_EXPERTS[expert]], [scale])
 
 
+def merge_lora_files(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> None:
+    """Merge each expert's file into its transformer's weights (`scale`: ComfyUI's strength)."""
+    for expert, file in lora.files.items():
+        with _applying(file, model.variant):
+            weights, _ = load_lora_file(file)
+            merge_into_transformer(model.transformers()[expert], weights, scale)
+        where = "transformer" if model.transformer_2 is None else f"{_EXPERTS[expert]}-noise expert"
+        logger.info("%s merged into the %s: %s", weights.spec.title, where, file)
+
+
 def attach_expanded_lora(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> None:
     """A LoRA trained on an E2V-expanded base (T2V + E2V): expand the transformer(s) the same way, then
     load the LoRA and the fully trained new weights with our own loader (diffusers knows no such file)."""
@@ -194,7 +210,6 @@ def attach_expanded_lora(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -
 
     from peft import LoraConfig
 
-    from modules.modelLoader.WanLoRALoader import load_lora_file
     from modules.modelSaver.lora_formats import apply_to_peft
     from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 
@@ -203,6 +218,10 @@ def attach_expanded_lora(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -
     expand_model_for_e2v(model, config.get("image_dim") is not None, config.get("image_dim"), seed=0)
     for expert, (layers, _) in weights.items():
         transformer = model.transformers()[expert]
+        if not layers.spec.diffusers_loadable:  # no peft injection for these: merged like any of their files
+            with _applying(lora.files[expert], model.variant):
+                merge_into_transformer(transformer, layers, scale)
+            continue
         ranks = {layer.rank for layer in layers.layers.values()}
         transformer.add_adapter(LoraConfig(r=max(ranks), lora_alpha=max(ranks), target_modules=sorted(layers.layers),
                                            rank_pattern={n: l.rank for n, l in layers.layers.items()}), "default")

@@ -2,9 +2,10 @@
 
 The header is built from the template `resources/model_spec/lora.json`; the placeholders are filled from
 the caller's metadata (`lora_metadata()` builds it) and the weights, then the caller's own keys are laid
-over it. ``wantrainer.format`` and the format's own keys (``wantrainer.alpha_map``, see `lora_formats`)
-always describe the file as written; a ``lora_adapter_metadata`` of a foreign source file is dropped
-(diffusers would apply its alpha on top of our baked weights).
+over it. ``wantrainer.format``, ``wantrainer.adapter`` (the adapter type) and the format's own keys
+(``wantrainer.alpha_map``, see `lora_formats`) always describe the file as written; a
+``lora_adapter_metadata`` of a foreign source file is dropped (diffusers would apply its alpha on top of our
+baked weights).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
+from modules.adapter.lora import LORA
 from modules.modelSaver.lora_formats import (
     ALPHA_MAP_KEY,
     DIFFUSERS_ADAPTER_METADATA_KEY,
@@ -60,7 +62,7 @@ class LoRAFileInfo:
     boundary_ratio: float | None = None
     steps: int | None = None
     epochs: int | None = None
-    adapter: str = "lora"
+    adapter: str = LORA.name  # build_header sets the type the weights hold
     title: str = ""
 
 
@@ -116,6 +118,8 @@ def build_header(weights: LoRAWeights, path: str | os.PathLike, fmt: Any, metada
     header = {"format": "pt"}
     header.update({k: str(v).format_map(context) for k, v in template.items()})
     header.update(given)
+    if ADAPTER_KEY in given or weights.adapter != LORA.name:  # the type the file holds, whatever the caller said
+        header[ADAPTER_KEY] = weights.adapter
     header["wantrainer.format"] = fmt
     header.update(format_metadata(weights, fmt))
     return header

@@ -52,6 +52,14 @@ Formats
 ``MUSUBI_LORA`` (reading only)
     musubi-tuner: ``lora_unet_blocks_0_self_attn_q.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
 
+LoHa, LoKr and DoRA (see `modules.adapter`)
+-------------------------------------------
+Their layers are `AdapterLayer`s (tensors by ComfyUI key suffix + alpha; the adapter type is
+`LoRAWeights.adapter`), written only as COMFY_LORA: ``diffusion_model.<Wan name>.<suffix>`` and ``.alpha`` for
+every module, exactly the keys ComfyUI's weight adapters read. diffusers loads no such file for Wan, so
+DIFFUSERS_LORA refuses them (`scripts/merge_lora.py` makes a model diffusers loads); COMFY_LORA and
+musubi-style ``lora_unet_`` files of these types are read back.
+
 A missing ``.alpha`` means ``alpha = rank`` (unless our ``wantrainer.alpha_map`` records a baked alpha).
 ``.alpha`` is written as a float32 0-dim tensor. Another diffusers quirk, harmless here: loading a LoRA
 without ``add_k_proj``/``add_v_proj`` into an i2v transformer adds zero LoRA on them for blocks
@@ -69,6 +77,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import torch
 
+from modules.adapter.lora import LORA, LoRALayer
+from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
+from modules.adapter.spec import AdapterLayer, AdapterSpec
 from modules.util.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,31 +141,20 @@ class LoRAFormatError(UserError):
 
 
 @dataclass
-class LoRALayer:
-    """One LoRA pair; effect ``W += up @ down * alpha / rank`` (conv LoRA: same, on flattened kernels)."""
-
-    down: torch.Tensor  # [r, in] (conv: [r, in, *kernel])
-    up: torch.Tensor  # [out, r] (conv: [out, r, 1, ...])
-    alpha: float
-
-    @property
-    def rank(self) -> int:
-        return int(self.down.shape[0])
-
-    @property
-    def scale(self) -> float:
-        return float(self.alpha) / self.rank
-
-
-@dataclass
 class LoRAWeights:
-    """LoRA layers by diffusers module path, plus full weights by transformer parameter name."""
+    """Adapter layers by diffusers module path, plus full weights by transformer parameter name. `adapter` names
+    the type (`modules.adapter`): its layers are `LoRALayer`s for "lora", `AdapterLayer`s otherwise."""
 
-    layers: dict[str, LoRALayer] = field(default_factory=dict)
+    layers: dict[str, LoRALayer | AdapterLayer] = field(default_factory=dict)
     full_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    adapter: str = LORA.name
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    @property
+    def spec(self) -> AdapterSpec:
+        return adapter_named(self.adapter)
 
 
 # --------------------------------------------------------------------------------------------- names
@@ -221,51 +221,40 @@ def _clean_module_name(name: str) -> str:
     return name.replace("._orig_mod.", ".")
 
 
-def _peft_lora_modules(transformer: "nn.Module", adapter_name: str) -> dict[str, Any]:
-    from peft.tuners.lora import LoraLayer
-
-    found = {}
+def _peft_adapter_modules(transformer: "nn.Module", adapter_name: str) -> tuple[AdapterSpec, dict[str, Any]]:
+    """The adapter type of `adapter_name` in the model and its peft layers by module path."""
+    found: dict[str, Any] = {}
+    specs: set[str] = set()
+    spec = None
     for name, module in transformer.named_modules():
-        if not isinstance(module, LoraLayer):
+        owner = adapter_of_module(module, adapter_name)
+        if owner is None:
             continue
-        if adapter_name in getattr(module, "lora_embedding_A", {}):
-            raise LoRAFormatError(f"embedding LoRA ({name}) is not supported")
-        if adapter_name not in module.lora_A:
-            continue
-        if module.use_dora.get(adapter_name, False):
-            raise LoRAFormatError(f"DoRA adapters are not supported ({name})")
-        if module.lora_bias.get(adapter_name, False):
-            raise LoRAFormatError(f"LoRA with lora_bias is not supported ({name})")
-        found[_clean_module_name(name)] = module
-    return found
-
-
-def _peft_scale(module: Any, adapter_name: str) -> float:
-    """The configured scale of a peft LoRA layer (not a runtime `set_scale`)."""
-    r = module.r[adapter_name]
-    alpha = module.lora_alpha[adapter_name]
-    return alpha / math.sqrt(r) if module.use_rslora.get(adapter_name, False) else alpha / r
+        reason = owner.unsupported(module, adapter_name)
+        if reason:
+            raise LoRAFormatError(f"{reason} ({name})")
+        spec, found[_clean_module_name(name)] = owner, module
+        specs.add(owner.title)
+    if not found:
+        raise LoRAFormatError(f"the model has no LoRA adapter named '{adapter_name}'")
+    if len(specs) > 1:
+        raise LoRAFormatError(f"adapter '{adapter_name}' mixes adapter types ({', '.join(sorted(specs))})")
+    return spec, found
 
 
 def extract_from_peft(
     transformer: "nn.Module", adapter_name: str = "default", full_weight_names: Iterable[str] = ()
 ) -> LoRAWeights:
-    """Reads the adapter's lora_A/lora_B and per-module alpha (rank/alpha patterns, rsLoRA included).
+    """Reads the adapter's layers through its type's codec (LoRA: lora_A/lora_B and per-module alpha, rank/alpha
+    patterns and rsLoRA included).
 
-    Tensors are detached but share storage with the model. `full_weight_names` are transformer parameter
+    Tensors are detached but may share storage with the model. `full_weight_names` are transformer parameter
     names copied (detached) into `full_weights`.
     """
-    modules = _peft_lora_modules(transformer, adapter_name)
-    if not modules:
-        raise LoRAFormatError(f"the model has no LoRA adapter named '{adapter_name}'")
-    layers = {}
-    for name, module in modules.items():
-        down = module.lora_A[adapter_name].weight.detach()
-        up = module.lora_B[adapter_name].weight.detach()
-        r = module.r[adapter_name]
-        layers[name] = LoRALayer(down=down, up=up, alpha=float(_peft_scale(module, adapter_name) * r))
+    spec, modules = _peft_adapter_modules(transformer, adapter_name)
+    layers = {name: spec.extract(module, adapter_name) for name, module in modules.items()}
     full = {name: _get_param(transformer, name).detach() for name in full_weight_names}
-    return LoRAWeights(layers=layers, full_weights=full)
+    return LoRAWeights(layers=layers, full_weights=full, adapter=spec.name)
 
 
 def _get_param(transformer: "nn.Module", name: str) -> torch.nn.Parameter:
@@ -282,14 +271,15 @@ def _get_param(transformer: "nn.Module", name: str) -> torch.nn.Parameter:
 
 
 def apply_to_peft(transformer: "nn.Module", weights: LoRAWeights, adapter_name: str = "default") -> None:
-    """Loads `weights` into an already injected adapter; the module sets and ranks must match exactly.
+    """Loads `weights` into an already injected adapter of the same type; the module sets and shapes must match.
 
-    Alpha may differ: ``up`` is rescaled so the adapter's own scale gives the stored effect (a baked
+    Alpha may differ: the type's codec rescales so the adapter's own scale gives the stored effect (a baked
     DIFFUSERS_LORA file, alpha = rank, loads into an adapter trained with alpha != rank).
     """
-    modules = _peft_lora_modules(transformer, adapter_name)
-    if not modules:
-        raise LoRAFormatError(f"the model has no LoRA adapter named '{adapter_name}'")
+    spec, modules = _peft_adapter_modules(transformer, adapter_name)
+    if spec.name != weights.adapter:
+        raise LoRAFormatError(f"the file holds a {weights.spec.title} adapter, adapter '{adapter_name}' is {spec.title}: "
+                              "set peft_type / lora_decompose to the file's type")
     missing = sorted(set(modules) - set(weights.layers))
     extra = sorted(set(weights.layers) - set(modules))
     if missing or extra:
@@ -299,15 +289,8 @@ def apply_to_peft(transformer: "nn.Module", weights: LoRAWeights, adapter_name: 
         if extra:
             parts.append(f"LoRA modules not in the adapter: {_short_list(extra)}")
         raise LoRAFormatError(f"LoRA does not match adapter '{adapter_name}': " + "; ".join(parts))
-    bad = []
-    for name, module in modules.items():
-        layer = weights.layers[name]
-        a = module.lora_A[adapter_name].weight
-        b = module.lora_B[adapter_name].weight
-        if tuple(layer.down.shape) != tuple(a.shape) or tuple(layer.up.shape) != tuple(b.shape):
-            bad.append(
-                f"{name} (LoRA {tuple(layer.down.shape)}/{tuple(layer.up.shape)}, adapter {tuple(a.shape)}/{tuple(b.shape)})"
-            )
+    bad = [f"{name} ({problem})" for name, module in modules.items()
+           if (problem := spec.shape_problem(module, weights.layers[name], adapter_name))]
     if bad:
         raise LoRAFormatError(f"LoRA shapes (rank) do not match adapter '{adapter_name}': {_short_list(bad, 3)}")
     full_params = {name: _get_param(transformer, name) for name in weights.full_weights}
@@ -319,15 +302,7 @@ def apply_to_peft(transformer: "nn.Module", weights: LoRAWeights, adapter_name: 
             )
     with torch.no_grad():
         for name, module in modules.items():
-            layer = weights.layers[name]
-            a = module.lora_A[adapter_name].weight
-            b = module.lora_B[adapter_name].weight
-            factor = layer.scale / _peft_scale(module, adapter_name)
-            up = layer.up
-            if factor != 1.0:
-                up = up.float() * factor
-            a.copy_(layer.down.to(device=a.device, dtype=a.dtype))
-            b.copy_(up.to(device=b.device, dtype=b.dtype))
+            spec.load_into(module, weights.layers[name], adapter_name)
         for name, param in full_params.items():
             param.copy_(weights.full_weights[name].to(device=param.device, dtype=param.dtype))
 
@@ -343,21 +318,26 @@ def _scaled(t: torch.Tensor, factor: float) -> torch.Tensor:
 
 def common_rank_alpha(weights: LoRAWeights) -> tuple[int | None, float | None]:
     """The most common rank and alpha (None, None for no layers)."""
-    if not weights.layers:
-        return None, None
-    rank = Counter(l.rank for l in weights.layers.values()).most_common(1)[0][0]
-    alpha = Counter(float(l.alpha) for l in weights.layers.values()).most_common(1)[0][0]
-    return rank, alpha
+    ranks = [r for r in map(weights.spec.rank, weights.layers.values()) if r is not None]
+    alphas = [float(l.alpha) for l in weights.layers.values() if l.alpha is not None]
+    rank = Counter(ranks).most_common(1)[0][0] if ranks else None
+    return rank, Counter(alphas).most_common(1)[0][0] if alphas else None
 
 
 def check_comfy_compatible(weights: LoRAWeights) -> None:
-    """Raises `LoRAFormatError` when `weights` cannot be written as a COMFY_LORA that diffusers loads."""
+    """Raises `LoRAFormatError` when `weights` cannot be written as a COMFY_LORA that diffusers loads (other
+    types: that ComfyUI loads; diffusers loads none of them)."""
     unknown = sorted(n for n in weights.layers if diffusers_to_wan_name(n) is None)
+    if unknown and weights.adapter != LORA.name:
+        raise LoRAFormatError(f"COMFY_LORA cannot hold {weights.spec.title} on {_short_list(unknown)} "
+                              "(no Wan original module name): leave those modules out of lora_target_modules")
     if unknown:
         raise LoRAFormatError(
             f"COMFY_LORA cannot hold LoRA on {_short_list(unknown)} (no Wan original module name); "
             "save as DIFFUSERS_LORA instead"
         )
+    if weights.adapter != LORA.name:
+        return
     names = [diffusers_to_wan_name(n) for n in weights.layers]
     has_k_img = any(n.endswith(".k_img") for n in names)
     has_v_img = any(n.endswith(".v_img") for n in names)
@@ -377,7 +357,9 @@ def to_state_dict(weights: LoRAWeights, fmt: Any) -> dict[str, torch.Tensor]:
     """The file state dict of `weights` in DIFFUSERS_LORA or COMFY_LORA (see the module docstring)."""
     fmt = normalize_format(fmt)
     sd: dict[str, torch.Tensor] = {}
-    if fmt == DIFFUSERS_LORA:
+    if weights.adapter != LORA.name:
+        sd.update(_adapter_state_dict(weights, fmt))
+    elif fmt == DIFFUSERS_LORA:
         for name in sorted(weights.layers):
             layer = weights.layers[name]
             sd[f"{DIFFUSERS_PREFIX}{name}.lora_A.weight"] = layer.down
@@ -401,6 +383,19 @@ def to_state_dict(weights: LoRAWeights, fmt: Any) -> dict[str, torch.Tensor]:
     return sd
 
 
+def _adapter_state_dict(weights: LoRAWeights, fmt: str) -> dict[str, torch.Tensor]:
+    """LoHa / LoKr / DoRA as COMFY_LORA: every key its type's codec gives, under ComfyUI's module names."""
+    if fmt != COMFY_LORA:
+        raise LoRAFormatError(f"{fmt} cannot hold a {weights.spec.title} adapter (diffusers loads only LoRA for Wan): "
+                              "write COMFY_LORA, and merge it with scripts/merge_lora.py for a diffusers model")
+    check_comfy_compatible(weights)
+    sd: dict[str, torch.Tensor] = {}
+    for name in sorted(weights.layers):
+        key = f"{COMFY_PREFIX}{diffusers_to_wan_name(name)}"
+        sd.update({f"{key}.{suffix}": tensor for suffix, tensor in weights.spec.encode(weights.layers[name]).items()})
+    return sd
+
+
 def _is_baked(fmt: str, name: str) -> bool:
     """Whether `to_state_dict` bakes the alpha of module `name` into ``up`` (no ``.alpha`` key) in `fmt`."""
     return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith("blocks.")
@@ -410,6 +405,8 @@ def format_metadata(weights: LoRAWeights, fmt: Any) -> dict[str, str]:
     """Header entries that `from_state_dict` needs to read the file back exactly: the alphas baked into
     the weights, as ``wantrainer.alpha_map`` = ``{"*": most common, "<module>": other alpha, ...}``."""
     fmt = normalize_format(fmt)
+    if weights.adapter != LORA.name:
+        return {}  # every module has its `.alpha`
     baked = {name: float(layer.alpha) for name, layer in weights.layers.items() if _is_baked(fmt, name)}
     if not baked:
         return {}
@@ -476,6 +473,75 @@ def _diffusers_metadata_alphas(metadata: Mapping[str, str] | None) -> Any:
     return alpha_for
 
 
+def _strip_prefix(rest: Mapping[str, torch.Tensor], fmt: str, bad: list[str]) -> dict[str, torch.Tensor]:
+    """COMFY_LORA / MUSUBI_LORA keys without their prefix; keys without it go to `bad`."""
+    prefix = COMFY_PREFIX if fmt == COMFY_LORA else MUSUBI_PREFIX
+    stripped = {}
+    for key, value in rest.items():
+        if key.startswith(prefix):
+            stripped[key[len(prefix):]] = value
+        else:
+            bad.append(key)
+    return stripped
+
+
+def _wan_module_names(groups: Iterable[str], fmt: str) -> dict[str, str]:
+    """File module name (Wan original / musubi) -> diffusers module path; unknown names are refused."""
+    to_wan = (lambda n: n) if fmt == COMFY_LORA else musubi_to_wan_name
+    names = {}
+    unknown = []
+    for g in groups:
+        wan = to_wan(g)
+        diffusers_name = wan_to_diffusers_name(wan) if wan else None
+        if diffusers_name is None:
+            unknown.append(g)
+        else:
+            names[g] = diffusers_name
+    if unknown:
+        raise LoRAFormatError(f"{fmt} has LoRA on modules unknown to WanTrainer: {_short_list(sorted(unknown))}")
+    return names
+
+
+def adapter_of_keys(keys: Iterable[str]) -> AdapterSpec:
+    """The adapter type of a file from its key suffixes; a file mixing types is refused."""
+    specs = adapter_of_suffixes(key.rsplit(".", 1)[-1] for key in keys)
+    if len(specs) > 1:
+        raise LoRAFormatError(f"the file mixes adapter types ({', '.join(s.title for s in specs)}); one type per file")
+    return specs[0]
+
+
+def _group_by_suffix(keys_to_tensors: Mapping[str, torch.Tensor], suffixes: Iterable[str],
+                     bad_keys: list[str]) -> dict[str, dict[str, torch.Tensor]]:
+    """module -> {suffix: tensor}; keys with none of `suffixes` go to `bad_keys`."""
+    ordered = sorted(suffixes, key=len, reverse=True)  # "lora_up.weight" before a shorter suffix of it
+    groups: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in keys_to_tensors.items():
+        suffix = next((s for s in ordered if key.endswith("." + s)), None)
+        if suffix is None:
+            bad_keys.append(key)
+        else:
+            groups.setdefault(key[: -len(suffix) - 1], {})[suffix] = value
+    return groups
+
+
+def _read_adapter(spec: AdapterSpec, fmt: str, rest: Mapping[str, torch.Tensor],
+                  full: dict[str, torch.Tensor]) -> LoRAWeights:
+    """A LoHa / LoKr / DoRA file (COMFY_LORA or musubi names) through its type's codec."""
+    bad: list[str] = []
+    groups = _group_by_suffix(_strip_prefix(rest, fmt, bad), spec.file_keys, bad)
+    if bad:
+        raise LoRAFormatError(f"unsupported keys in {spec.title} {fmt} file: {_short_list(sorted(bad))}")
+    names = _wan_module_names(groups, fmt)
+    incomplete = sorted(f"{g} ({', '.join(spec.missing_keys(parts))})" for g, parts in groups.items()
+                        if spec.missing_keys(parts))
+    if incomplete:
+        raise LoRAFormatError(f"{spec.title} modules without all their weights: {_short_list(incomplete)}")
+    if len(set(names.values())) < len(names):
+        raise LoRAFormatError(f"a {spec.title} module appears twice in the file")
+    layers = {names[g]: spec.decode(parts) for g, parts in groups.items()}
+    return LoRAWeights(layers=layers, full_weights=full, adapter=spec.name)
+
+
 def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> LoRAWeights:
     """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional)."""
     fmt = detect_format(state_dict)
@@ -494,26 +560,11 @@ def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[st
         groups = _group(prefixed, bad)
         names = {g: g for g in groups}
     else:
-        prefix = COMFY_PREFIX if fmt == COMFY_LORA else MUSUBI_PREFIX
-        stripped = {}
-        for key, value in rest.items():
-            if key.startswith(prefix):
-                stripped[key[len(prefix):]] = value
-            else:
-                bad.append(key)
-        groups = _group(stripped, bad)
-        to_wan = (lambda n: n) if fmt == COMFY_LORA else musubi_to_wan_name
-        names = {}
-        unknown = []
-        for g in groups:
-            wan = to_wan(g)
-            diffusers_name = wan_to_diffusers_name(wan) if wan else None
-            if diffusers_name is None:
-                unknown.append(g)
-            else:
-                names[g] = diffusers_name
-        if unknown:
-            raise LoRAFormatError(f"{fmt} has LoRA on modules unknown to WanTrainer: {_short_list(sorted(unknown))}")
+        spec = adapter_of_keys(rest)
+        if spec is not LORA:
+            return _read_adapter(spec, fmt, rest, full)
+        groups = _group(_strip_prefix(rest, fmt, bad), bad)
+        names = _wan_module_names(groups, fmt)
     if bad:
         raise LoRAFormatError(f"unsupported keys in {fmt} file: {_short_list(sorted(bad))}")
 

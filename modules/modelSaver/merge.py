@@ -1,4 +1,6 @@
-"""A LoRA merged into a transformer's weights: W' = W + strength · up @ down · alpha / rank, in float32.
+"""An adapter merged into a transformer's weights, in float32: LoRA as W' = W + strength · up @ down · alpha / rank,
+every type as ComfyUI computes it (`AdapterSpec.merged_weight`), so a merged LoHa / LoKr / DoRA is a model
+diffusers loads.
 
 The base weights are read from safetensors one tensor at a time and each merged tensor is computed only
 when a writer asks for it, so merging a 14B model holds one tensor in memory, not the model. The LoRA's
@@ -17,7 +19,7 @@ from typing import Any, Mapping, Protocol
 import torch
 
 from modules.modelSaver.diffusers_folder import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-from modules.modelSaver.lora_formats import LoRALayer, LoRAWeights
+from modules.modelSaver.lora_formats import LoRAFormatError, LoRAWeights
 from modules.util.errors import UserError
 from modules.util.safetensors_io import TensorSpec, dtype_from_name
 
@@ -95,14 +97,30 @@ def folder_source(folder: Path) -> SafetensorsSource:
                     "with safetensors weights")
 
 
-def lora_delta(layer: LoRALayer) -> torch.Tensor:
-    """up @ down · alpha / rank in float32, shaped like the weight (conv LoRA: the kernel's shape)."""
-    delta = layer.up.float().flatten(1) @ layer.down.float().flatten(1)
-    return delta.view(layer.up.shape[0], *layer.down.shape[1:]) * layer.scale
+def merge_into_transformer(transformer: torch.nn.Module, weights: LoRAWeights, strength: float = 1.0) -> None:
+    """Merges `weights` into a loaded transformer's own weights, in place (the sampler's way for adapter types
+    diffusers cannot attach); full weights replace the module's."""
+    spec = weights.spec
+    params = {name: _module_weight(transformer, name) for name in weights.layers}
+    for name, param in params.items():
+        if spec.weight_shape(weights.layers[name]) != tuple(param.shape):
+            raise LoRAFormatError(f"the {spec.title} layer '{name}' is {spec.weight_shape(weights.layers[name])}, "
+                                  f"the model's weight {tuple(param.shape)}")
+    with torch.no_grad():
+        for name, layer in weights.layers.items():
+            param = params[name]
+            weight = param.detach().to("cpu", torch.float32, copy=True)  # where the file's tensors are
+            param.copy_(spec.merged_weight(weight, layer, strength).to(param.device, param.dtype))
+        for name, tensor in weights.full_weights.items():
+            param = transformer.get_parameter(name)
+            param.copy_(tensor.to(device=param.device, dtype=param.dtype))
 
 
-def _delta_shape(layer: LoRALayer) -> tuple[int, ...]:
-    return (int(layer.up.shape[0]), *(int(n) for n in layer.down.shape[1:]))
+def _module_weight(transformer: torch.nn.Module, name: str) -> torch.nn.Parameter:
+    try:
+        return transformer.get_submodule(name).weight
+    except AttributeError:
+        raise LoRAFormatError(f"the file changes '{name}', which the model does not have") from None
 
 
 @dataclasses.dataclass
@@ -125,7 +143,7 @@ class MergedTransformer:
         weight = (full if full is not None else self.base.tensor(name)).to(torch.float32, copy=True)
         layer = self.lora.layers.get(name.removesuffix(".weight")) if name.endswith(".weight") else None
         if layer is not None:
-            weight += self.strength * lora_delta(layer)
+            weight = self.lora.spec.merged_weight(weight, layer, self.strength)
         return weight
 
     def tensor(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -177,6 +195,6 @@ def _fit_problems(shapes: Mapping[str, tuple[int, ...]], base: WeightSource, lor
         shape = shapes.get(f"{module}.weight")
         if shape is None:
             problems.append(f"the LoRA changes '{module}', which the model does not have")
-        elif _delta_shape(layer) != shape:
-            problems.append(f"the LoRA layer '{module}' is {_delta_shape(layer)}, the model's weight {shape}")
+        elif lora.spec.weight_shape(layer) != shape:
+            problems.append(f"the LoRA layer '{module}' is {lora.spec.weight_shape(layer)}, the model's weight {shape}")
     return problems

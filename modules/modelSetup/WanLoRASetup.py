@@ -1,11 +1,12 @@
-"""LoRA training: peft adapters on the chosen transformer(s); everything else frozen."""
+"""Adapter training (LoRA, DoRA, LoHa, LoKr: `modules.adapter`) on the chosen transformer(s); everything else
+frozen. What trains is what peft names as the adapter's weights, plus the fully trained modules."""
 from __future__ import annotations
 
 import logging
 
 import torch
-from peft import LoraConfig
 
+from modules.adapter.registry import adapter_for
 from modules.modelSetup.BaseWanSetup import EXPERT_NAMES, BaseWanSetup
 from modules.modelSetup.lora_targets import select_lora_targets
 from modules.modelSetup.memory import enable_fp8_storage
@@ -19,6 +20,8 @@ EXPERT_PREFIX = tuple(f"{name}." for name in EXPERT_NAMES)  # keys of backups: "
 class WanLoRASetup(BaseWanSetup):
     def setup_trainable(self) -> list[torch.nn.Parameter]:
         config = self.config
+        spec = adapter_for(config.peft_type, config.lora_decompose)
+        self.trained_names: dict[int, set[str]] = {}
         params: list[torch.nn.Parameter] = []
         for expert, transformer in self.trained_transformers():
             if config.fp8_base_weights:  # before injection, so the LoRA matrices stay in full precision
@@ -27,20 +30,19 @@ class WanLoRASetup(BaseWanSetup):
             full = set(self.full_train.get(expert, []))
             targets = [t for t in select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
                                                       config.lora_layer_filter) if f"{t}.weight" not in full]
-            lora_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                                     target_modules=targets, init_lora_weights=True)
-            transformer.add_adapter(lora_config, adapter_name=ADAPTER)
-            expert_params = [p for n, p in transformer.named_parameters() if "lora_" in n or n in full]
+            transformer.add_adapter(spec.peft_config(config, targets), adapter_name=ADAPTER)
+            self.trained_names[expert] = spec.trainable_names(transformer, ADAPTER) | full
+            expert_params = [p for n, p in transformer.named_parameters() if n in self.trained_names[expert]]
             for p in expert_params:
-                p.data = p.data.float()  # LoRA weights train in fp32 even on a bf16 base
+                p.data = p.data.float()  # adapter weights train in fp32 even on a bf16 base
                 p.requires_grad_(True)
-            logger.info("LoRA rank %d on %d layers of %s (%d parameters)", config.lora_rank, len(targets),
+            logger.info("%s rank %d on %d layers of %s (%d parameters)", spec.title, config.lora_rank, len(targets),
                         EXPERT_PREFIX[expert].rstrip("."), sum(p.numel() for p in expert_params))
             params.extend(expert_params)
         return params
 
     def _trains(self, expert: int, name: str) -> bool:
-        return "lora_" in name or name in self.full_train.get(expert, [])
+        return name in self.trained_names[expert]
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         state = {}

@@ -181,7 +181,7 @@ class GenericTrainer:
         """Continue from a LoRA file (ours, ComfyUI or musubi); two-expert models take either expert's file."""
         from modules.modelLoader.lora_inference import check_lora_file, expert_files
         from modules.modelLoader.WanLoRALoader import load_lora_file
-        from modules.modelSaver.lora_formats import apply_to_peft
+        from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft
 
         check_lora_file(path, self.model.variant)  # a LoRA made for another variant, refused from its header
         files = {0: Path(path)} if self.model.transformer_2 is None else dict(enumerate(expert_files(path)))
@@ -190,8 +190,11 @@ class GenericTrainer:
                 raise UserError(f"config key 'lora_weight_path': no file for the "
                                 f"{'high' if expert == 0 else 'low'}-noise expert next to '{path}'")
             weights, _ = load_lora_file(files[expert])
-            apply_to_peft(transformer, weights, "default")
-            logger.info("continuing from LoRA %s", files[expert])
+            try:  # through the file's adapter type, which must be the one this config trains
+                apply_to_peft(transformer, weights, "default")
+            except LoRAFormatError as e:
+                raise UserError(f"config key 'lora_weight_path': '{files[expert]}': {e}") from None
+            logger.info("continuing from %s %s", weights.spec.title, files[expert])
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)

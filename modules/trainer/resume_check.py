@@ -16,7 +16,7 @@ RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
 # Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
 # other values cannot be loaded.
 STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
-                   "optimizer", "train_expert"}
+                   "optimizer", "train_expert", "peft_type", "lora_decompose", "lokr_factor"}
 
 _ABSENT = object()
 

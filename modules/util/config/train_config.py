@@ -17,6 +17,7 @@ from modules.util.enum import (
     ModelFormat,
     ModelType,
     Optimizer,
+    PeftType,
     TimestepDistribution,
     TimeUnit,
     TrainingMethod,
@@ -195,6 +196,9 @@ class TrainConfig(BaseConfig):
     train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).")
 
     # --- LoRA --------------------------------------------------------------------------------
+    peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.")
+    lora_decompose: bool = option(False, "DoRA: train a per-output-channel magnitude next to the LoRA direction (LORA only).")
+    lokr_factor: int = option(-1, "LOKR: the Kronecker factor of each dimension (-1 = as balanced as possible).")
     lora_rank: int = option(16, "LoRA rank.")
     lora_alpha: float = option(16.0, "LoRA alpha (effective scale alpha/rank).")
     lora_dropout: float = option(0.0, "LoRA dropout.")
@@ -260,6 +264,15 @@ class TrainConfig(BaseConfig):
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
             if self.optimizer != Optimizer.ADAMW:
                 fail("data_parallel", "FSDP needs optimizer ADAMW (bitsandbytes' 8-bit states cannot be sharded)")
+        if self.lora_decompose and self.peft_type != PeftType.LORA:
+            fail("lora_decompose", f"(DoRA) works with peft_type LORA only, got {self.peft_type.name}")
+        if self.lora_dropout and self.peft_type != PeftType.LORA:
+            fail("lora_dropout", f"applies to peft_type LORA only: set it to 0 for {self.peft_type.name}")
+        if self.lokr_factor == 0 or self.lokr_factor < -1:
+            fail("lokr_factor", f"must be -1 (as balanced as possible) or a positive integer, got {self.lokr_factor}")
+        if self.output_model_format == ModelFormat.DIFFUSERS_LORA and (self.peft_type != PeftType.LORA or self.lora_decompose):
+            fail("output_model_format", "DIFFUSERS_LORA holds plain LoRA only (diffusers loads no LoHa/LoKr/DoRA for Wan): "
+                 "use COMFY_LORA, and scripts/merge_lora.py for a model diffusers loads")
         if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS_LORA or COMFY_LORA for LORA training, got {self.output_model_format.name}")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():

@@ -40,6 +40,14 @@ class Optimizer(Enum):
     ADAMW_8BIT = "ADAMW_8BIT"  # needs bitsandbytes; falls back to ADAMW with a warning
 
 
+class PeftType(Enum):
+    """The adapter trained by training_method LORA (OneTrainer's name); see modules/adapter/."""
+
+    LORA = "LORA"
+    LOHA = "LOHA"
+    LOKR = "LOKR"
+
+
 class LearningRateScheduler(Enum):
     CONSTANT = "CONSTANT"
     LINEAR = "LINEAR"

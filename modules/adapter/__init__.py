@@ -1,0 +1,1 @@
+"""Adapter types (LoRA, DoRA, LoHa, LoKr) as pluggable parts: see `spec.AdapterSpec` and `registry.ADAPTERS`."""

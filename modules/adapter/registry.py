@@ -1,0 +1,49 @@
+"""Every adapter type by `peft_type` (a plain dict, nothing registers itself), and lookups by what a model or
+a file holds. DoRA is LoRA's `lora_decompose` option."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from modules.adapter.loha import LOHA
+from modules.adapter.lokr import LOKR
+from modules.adapter.lora import DORA, LORA
+from modules.adapter.spec import AdapterSpec
+from modules.util.enum import PeftType
+
+ADAPTERS: dict[PeftType, AdapterSpec] = {
+    PeftType.LORA: LORA,
+    PeftType.LOHA: LOHA,
+    PeftType.LOKR: LOKR,
+}
+_OPTIONS = (DORA,)  # variants of a type chosen by an option, not by peft_type
+
+
+def all_adapters() -> tuple[AdapterSpec, ...]:
+    return (*ADAPTERS.values(), *_OPTIONS)
+
+
+def adapter_for(peft_type: PeftType, decompose: bool = False) -> AdapterSpec:
+    """The type a config trains (`peft_type`, `lora_decompose`)."""
+    return DORA if decompose else ADAPTERS[peft_type]
+
+
+def adapter_named(name: str) -> AdapterSpec:
+    """The type a file header's `wantrainer.adapter` names; KeyError for an unknown name."""
+    for spec in all_adapters():
+        if spec.name == name:
+            return spec
+    raise KeyError(f"unknown adapter type '{name}'; known: {', '.join(s.name for s in all_adapters())}")
+
+
+def adapter_of_module(module: torch.nn.Module, adapter_name: str) -> AdapterSpec | None:
+    """The type of an injected peft layer holding `adapter_name` (None: no adapter layer of ours)."""
+    return next((spec for spec in all_adapters() if spec.owns(module, adapter_name)), None)
+
+
+def adapter_of_suffixes(suffixes: Iterable[str]) -> list[AdapterSpec]:
+    """The types whose marker keys occur among a file's key suffixes; none of them: LoRA."""
+    present = set(suffixes)
+    found = [spec for spec in all_adapters() if present.intersection(spec.marker_keys)]
+    return found or [LORA]
