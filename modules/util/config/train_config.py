@@ -266,6 +266,8 @@ class TrainConfig(BaseConfig):
                 fail("data_parallel", "FSDP needs optimizer ADAMW (bitsandbytes' 8-bit states cannot be sharded)")
         if self.lora_decompose and self.peft_type != PeftType.LORA:
             fail("lora_decompose", f"(DoRA) works with peft_type LORA only, got {self.peft_type.name}")
+        if self.lora_decompose and self.fp8_base_weights:
+            fail("lora_decompose", "(DoRA) needs the base weights' norms in full precision: set fp8_base_weights to false")
         if self.lora_dropout and self.peft_type != PeftType.LORA:
             fail("lora_dropout", f"applies to peft_type LORA only: set it to 0 for {self.peft_type.name}")
         if self.lokr_factor == 0 or self.lokr_factor < -1:
