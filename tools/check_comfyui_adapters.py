@@ -1,0 +1,95 @@
+"""Runs ComfyUI's own LoRA loader (comfy.lora.load_lora + calculate_weight) on our LoRA, LoHa, LoKr and DoRA files.
+
+Not a test: it needs a ComfyUI source tree, which CI does not have. The tests re-state the same loader
+(tests/test_adapters.py); this checks that re-statement against the real one. From the repo root:
+
+    git clone https://github.com/Comfy-Org/ComfyUI /tmp/comfyui && pip install --target /tmp/comfydeps einops
+    .venv/bin/python tools/check_comfyui_adapters.py /tmp/comfyui /tmp/comfydeps
+
+Prints, per adapter case: how many modules ComfyUI patched, how many keys it left unread (it logs
+"lora key not loaded" for each), and the largest difference between its patched weight and peft's.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from diffusers import WanTransformer3DModel  # noqa: E402
+
+from modules.modelSaver.lora_formats import COMFY_LORA, extract_from_peft, to_state_dict  # noqa: E402
+from modules.util.tiny_model import write_tiny_model  # noqa: E402
+from tests.test_adapters import CODEC_CASES, injected, original_to_diffusers, peft_weight  # noqa: E402
+from tests.test_default_output import comfy_module_names  # noqa: E402
+
+
+class StubModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Packages ComfyUI's model code imports at module level but its LoRA loading never calls."""
+
+    roots = ("torchvision", "torchaudio", "av", "kornia", "spandrel", "scipy", "torchsde", "psutil", "aiohttp",
+             "yaml", "comfy_kitchen", "alembic", "sqlalchemy")
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in self.roots:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = mock.MagicMock()
+        module.__path__, module.__spec__, module.__name__ = [], spec, spec.name
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def main() -> None:
+    sys.path[:0] = sys.argv[1:3]  # ComfyUI, then the folder holding einops
+    sys.meta_path.append(StubModules())
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    sys.argv = [sys.argv[0], "--cpu"]
+    import comfy.lora
+
+    warnings = Warnings()
+    logging.getLogger().addHandler(warnings)
+    root = Path(tempfile.mkdtemp())
+    model_dir = write_tiny_model("i2v", root / "i2v")
+    modules = comfy_module_names(WanTransformer3DModel.from_pretrained(model_dir / "transformer"))
+    to_load = {f"diffusion_model.{m}": f"diffusion_model.{m}.weight" for m in modules}  # model_lora_keys_unet
+    for case, options in {"lora": {}, **CODEC_CASES}.items():
+        transformer = injected(model_dir, root, lora_alpha=3, **options)  # alpha != rank, random weights
+        state = to_state_dict(extract_from_peft(transformer), COMFY_LORA)
+        warnings.messages.clear()
+        patches = comfy.lora.load_lora(state, to_load)
+        error = 0.0
+        names = original_to_diffusers(transformer)
+        for wan_name, diffusers_name in names.items():
+            module = transformer.get_submodule(diffusers_name)
+            key = f"diffusion_model.{wan_name}.weight"
+            weight = module.get_base_layer().weight.detach().float().clone()
+            patched = comfy.lora.calculate_weight([(1.0, patches[key], 1.0, None, None)], weight, key)
+            error = max(error, float((patched - peft_weight(module)).abs().max()))
+        kind = type(next(iter(patches.values()))).__name__
+        print(f"{case:16s} keys {len(state):4d}  patched {len(patches):3d}/{len(names)} modules as {kind:12s} "
+              f"keys not loaded {sum('not loaded' in m for m in warnings.messages)}  max |ComfyUI - peft| {error:.2e}")
+
+
+if __name__ == "__main__":
+    main()
