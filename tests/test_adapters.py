@@ -328,26 +328,57 @@ def test_merge_lora_of_a_loha_file_is_base_plus_comfyuis_delta(trained, tiny_mod
         assert torch.allclose(weight.float(), expected, atol=1e-6), key
 
 
-@pytest.mark.slow
-def test_e2v_lokr_on_a_t2v_base_trains_saves_and_continues(tiny_model, tmp_path):
+@pytest.fixture
+def e2v_trainer(tiny_model, tmp_path):
+    """(adapter, work folder, overrides) -> an E2V trainer on the T2V base (expanded to the I2V layout)."""
     data = write_e2v_dataset(tmp_path / "data", count=2, frames=17, height=32, width=32)
     dataset = tmp_path / "dataset.json"
     dataset.write_text(json.dumps(e2v_dataset_json(data, 32, 32, 17)))
 
-    def trainer(work: str, **overrides) -> GenericTrainer:
+    def make(adapter: str, work: str, **overrides) -> GenericTrainer:
         values = train_config_dict(tiny_model("t2v"), dataset, tmp_path / work, dataset_config=str(dataset), concepts=[],
-                                   epochs=1, output_dtype="FLOAT32", e2v={"image_encoder_model_name": str(tiny_model("i2v"))},
-                                   **ADAPTERS["lokr"], **overrides)
+                                   epochs=2, output_dtype="FLOAT32", e2v={"image_encoder_model_name": str(tiny_model("i2v"))},
+                                   **ADAPTERS[adapter], **overrides)
         return GenericTrainer(TrainConfig.from_dict(values))
 
-    first = trainer("a")
+    return make
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_e2v_on_a_t2v_base_trains_saves_and_continues(adapter, e2v_trainer):
+    first = e2v_trainer(adapter, "a")
     first.start()
     first.train()
     written = first.end()
-    assert any(path.name.endswith("-i2v.safetensors") for path in written)  # the I2V export merged the LoKr
+    assert any(path.name.endswith("-i2v.safetensors") for path in written)  # the I2V export merged the adapter
     saved = trained_state(first)
-    assert any("lokr_w1" in key for key in saved) and any("patch_embedding" in key for key in saved)
-    second = trainer("b", lora_weight_path=str(written[0]))
+    adapter_kinds = set().union(*TRAINED_KINDS.values())
+    kinds = {part for key in saved for part in key.split(".") if part in adapter_kinds}
+    assert kinds == TRAINED_KINDS[adapter]
+    assert any("patch_embedding" in key for key in saved)  # the expanded input trains fully
+    second = e2v_trainer(adapter, "b", lora_weight_path=str(written[0]))
     second.start()
     loaded = trained_state(second)
     assert all(torch.allclose(loaded[k], saved[k], rtol=1e-5, atol=1e-6) for k in saved)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_e2v_resume_from_a_backup_is_bit_identical(adapter, e2v_trainer):
+    whole = e2v_trainer(adapter, "whole")
+    whole.start()
+    whole.train()
+    expected = trained_state(whole)
+    first = e2v_trainer(adapter, "stopped")
+    first.start()
+    first.callbacks.on_update = lambda update: first.commands.stop() if update.global_step == 1 else None
+    with pytest.raises(TrainingStopped):
+        first.train()
+    resumed = e2v_trainer(adapter, "stopped", continue_last_backup=True)
+    resumed.start()
+    assert resumed.progress.global_step == 1
+    resumed.train()
+    actual = trained_state(resumed)
+    assert actual.keys() == expected.keys()
+    assert all(torch.equal(actual[k], expected[k]) for k in expected)
