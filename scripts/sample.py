@@ -90,8 +90,7 @@ def main() -> int:
 
 
 def e2v_options(args: argparse.Namespace, model):
-    from modules.modelSampler.e2v_sampling import ElementSpec
-    from modules.modelSampler.WanModelSampler import E2VSamplingOptions
+    from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
     from modules.util.errors import UserError
 
     has_clip = model.variant.has_clip_branch and model.image_encoder is not None

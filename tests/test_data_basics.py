@@ -23,7 +23,8 @@ from modules.dataLoader.frames import (
     to_tensor,
 )
 from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.video_io import read_video_frames, write_png_strip, write_video
+from modules.dataLoader.video_io import read_video_frames
+from modules.util.video_write import write_png_strip, write_video
 
 H, W, FPS, N = 32, 48, 30, 40
 

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from modules.dataLoader.video_io import write_video
+from modules.util.video_write import write_video
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import TrainConfig

@@ -139,7 +139,7 @@ def random_texture_dataset(folder, count: int, seed: int):
     import cv2
     import numpy as np
 
-    from modules.dataLoader.video_io import write_video
+    from modules.util.video_write import write_video
 
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)

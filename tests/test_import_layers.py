@@ -22,11 +22,6 @@ PENDING = {  # (importing file, imported module): what removes it
     ("modules/dataLoader/WanBaseDataLoader.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
     ("modules/dataLoader/WanE2VDataLoader.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
     ("modules/dataLoader/batching.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
-    ("modules/dataLoader/WanE2VDataLoader.py", "modules.modelSampler.e2v_sampling"):
-        "the E2V layout/sampling options move below both packages",
-    ("modules/dataLoader/WanE2VDataLoader.py", "modules.modelSampler.WanModelSampler"):
-        "E2VSamplingOptions moves below both packages",
-    ("modules/util/synthetic_data.py", "modules.dataLoader.video_io"): "video writing moves to util",
 }
 
 

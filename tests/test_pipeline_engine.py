@@ -1,20 +1,20 @@
-"""The generic data engine (modules/dataLoader/pipeline): build-time checks, per-item seeds, cache stages,
-skips, bucketed batches, worker processes and mid-epoch resume. Tiny tensors, no model."""
+"""The generic data engine (modules/dataLoader/pipeline): build-time checks, per-item seeds, cache stages and
+skips; and the loaders' one epoch order (dataLoader/batching.py). Tiny tensors, no model."""
 
 import pytest
 import torch
 
+from modules.dataLoader.batching import epoch_batches
 from modules.dataLoader.cache import DiskCache
+from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import (
     CacheStage,
     ItemContext,
     Pipeline,
     PipelineBuildError,
-    PipelineDataLoader,
     PipelineError,
     PipelineModule,
     SkipItem,
-    default_collate,
 )
 
 
@@ -99,11 +99,6 @@ def items(count=8, sizes=(2, 3)):
     return [{"id": i, "size": sizes[i % len(sizes)]} for i in range(count)]
 
 
-def loader_for(modules, count=8, batch_size=2, num_workers=0, bucket_key=size_bucket):
-    pipeline = Pipeline(["id", "size"], modules, seed=7)
-    return PipelineDataLoader(pipeline, items(count), batch_size, seed=11, bucket_key=bucket_key, num_workers=num_workers)
-
-
 def as_plain(batch):
     return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -134,10 +129,10 @@ def test_input_made_by_a_later_module_says_to_reorder():
         Pipeline(["id", "size"], [Noise(), MakeTensor()], seed=0)
 
 
-def test_item_without_a_source_field_fails_when_the_loader_is_built():
+def test_item_without_a_source_field_fails_naming_it():
     pipeline = Pipeline(["id", "size"], [MakeTensor()], seed=0)
     with pytest.raises(PipelineBuildError, match=r"item 0 lacks source field 'size'.*did you mean 'sizes'"):
-        PipelineDataLoader(pipeline, [{"id": 0, "sizes": 2}], 1, seed=0)
+        pipeline.run({"id": 0, "sizes": 2}, pipeline.context(0, 0))
 
 
 # --- module contracts at run time ---------------------------------------------------------------------
@@ -232,55 +227,30 @@ def test_cache_stage_rejects_a_per_epoch_random_module(tmp_path):
         CacheStage([MakeTensor(), Noise()], ["id"], DiskCache(tmp_path), version=1)
 
 
-# --- loader ------------------------------------------------------------------------------------------
-def test_skipped_item_is_counted_and_iteration_continues():
-    loader = loader_for([SkipThree(), MakeTensor()], count=6, bucket_key=None)
-    ids = [i for batch in loader.iter_epoch(0) for i in batch["id"]]
-    assert sorted(ids) == [0, 1, 2, 4, 5]
-    assert loader.skips.counts() == {"broken": 1}
-
-
-def test_prepare_excludes_skipped_items_from_batches():
-    loader = loader_for([SkipThree(), MakeTensor()], count=6)
-    loader.prepare()
-    assert sorted(i for batch in loader.epoch_batches(0) for i in batch) == [0, 1, 2, 4, 5]
-    assert len(loader.skips) == 1
+# --- skips and the loaders' epoch order ------------------------------------------------------------------
+def test_a_skipped_item_reaches_the_loader_as_a_data_error_naming_file_and_category():
+    pipeline = Pipeline(["id", "size"], [SkipThree(), MakeTensor()], seed=0)
+    assert pipeline.run({"id": 2, "size": 2}, pipeline.context(2, 0))["x"].tolist() == [2, 2]
+    with pytest.raises(DataError) as error:
+        pipeline.run({"id": 3, "size": 2}, pipeline.context(3, 0))
+    assert (error.value.path, error.value.category) == ("item3.mp4", "broken")
 
 
 def test_batches_never_mix_buckets():
-    loader = loader_for([MakeTensor()], count=9)
-    for batch in loader.iter_epoch(0):
-        assert len(set(batch["size"])) == 1 and batch["x"].shape[1] == batch["size"][0]
+    buckets = [fields["size"] for fields in items(9)]
+    for batch in epoch_batches(buckets, 2, seed=11, epoch=0, world_size=1):
+        assert len({buckets[i] for i in batch}) == 1
+    assert sorted(i for batch in epoch_batches(buckets, 2, 11, 0, 1) for i in batch) == list(range(9))
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
-    one, two = loader_for([MakeTensor()], count=12), loader_for([MakeTensor()], count=12)
-    assert one.epoch_batches(3) == two.epoch_batches(3)
-    assert one.epoch_batches(0) != one.epoch_batches(1)
+    buckets = [fields["size"] for fields in items(12)]
+    assert epoch_batches(buckets, 2, 11, 3, 1) == epoch_batches(list(buckets), 2, 11, 3, 1)
+    assert epoch_batches(buckets, 2, 11, 0, 1) != epoch_batches(buckets, 2, 11, 1, 1)
+    assert epoch_batches(buckets, 2, 11, 0, 1) != epoch_batches(buckets, 2, 12, 0, 1)
 
 
-def test_worker_processes_give_identical_batches():
-    modules = lambda: [MakeTensor(), RandomOffset(), Noise()]  # noqa: E731
-    in_process = [as_plain(b) for b in loader_for(modules(), count=8, num_workers=0).iter_epoch(1)]
-    in_workers = [as_plain(b) for b in loader_for(modules(), count=8, num_workers=2).iter_epoch(1)]
-    assert in_workers == in_process and len(in_process) == 4
-
-
-def test_resume_mid_epoch_yields_exactly_the_remaining_batches():
-    full = [as_plain(b) for b in loader_for([MakeTensor(), Noise()], count=10).iter_epoch(2)]
-    first = loader_for([MakeTensor(), Noise()], count=10)
-    for taken, _ in enumerate(first.iter_epoch(2), start=1):
-        if taken == 2:
-            break
-    state = first.state_dict()
-    assert state == {"epoch": 2, "batch": 2}
-    resumed = loader_for([MakeTensor(), Noise()], count=10)
-    resumed.load_state_dict(state)
-    assert [as_plain(b) for b in resumed.iter_epoch(2)] == full[2:]
-    assert resumed.state_dict() == {"epoch": 3, "batch": 0}
-
-
-def test_default_collate_stacks_equal_shapes_and_keeps_lists_otherwise():
-    batch = default_collate([{"a": torch.zeros(2), "b": torch.zeros(2), "c": "x"},
-                             {"a": torch.ones(2), "b": torch.zeros(3), "c": "y"}])
-    assert batch["a"].shape == (2, 2) and isinstance(batch["b"], list) and batch["c"] == ["x", "y"]
+def test_batches_smaller_than_the_rank_count_are_dropped():
+    buckets = [0, 0, 0, 1]  # bucket 1 makes a batch of one
+    batches = epoch_batches(buckets, 2, 11, 0, world_size=2)
+    assert all(len(batch) >= 2 for batch in batches) and 3 not in {i for batch in batches for i in batch}

@@ -22,7 +22,8 @@ from modules.dataLoader.video_io import composite_alpha, read_image
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader
-from modules.modelSampler.e2v_sampling import a2_layout, build_conditioning, initial_latents, sample_latents
+from modules.dataLoader.e2v.sampling_options import a2_layout
+from modules.modelSampler.e2v_sampling import build_conditioning, initial_latents, sample_latents
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.util.config.base_config import ConfigError

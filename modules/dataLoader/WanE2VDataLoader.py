@@ -41,8 +41,7 @@ from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
-from modules.modelSampler.e2v_sampling import ElementSpec
-from modules.modelSampler.WanModelSampler import E2VSamplingOptions
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
 from modules.modelSetup.step_inputs import StepInputs, StepRandom
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config

@@ -4,7 +4,6 @@ Writes an mp4 (or an animated GIF / WebP) and a PNG strip of evenly spaced frame
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -16,9 +15,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from modules.dataLoader.errors import DataError
-from modules.dataLoader.video_io import WHITE, read_image, write_png_strip
+from modules.dataLoader.video_io import read_image
+from modules.util.video_write import write_png_strip
 from modules.model.WanModel import WanModel
-from modules.modelSampler.e2v_sampling import ElementSpec, a2_layout, build_conditioning, contact_sheet, denoise_e2v
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
+from modules.modelSampler.e2v_sampling import build_conditioning, contact_sheet, denoise_e2v
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.sharding import is_sharded
@@ -28,25 +29,6 @@ from modules.util.errors import UserError
 from modules.util.write_errors import write_failure
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class E2VSamplingOptions:
-    """How element images are laid out and which pathways are used (from the training config)."""
-
-    layout: list[ElementSpec] | None = None  # None: A2's roles for 1-3 elements
-    use_vae: bool = True
-    use_clip: bool = True
-    target_layout: str = "separate"
-    clip_resolution: tuple[int, int] = (512, 512)
-    background: tuple[int, int, int] = WHITE  # transparent pixels of sample images, as training composites them
-
-    def specs(self, count: int) -> list[ElementSpec]:
-        if self.layout is None:
-            return a2_layout(count)
-        if count > len(self.layout):
-            raise UserError(f"{count} element images given but the layout has {len(self.layout)} elements")
-        return self.layout[:count]
 
 
 class WanModelSampler:

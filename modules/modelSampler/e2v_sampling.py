@@ -24,31 +24,10 @@ from modules.dataLoader.e2v.layout import (
     reference_latent_frames,
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.dataLoader.e2v.sampling_options import ElementSpec
 from modules.model.WanModel import WanModel
 from modules.modelSampler.schedulers import build_scheduler
 from modules.util.config.train_config import SampleConfig
-
-
-@dataclasses.dataclass(frozen=True)
-class ElementSpec:
-    """How one reference image enters the two pathways (layout order is the list order)."""
-
-    repeat: int = 1
-    vae_preprocess: str = "pad_white"
-    clip_preprocess: str | None = "pad_white"  # None: left out of CLIP
-
-
-# A2's roles: main subject, object, background (E2V_SPEC §1–§2).
-A2_ELEMENTS = (ElementSpec(1, "pad_white", "pad_white"), ElementSpec(4, "pad_white", "pad_white"),
-               ElementSpec(4, "center_crop", "pad_white"))
-
-
-def a2_layout(count: int) -> list[ElementSpec]:
-    if not 1 <= count <= 3:
-        raise ValueError(f"A2's layout takes 1 to 3 elements, got {count}")
-    if count == 1:
-        return [A2_ELEMENTS[0]]
-    return list(A2_ELEMENTS[:count])
 
 
 @dataclasses.dataclass

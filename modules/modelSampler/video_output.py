@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from modules.dataLoader.video_io import write_video
+from modules.util.video_write import write_video
 from modules.util.atomic import atomic_path
 from modules.util.errors import UserError
 from modules.util.path_checks import check_writable_file

@@ -45,7 +45,7 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
-from modules.trainer.prefetch import BatchPrefetcher
+from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.preflight import check_paths
 from modules.trainer.resume_check import (
     STRUCTURAL_KEYS,

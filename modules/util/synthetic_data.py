@@ -7,7 +7,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from modules.dataLoader.video_io import write_video
+from modules.util.video_write import write_video
 
 _COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
 _SHAPES = ("circle", "square")

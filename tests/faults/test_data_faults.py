@@ -22,7 +22,8 @@ from modules.dataLoader.batching import LostItems
 from modules.dataLoader.discovery import read_caption, read_jsonl_manifest
 from modules.dataLoader.errors import MISSING_FILE, CachingStopped, DataError
 from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.video_io import read_video_frames, write_video
+from modules.dataLoader.video_io import read_video_frames
+from modules.util.video_write import write_video
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import TEXT_SEQ_LEN

@@ -71,7 +71,7 @@ def png_bytes(image: np.ndarray) -> bytes:
 
 
 def write_messy_dataset(folder: Path, good_clips: Path) -> Path:
-    from modules.dataLoader.video_io import write_video
+    from modules.util.video_write import write_video
 
     shutil.copytree(good_clips, folder)  # 000-002.mp4, 17 frames, with captions
     clip = (folder / "000.mp4").read_bytes()

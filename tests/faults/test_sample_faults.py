@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from modules.dataLoader.video_io import write_video
+from modules.util.video_write import write_video
 from modules.model.WanModel import WanModel
 from modules.model.WanVariant import detect_variant
 from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file

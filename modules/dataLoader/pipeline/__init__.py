@@ -1,8 +1,8 @@
-"""Our MGDS-style data engine: modules with declared fields, per-item seeds, disk cache stages, bucketed
-batches and worker processes. Generic: it knows nothing about Wan."""
+"""Our MGDS-style data engine: modules with declared fields, per-item seeds and disk cache stages. Generic: it
+knows nothing about Wan. Epoch order, batching, prefetch and resume are the loaders' (dataLoader/batching.py,
+dataLoader/prefetch.py): one engine, one epoch order."""
 
 from modules.dataLoader.pipeline.cache_stage import CacheStage
-from modules.dataLoader.pipeline.loader import PipelineDataLoader, default_collate
 from modules.dataLoader.pipeline.module import ItemContext, PipelineError, PipelineModule, derive_seed, run_module
 from modules.dataLoader.pipeline.pipeline import Pipeline, PipelineBuildError, SkipItem
 
@@ -11,11 +11,9 @@ __all__ = [
     "ItemContext",
     "Pipeline",
     "PipelineBuildError",
-    "PipelineDataLoader",
     "PipelineError",
     "PipelineModule",
     "SkipItem",
-    "default_collate",
     "derive_seed",
     "run_module",
 ]

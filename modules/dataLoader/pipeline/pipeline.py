@@ -13,7 +13,6 @@ from typing import Any
 
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline.module import ItemContext, PipelineModule, run_module
-from modules.dataLoader.skips import SkipCounter
 from modules.util.errors import UserError
 
 SKIPPED = "skipped by pipeline"
@@ -128,7 +127,7 @@ class Pipeline:
     """Source field names, modules in run order and the seed of every item's random streams.
 
     `run()` returns the item's source fields plus every module's outputs. A module raising `SkipItem`
-    (any `DataError`) drops the item; `try_run()` records that in a `SkipCounter` and returns None.
+    (any `DataError`) drops the item: the loader records it in its `SkipCounter`.
     """
 
     def __init__(self, sources: Sequence[str], modules: Sequence[PipelineModule], seed: int):
@@ -136,10 +135,6 @@ class Pipeline:
         self.modules: tuple[PipelineModule, ...] = tuple(modules)
         self.seed = int(seed)
         self.fields: tuple[str, ...] = tuple(_Validator(self.sources, self.modules).producers)
-        # Leading modules whose outputs do not depend on the epoch: what `PipelineDataLoader.prepare()` runs.
-        self.cacheable_prefix = next(
-            (i for i, m in enumerate(self.modules) if m.per_epoch_random), len(self.modules)
-        )
 
     def context(self, index: int, epoch: int) -> ItemContext:
         """The context of item `index` in `epoch` under this pipeline's seed."""
@@ -164,13 +159,3 @@ class Pipeline:
         for module in self.modules[:stop]:
             fields.update(run_module(module, fields, ctx))
         return fields
-
-    def try_run(
-        self, item: Mapping[str, Any], ctx: ItemContext, skips: SkipCounter, *, stop: int | None = None
-    ) -> dict[str, Any] | None:
-        """`run()`, but a skipped item is recorded in `skips` and gives None."""
-        try:
-            return self.run(item, ctx, stop=stop)
-        except DataError as error:
-            skips.record_error(error)
-            return None
