@@ -22,6 +22,7 @@ def _table(cls) -> list[str]:
 
 
 def render() -> str:
+    from modules.optimizer.registry import OPTIMIZERS
     from modules.util.config import e2v_dataset_config as e2v
     from modules.util.config.train_config import ConceptConfig, E2VConfig, SampleConfig, TrainConfig
 
@@ -33,6 +34,8 @@ def render() -> str:
     for title, cls in (("Training config (top level)", TrainConfig), ("`concepts[]`", ConceptConfig),
                        ("`samples[]`", SampleConfig), ("`e2v`", E2VConfig)):
         out += [f"## {title}", "", *_table(cls), ""]
+    for name, spec in OPTIMIZERS.items():  # the registry decides which blocks exist
+        out += [f"## `optimizer_options.{name}`", "", spec.doc, "", *_table(spec.options), ""]
     out += ["# E2V dataset JSON (`dataset_config`)", "",
             "The seeds' format: `{\"datasets\": [ ... ]}`; the flat form (`vae_repeat`, `position`, `clip_process`,",
             "`vae_combine`, `clip_resolution`) is accepted too and read as the nested one. See E2V_SPEC.md.", ""]

@@ -1,28 +1,20 @@
 """Optimizer and learning-rate schedule."""
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
 
+from modules.optimizer.registry import spec_of
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import LearningRateScheduler, Optimizer
-
-logger = logging.getLogger(__name__)
+from modules.util.enum import LearningRateScheduler
 
 
 def create_optimizer(params: list[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
-    kwargs = dict(lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
-                  weight_decay=config.weight_decay)
-    if config.optimizer == Optimizer.ADAMW_8BIT:
-        try:
-            import bitsandbytes as bnb  # optional dependency
-
-            return bnb.optim.AdamW8bit(params, **kwargs)
-        except ImportError:
-            logger.warning("optimizer ADAMW_8BIT needs bitsandbytes (pip install bitsandbytes); using ADAMW")
-    return torch.optim.AdamW(params, **kwargs)
+    """The configured optimizer (modules/optimizer/registry.py) over `params`, with its own options block."""
+    spec = spec_of(config.optimizer)
+    return spec.create(params, config.learning_rate, config.weight_decay,
+                       getattr(config.optimizer_options, config.optimizer.name))
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: LearningRateScheduler) -> float:

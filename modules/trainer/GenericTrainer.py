@@ -34,6 +34,7 @@ from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 from modules.modelSetup.memory import enable_vae_tiling
 from modules.modelSetup.step_inputs import StepRandom, derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
+from modules.optimizer.registry import spec_of
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.backup import (
@@ -430,7 +431,16 @@ class GenericTrainer:
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
                             config.rolling_backup_count, self.dist.world_size)
 
+    def _averaged_weights(self):
+        """A block in which the trained weights are what saves and samples use: a schedule-free optimizer's
+        average, restored exactly afterwards (modules/optimizer/spec.py)."""
+        return spec_of(self.config.optimizer).averaged_weights(self.optimizer, self.params)
+
     def snapshot(self) -> list[Path]:
+        with self._averaged_weights():
+            return self._snapshot()
+
+    def _snapshot(self) -> list[Path]:
         """The output model as it is now, to `workspace_dir/save/` (rank 0 writes; collective with FSDP).
         A failed write (a full disk) is one line and training goes on."""
         weights = self.setup.gathered_transformer_weights()
@@ -469,6 +479,10 @@ class GenericTrainer:
             return None
 
     def sample(self) -> list[Path]:
+        with self._averaged_weights():
+            return self._sample()
+
+    def _sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
         samples = [s for s in self.config.samples if s.enabled]
         if not samples or not (self.dist.is_main or self.setup.sharded):
@@ -523,8 +537,9 @@ class GenericTrainer:
             self.close()
             return []
         try:
-            self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
-                self.config.output_model_destination, transformer_weights=weights, trained=self._trained())
+            with self._averaged_weights():
+                self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
+                    self.config.output_model_destination, transformer_weights=weights, trained=self._trained())
         except Exception as e:
             if not is_write_failure(e):
                 raise

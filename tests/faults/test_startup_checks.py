@@ -47,13 +47,13 @@ def start_error(config: dict) -> str:
     ("learning_rate=-1", "config key 'learning_rate' must be greater than 0, got -1.0"),
     ("learning_rate=NaN", "config key 'learning_rate' must be a finite number, got nan"),
     ("learning_rate=Infinity", "config key 'learning_rate' must be a finite number, got inf"),
-    ("adam_beta1=1.5", "config key 'adam_beta1' must be at least 0 and below 1, got 1.5"),
-    ("adam_beta2=1", "config key 'adam_beta2' must be at least 0 and below 1, got 1.0"),
+    ("optimizer_options.ADAMW.beta1=1.5", "config key 'optimizer_options.ADAMW.beta1' must be at least 0 and below 1, got 1.5"),
+    ("optimizer_options.ADAMW.beta2=1", "config key 'optimizer_options.ADAMW.beta2' must be at least 0 and below 1, got 1.0"),
     ("lora_dropout=2.0", "config key 'lora_dropout' must be at least 0 and below 1, got 2.0"),
     ("fps=-5", "config key 'fps' must not be negative, got -5.0"),
     ("lora_alpha=0", "config key 'lora_alpha' must be greater than 0, got 0.0"),
     ("lora_alpha=-4", "config key 'lora_alpha' must be greater than 0, got -4.0"),
-    ("adam_epsilon=0", "config key 'adam_epsilon' must be greater than 0, got 0.0"),
+    ("optimizer_options.ADAMW.eps=0", "config key 'optimizer_options.ADAMW.eps' must be greater than 0, got 0.0"),
     ("weight_decay=-0.1", "config key 'weight_decay' must not be negative, got -0.1"),
     ("max_grad_norm=-1", "config key 'max_grad_norm' must not be negative, got -1.0"),
     ("rolling_backup_count=-1", "config key 'rolling_backup_count' must not be negative, got -1"),
@@ -71,11 +71,11 @@ def test_the_cli_reports_a_bad_value_in_one_line_with_exit_code_1(tiny_model, vi
     config = tmp_path / "config.json"
     config.write_text(json.dumps(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path)))
     run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(config),
-                          "--config-value", "adam_beta1=1.5"], capture_output=True, text=True, timeout=300)
+                          "--config-value", "optimizer_options.ADAMW.beta1=1.5"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 1
     assert "Traceback" not in run.stderr + run.stdout
     assert [line for line in run.stderr.splitlines() if line.startswith("error:")] == [
-        "error: config key 'adam_beta1' must be at least 0 and below 1, got 1.5"]
+        "error: config key 'optimizer_options.ADAMW.beta1' must be at least 0 and below 1, got 1.5"]
     assert not (tmp_path / "workspace").exists()
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from modules.optimizer.registry import OPTIMIZERS
 from modules.ui.controllers.app_controller import AppController
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.fields import (
@@ -26,7 +27,7 @@ def config(tmp_path) -> ConfigController:
 # --- fields from metadata -------------------------------------------------------------------------
 def test_widget_kinds_come_from_the_field_types(config):
     kinds = {key: spec.kind for key, spec in config.specs.items()}
-    assert kinds["optimizer"] == CHOICE and config.specs["optimizer"].choices == ("ADAMW", "ADAMW_8BIT")
+    assert kinds["optimizer"] == CHOICE and config.specs["optimizer"].choices == tuple(OPTIMIZERS)
     assert kinds["tensorboard"] == BOOL
     assert kinds["epochs"] == INT and kinds["learning_rate"] == FLOAT
     assert kinds["resolution"] == INT_LIST and kinds["lora_target_modules"] == TEXT_LIST

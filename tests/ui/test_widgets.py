@@ -131,3 +131,23 @@ def test_export_writes_a_config_the_cli_loads_and_load_brings_it_back(make_ui, t
     other.export_config(str(tmp_path / "again.json"))
     assert (tmp_path / "again.json").read_bytes() == exported
     assert json.loads(exported)["concepts"][0]["path"] == "clips"
+
+
+def test_the_training_tab_shows_only_the_chosen_optimizers_options(make_ui):
+    ui = make_ui()
+    ui.show_tab("training")
+    ui.update()
+
+    def visible(key: str) -> bool:
+        row = field(ui, "training", key)
+        return row.visible and row.label.winfo_ismapped()
+
+    assert visible("optimizer_options.ADAMW.beta1") and not visible("optimizer_options.PRODIGY.d_coef")
+    field(ui, "training", "optimizer").input.widget._dropdown_callback("PRODIGY")
+    ui.update()
+    assert ui.app.config.value("optimizer") == "PRODIGY"
+    assert visible("optimizer_options.PRODIGY.d_coef") and not visible("optimizer_options.ADAMW.beta1")
+    prodigy = field(ui, "training", "optimizer_options.PRODIGY.d_coef")
+    prodigy.input.var.set("0.5")
+    ui.update()
+    assert ui.app.config.build().optimizer_options.PRODIGY.d_coef == 0.5

@@ -29,6 +29,7 @@ from modules.ui.controllers.fields import (
     short_error,
     spec_for,
 )
+from modules.ui.controllers.layout import shown
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
 from modules.util.config.base_config import BaseConfig, ConfigError
@@ -76,6 +77,10 @@ class ConfigController(Observable):
     # --- reading ----------------------------------------------------------------------------------
     def spec(self, key: str) -> FieldSpec:
         return self.specs[key]
+
+    def shows(self, key: str) -> bool:
+        """Whether the form shows `key` now: of the optimizers' options, only the chosen optimizer's."""
+        return shown(key, str(self.value("optimizer")))
 
     def value(self, key: str) -> Any:
         return get_path(self.data, key)

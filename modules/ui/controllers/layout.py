@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from modules.optimizer.registry import OPTIMIZERS
+
 
 @dataclasses.dataclass(frozen=True)
 class Section:
@@ -27,6 +29,14 @@ def _tab(name: str, *sections: tuple[str, tuple[str, ...]]) -> Tab:
 
 
 TOP_BAR = ("model_type", "training_method")
+# Every optimizer's options (`optimizer_options.<NAME>.<option>`); the form shows the chosen optimizer's only.
+OPTIMIZER_OPTION_KEYS = tuple(f"optimizer_options.{name}.{field.name}" for name, spec in OPTIMIZERS.items()
+                              for field in dataclasses.fields(spec.options))
+
+
+def shown(key: str, optimizer: str) -> bool:
+    """Whether a placed field is shown while `optimizer` is chosen (other optimizers' options are not)."""
+    return not key.startswith("optimizer_options.") or key.split(".")[1] == optimizer
 # Keys with an editor of their own (list editors, the E2V dataset file) rather than a plain field.
 SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements"}
 
@@ -47,7 +57,7 @@ TABS: tuple[Tab, ...] = (
     _tab("training",
          ("Length and batches", ("epochs", "max_steps", "batch_size", "gradient_accumulation_steps")),
          ("Optimizer", ("optimizer", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",
-                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm")),
+                        "weight_decay", "max_grad_norm", *OPTIMIZER_OPTION_KEYS)),
          ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "timestep_shift",
                          "min_sigma", "max_sigma")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",

@@ -154,6 +154,9 @@ class FieldInput:
     def grid(self, **kwargs: Any) -> None:
         self.widget.grid(**kwargs)
 
+    def grid_remove(self) -> None:
+        self.widget.grid_remove()
+
 
 class FieldRow:
     """label | input | doc-or-error, on one grid row of `master`."""
@@ -171,14 +174,24 @@ class FieldRow:
                                  text_color=GRAY, font=small_font())
         self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3)
         self._shown: tuple[str, bool] = (spec.doc, False)
+        self.visible = True
 
     def refresh(self) -> None:
+        shows = getattr(self.source, "shows", None)  # a source may hide fields (another optimizer's options)
+        self.set_visible(shows is None or shows(self.key))
         self.input.refresh()
         error = self.source.error(self.key)
         shown = (error, True) if error else (self.doc, False)
         if shown != self._shown:
             self.note.configure(text=shown[0], text_color=RED if shown[1] else GRAY)
             self._shown = shown
+
+    def set_visible(self, visible: bool) -> None:
+        if visible == self.visible:
+            return
+        for part in (self.label, self.input, self.note):  # grid() again restores the remembered placement
+            part.grid() if visible else part.grid_remove()
+        self.visible = visible
 
     @property
     def error_text(self) -> str:

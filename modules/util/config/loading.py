@@ -26,14 +26,31 @@ def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+_ADAM_KEYS = {"adam_beta1": "beta1", "adam_beta2": "beta2", "adam_epsilon": "eps"}
+
+
+def _migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    # Flat AdamW keys became the nested options of the two AdamW optimizers (the only ones version 1 had).
+    moved = {new: data.pop(old) for old, new in _ADAM_KEYS.items() if old in data}
+    if moved:
+        options = data.setdefault("optimizer_options", {})
+        for name in ("ADAMW", "ADAMW_8BIT"):
+            if isinstance(options, dict):
+                options[name] = {**moved, **(options.get(name) or {})}
+    return data
+
+
 # version N -> function upgrading a dict of version N to N + 1
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+# Keys only older versions have: a file without `config_version` that holds one is of that version.
+LEGACY_KEYS = {key: 1 for key in _ADAM_KEYS}
 
 
 def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
     """Upgrade a (partial) config dict to CONFIG_VERSION. A dict without a version is current."""
     data = copy.deepcopy(data)
-    version = data.get("config_version", CONFIG_VERSION)
+    legacy = [LEGACY_KEYS[key] for key in data if key in LEGACY_KEYS]
+    version = data.get("config_version", min(legacy) if legacy else CONFIG_VERSION)
     if not isinstance(version, int) or version > CONFIG_VERSION:
         raise ConfigError(
             f"config key 'config_version' in {source} is {version!r}; this WanTrainer reads up to {CONFIG_VERSION} — update WanTrainer"
@@ -149,6 +166,9 @@ def load_train_config(
         merged = deep_merge(merged, migrate(_as_object(read_json(config_path), config_path), str(config_path)))
     for text in overrides or []:
         parts, value = parse_override(text)
+        if len(parts) == 1 and parts[0] in LEGACY_KEYS:  # an old key on the command line: where it lives now
+            merged = deep_merge(merged, migrate({parts[0]: value}, "--config-value"))
+            continue
         apply_override(merged, parts, value)
     merged["config_version"] = CONFIG_VERSION
     return TrainConfig.from_dict(merged)

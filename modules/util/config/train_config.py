@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
     DataParallel,
@@ -16,7 +17,6 @@ from modules.util.enum import (
     LearningRateScheduler,
     ModelFormat,
     ModelType,
-    Optimizer,
     PeftType,
     TimestepDistribution,
     TimeUnit,
@@ -24,7 +24,7 @@ from modules.util.enum import (
     WanExpert,
 )
 
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT)
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelSaver/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -40,8 +40,8 @@ DEFAULT_LORA_TARGETS = [
 _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
-_POSITIVE = ("learning_rate", "adam_epsilon", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
-_FRACTION_BELOW_ONE = ("adam_beta1", "adam_beta2", "lora_dropout")
+_POSITIVE = ("learning_rate", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
+_FRACTION_BELOW_ONE = ("lora_dropout",)
 
 
 def check_frame_count(key: str, frames: int) -> None:
@@ -173,11 +173,9 @@ class TrainConfig(BaseConfig):
     learning_rate: float = option(1e-4, "Peak learning rate.")
     learning_rate_scheduler: LearningRateScheduler = option(LearningRateScheduler.CONSTANT, "CONSTANT, LINEAR or COSINE (after warm-up).")
     learning_rate_warmup_steps: int = option(0, "Linear warm-up steps.")
-    optimizer: Optimizer = option(Optimizer.ADAMW, "ADAMW or ADAMW_8BIT (bitsandbytes).")
-    weight_decay: float = option(0.01, "AdamW weight decay.")
-    adam_beta1: float = option(0.9, "AdamW beta1.")
-    adam_beta2: float = option(0.999, "AdamW beta2.")
-    adam_epsilon: float = option(1e-8, "AdamW epsilon.")
+    optimizer: Optimizer = option(Optimizer.ADAMW, "The optimizer; its own options are under optimizer_options.<NAME>.")
+    optimizer_options: OptimizerOptions = option(OptimizerOptions(), "Options of each optimizer by name; only the chosen optimizer's are used.")
+    weight_decay: float = option(0.01, "Weight decay (decoupled where the optimizer supports it).")
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
@@ -230,6 +228,9 @@ class TrainConfig(BaseConfig):
             raise ConfigError(f"config key '{key}' {message}")
 
         check_frame_count("frames", self.frames)
+        missing = spec_of(self.optimizer).missing()
+        if missing:  # before any model loads, not at the first step
+            fail("optimizer", f"is {self.optimizer.name}, which {missing}")
         if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
             fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
         if self.output_dtype == DataType.AUTO:
@@ -262,8 +263,8 @@ class TrainConfig(BaseConfig):
         if self.data_parallel == DataParallel.FSDP:
             if self.training_method != TrainingMethod.FINE_TUNE:
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
-            if self.optimizer != Optimizer.ADAMW:
-                fail("data_parallel", "FSDP needs optimizer ADAMW (bitsandbytes' 8-bit states cannot be sharded)")
+            if not spec_of(self.optimizer).shards:
+                fail("data_parallel", f"FSDP cannot shard the state of optimizer {self.optimizer.name}: use ADAMW")
         if self.lora_decompose and self.peft_type != PeftType.LORA:
             fail("lora_decompose", f"(DoRA) works with peft_type LORA only, got {self.peft_type.name}")
         if self.lora_decompose and self.fp8_base_weights:

@@ -35,10 +35,6 @@ class DataType(Enum):
     FLOAT16 = "FLOAT16"
 
 
-class Optimizer(Enum):
-    ADAMW = "ADAMW"
-    ADAMW_8BIT = "ADAMW_8BIT"  # needs bitsandbytes; falls back to ADAMW with a warning
-
 
 class PeftType(Enum):
     """The adapter trained by training_method LORA (OneTrainer's name); see modules/adapter/."""
