@@ -1,5 +1,5 @@
-"""Imports point downward (ARCHITECTURE.md §4): util, optimizer (its option types are part of the config) <
-model, adapter < dataLoader, modelSetup (which do not import
+"""Imports point downward (ARCHITECTURE.md §4): util, optimizer, adapter (their type names and options are part
+of the config) < model < dataLoader, modelSetup (which do not import
 each other) < modelSaver, modelLoader, modelSampler < trainer < ui. The test reads every module's imports,
 function-level ones included.
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-LAYERS = {"util": 0, "optimizer": 0, "model": 1, "adapter": 1, "dataLoader": 2, "modelSetup": 2, "modelSaver": 3, "modelLoader": 3,
+LAYERS = {"util": 0, "optimizer": 0, "adapter": 0, "model": 1, "dataLoader": 2, "modelSetup": 2, "modelSaver": 3, "modelLoader": 3,
           "modelSampler": 3, "trainer": 4, "ui": 5}
 SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
 

@@ -2,6 +2,7 @@
 a file holds. DoRA is LoRA's `lora_decompose` option."""
 from __future__ import annotations
 
+from enum import Enum
 from typing import Iterable
 
 import torch
@@ -10,13 +11,12 @@ from modules.adapter.loha import LOHA
 from modules.adapter.lokr import LOKR
 from modules.adapter.lora import DORA, LORA
 from modules.adapter.spec import AdapterSpec
-from modules.util.enum import PeftType
 
-ADAPTERS: dict[PeftType, AdapterSpec] = {
-    PeftType.LORA: LORA,
-    PeftType.LOHA: LOHA,
-    PeftType.LOKR: LOKR,
-}
+_TYPES: dict[str, AdapterSpec] = {"LORA": LORA, "LOHA": LOHA, "LOKR": LOKR}
+
+# The config's `peft_type` (OneTrainer's name), made from the dict above: a new type is its module plus one entry.
+PeftType = Enum("PeftType", {name: name for name in _TYPES}, module=__name__)
+ADAPTERS: dict[PeftType, AdapterSpec] = {PeftType[name]: spec for name, spec in _TYPES.items()}
 _OPTIONS = (DORA,)  # variants of a type chosen by an option, not by peft_type
 
 

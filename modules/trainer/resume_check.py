@@ -2,9 +2,12 @@
 warned about, or refused when the backup's tensors no longer fit) and the trained tensors' shapes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import torch
+
+from modules.util.config.train_config import TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
@@ -13,10 +16,9 @@ RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_af
                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
                        "save_skip_first", "rolling_save_count", "output_dtype"}
 RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
-# Keys that decide which tensors are trained and how the optimizer stores them: a backup written with
-# other values cannot be loaded.
-STRUCTURAL_KEYS = {"training_method", "lora_rank", "lora_target_modules", "lora_layer_filter", "lora_blocks",
-                   "optimizer", "train_expert", "peft_type", "lora_decompose", "lokr_factor"}
+# Keys that decide which tensors are trained and how the optimizer stores them (`option(structural=True)`):
+# a backup written with other values cannot be loaded.
+STRUCTURAL_KEYS = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("structural")}
 
 _ABSENT = object()
 

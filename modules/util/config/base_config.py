@@ -27,9 +27,11 @@ class ConfigError(UserError):
     """A config value the user must fix; the message names the key."""
 
 
-def option(default: Any, doc: str, **kwargs: Any) -> Any:
-    """A dataclass field with a default and the documentation shown in docs/config.md and the GUI."""
-    metadata = {"doc": doc, **kwargs.pop("metadata", {})}
+def option(default: Any, doc: str, structural: bool = False, **kwargs: Any) -> Any:
+    """A dataclass field with a default and the documentation shown in docs/config.md and the GUI.
+    `structural`: the key decides which tensors train and how the optimizer stores them, so a backup written
+    with another value cannot be resumed."""
+    metadata = {"doc": doc, **({"structural": True} if structural else {}), **kwargs.pop("metadata", {})}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         factory = (lambda d=default: _deep_copy(d))
         return dataclasses.field(default_factory=factory, metadata=metadata, **kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from modules.adapter.registry import PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
@@ -17,7 +18,6 @@ from modules.util.enum import (
     LearningRateScheduler,
     ModelFormat,
     ModelType,
-    PeftType,
     TimestepDistribution,
     TimeUnit,
     TrainingMethod,
@@ -131,7 +131,7 @@ class TrainConfig(BaseConfig):
 
     # --- model -------------------------------------------------------------------------------
     model_type: ModelType = option(ModelType.WAN_2_1, "WAN_2_1 or WAN_2_2; the variant is read from the checkpoint.")
-    training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA or FINE_TUNE.")
+    training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA or FINE_TUNE.", structural=True)
     base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
     transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")
     transformer_2_override: str = option("", "Like transformer_override, for the low-noise expert of two-expert models.")
@@ -173,7 +173,7 @@ class TrainConfig(BaseConfig):
     learning_rate: float = option(1e-4, "Peak learning rate.")
     learning_rate_scheduler: LearningRateScheduler = option(LearningRateScheduler.CONSTANT, "CONSTANT, LINEAR or COSINE (after warm-up).")
     learning_rate_warmup_steps: int = option(0, "Linear warm-up steps.")
-    optimizer: Optimizer = option(Optimizer.ADAMW, "The optimizer; its own options are under optimizer_options.<NAME>.")
+    optimizer: Optimizer = option(Optimizer.ADAMW, "The optimizer; its own options are under optimizer_options.<NAME>.", structural=True)
     optimizer_options: OptimizerOptions = option(OptimizerOptions(), "Options of each optimizer by name; only the chosen optimizer's are used.")
     weight_decay: float = option(0.01, "Weight decay (decoupled where the optimizer supports it).")
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
@@ -191,18 +191,18 @@ class TrainConfig(BaseConfig):
     timestep_shift: float = option(1.0, "Shift s applied to the drawn sigma: s*σ / (1 + (s-1)*σ). 1 = none.")
     min_sigma: float = option(0.0, "Lower end of the sigma range.")
     max_sigma: float = option(1.0, "Upper end of the sigma range.")
-    train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).")
+    train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).", structural=True)
 
     # --- LoRA --------------------------------------------------------------------------------
-    peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.")
-    lora_decompose: bool = option(False, "DoRA: train a per-output-channel magnitude next to the LoRA direction (LORA only).")
-    lokr_factor: int = option(-1, "LOKR: the Kronecker factor of each dimension (-1 = as balanced as possible).")
-    lora_rank: int = option(16, "LoRA rank.")
+    peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.", structural=True)
+    lora_decompose: bool = option(False, "DoRA: train a per-output-channel magnitude next to the LoRA direction (LORA only).", structural=True)
+    lokr_factor: int = option(-1, "LOKR: the Kronecker factor of each dimension (-1 = as balanced as possible).", structural=True)
+    lora_rank: int = option(16, "LoRA rank.", structural=True)
     lora_alpha: float = option(16.0, "LoRA alpha (effective scale alpha/rank).")
     lora_dropout: float = option(0.0, "LoRA dropout.")
-    lora_target_modules: list[str] = option(DEFAULT_LORA_TARGETS, "Module-name suffixes that get a LoRA.")
-    lora_layer_filter: str = option("", "Regex on the full module name; only matches get a LoRA ('' = all).")
-    lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).")
+    lora_target_modules: list[str] = option(DEFAULT_LORA_TARGETS, "Module-name suffixes that get a LoRA.", structural=True)
+    lora_layer_filter: str = option("", "Regex on the full module name; only matches get a LoRA ('' = all).", structural=True)
+    lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).", structural=True)
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
 
     # --- sampling, backups, logging ------------------------------------------------------------

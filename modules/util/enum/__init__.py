@@ -36,14 +36,6 @@ class DataType(Enum):
 
 
 
-class PeftType(Enum):
-    """The adapter trained by training_method LORA (OneTrainer's name); see modules/adapter/."""
-
-    LORA = "LORA"
-    LOHA = "LOHA"
-    LOKR = "LOKR"
-
-
 class LearningRateScheduler(Enum):
     CONSTANT = "CONSTANT"
     LINEAR = "LINEAR"
