@@ -40,7 +40,7 @@ def make_loader(model, dataset: Path, cache: Path):
 def decode_preprocess_rate(loader) -> tuple[float, int]:
     """Samples/s of DecodeTargetVideo -> LoadReferences -> BuildConditionClip over every sample."""
     from modules.dataLoader.e2v.discovery import discover_e2v_samples
-    from modules.dataLoader.e2v.layout import layout_elements
+    from modules.model.condition_layout import layout_elements
     from modules.dataLoader.e2v.modules import BuildConditionClip, DecodeTargetVideo, LoadReferences
     from modules.dataLoader.pipeline.module import ItemContext, run_module
 

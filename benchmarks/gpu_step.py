@@ -241,7 +241,7 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
     """Synthetic StepInputs: latents (B, 16, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens."""
     import torch
 
-    from modules.modelSetup.step_inputs import StepInputs
+    from modules.model.step_inputs import StepInputs
 
     g = torch.Generator().manual_seed(seed)
     t, h, w = shape
@@ -262,7 +262,7 @@ def train_step(setup, params, optimizer, inputs, step: int, max_grad_norm: float
     """One optimizer step as GenericTrainer does it (no accumulation): predict, backward, clip, AdamW."""
     import torch
 
-    from modules.modelSetup.step_inputs import StepRandom
+    from modules.model.step_inputs import StepRandom
 
     random = StepRandom.for_micro_step(seed, step, inputs.x0.shape[0])
     output = setup.predict(inputs, random)

@@ -66,7 +66,7 @@ def run_combo(features: tuple[str, ...], args, device, dtype, swap: int) -> dict
     """Steps of one feature combination: losses, first-step LoRA gradients (CPU), memory."""
     import torch
 
-    from modules.modelSetup.step_inputs import StepRandom
+    from modules.model.step_inputs import StepRandom
 
     cuda = device.type == "cuda"
     config = transformer_config(args.model, args.layers, args.smoke)

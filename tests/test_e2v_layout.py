@@ -7,7 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
-from modules.dataLoader.e2v import layout, preprocess
+from modules.dataLoader.e2v import preprocess
+from modules.model import condition_layout as layout
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
 from modules.dataLoader.errors import DataError
 from modules.util.config.e2v_dataset_config import ElementConfig
@@ -251,7 +252,7 @@ def diffusers_i2v_mask(num_frames: int, latent_h: int, latent_w: int) -> torch.T
 
 @pytest.mark.parametrize("f", [81, 9, 5, 1])
 def test_one_element_is_the_plain_wan_i2v_mask(f):
-    from modules.modelSetup.conditioning import frame_mask
+    from modules.model.condition_layout import frame_mask
 
     mask = layout.fold_mask(layout.pixel_frame_mask(f, 1), 3, 5)
     torch.testing.assert_close(mask, diffusers_i2v_mask(f, 3, 5), rtol=0, atol=0)

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
-from modules.modelSetup.step_inputs import StepRandom
+from modules.model.step_inputs import StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.test_e2v_layout import spec_crop, spec_pad

@@ -159,7 +159,7 @@ def test_conditioning_reaches_the_model(tiny_model, tmp_path):
     them better and carries that over to unseen references than the same run with the mask, condition
     latents and CLIP embeddings zeroed."""
     from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
-    from modules.modelSetup.step_inputs import StepRandom
+    from modules.model.step_inputs import StepRandom
 
     model_dir = widened_i2v_model(tiny_model, tmp_path / "model")
     train_set = random_texture_dataset(tmp_path / "train", 8, seed=0)

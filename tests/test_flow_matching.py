@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from modules.modelSetup.conditioning import condition_clip, frame_mask
+from modules.model.condition_layout import condition_clip, frame_mask
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
 from modules.modelSetup.optimization import lr_factor
 from modules.util.enum import LearningRateScheduler, TimestepDistribution

@@ -17,13 +17,7 @@ LAYERS = {"util": 0, "optimizer": 0, "adapter": 0, "model": 1, "dataLoader": 2, 
           "modelSampler": 3, "trainer": 4, "ui": 5}
 SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
 
-PENDING = {  # (importing file, imported module): what removes it
-    ("modules/dataLoader/WanBaseDataLoader.py", "modules.modelSetup.conditioning"):
-        "conditioning objects move to the model layer",
-    ("modules/dataLoader/WanBaseDataLoader.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
-    ("modules/dataLoader/WanE2VDataLoader.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
-    ("modules/dataLoader/batching.py", "modules.modelSetup.step_inputs"): "StepInputs moves to the model layer",
-}
+PENDING: dict[tuple[str, str], str] = {}  # (importing file, imported module): what removes it
 
 
 def upward_imports(root: Path = REPO_ROOT) -> set[tuple[str, str]]:

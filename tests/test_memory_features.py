@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modules.modelSetup.step_inputs import StepRandom
+from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import TrainConfig

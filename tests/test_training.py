@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from modules.model.WanVariant import detect_variant
-from modules.modelSetup.step_inputs import StepRandom
+from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ModelType

@@ -30,8 +30,8 @@ from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, Pipel
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.model.WanModel import WanModel
-from modules.modelSetup.conditioning import condition_clip, frame_mask
-from modules.modelSetup.step_inputs import StepInputs, StepRandom
+from modules.model.condition_layout import condition_clip, frame_mask
+from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.distributed import DistributedContext

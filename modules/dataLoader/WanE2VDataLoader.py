@@ -21,7 +21,7 @@ from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, ep
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
-from modules.dataLoader.e2v.layout import (
+from modules.model.condition_layout import (
     fold_mask,
     latent_loss_mask,
     layout_elements,
@@ -42,7 +42,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
-from modules.modelSetup.step_inputs import StepInputs, StepRandom
+from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig

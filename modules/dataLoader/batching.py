@@ -11,7 +11,7 @@ import torch
 from modules.dataLoader.buckets import batch_by_bucket
 from modules.dataLoader.errors import CachingStopped, DataError
 from modules.dataLoader.skips import SkipCounter
-from modules.modelSetup.step_inputs import derive_seed
+from modules.util.seeds import derive_seed
 from modules.util.errors import UserError
 
 T = TypeVar("T")

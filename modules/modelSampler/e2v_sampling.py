@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch
 
-from modules.dataLoader.e2v.layout import (
+from modules.model.condition_layout import (
     concat_clip_embeds,
     dropped_decoded_frames,
     fold_mask,

@@ -15,7 +15,7 @@ from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
 from modules.modelSetup.memory import BlockSwapper, activation_offload
-from modules.modelSetup.step_inputs import StepInputs, StepRandom
+from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
 from modules.util.enum import DataParallel, WanExpert

@@ -32,7 +32,8 @@ from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 from modules.modelSetup.memory import enable_vae_tiling
-from modules.modelSetup.step_inputs import StepRandom, derive_seed
+from modules.model.step_inputs import StepRandom
+from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.optimizer.registry import spec_of
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup

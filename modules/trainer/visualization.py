@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import StepOutput
-from modules.modelSetup.step_inputs import StepInputs
+from modules.model.step_inputs import StepInputs
 from modules.util.atomic import atomic_path
 from modules.util.config.e2v_dataset_config import VisualizationConfig
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from modules.dataLoader.e2v.layout import (
+from modules.model.condition_layout import (
     joint_clip,
     layout_elements,
     mask_reference_clip,

@@ -2,16 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 
 import torch
 
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any JSON-able parts (stable across processes, platforms and resumes)."""
-    digest = hashlib.sha256(json.dumps(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+from modules.util.seeds import derive_seed
 
 
 @dataclasses.dataclass

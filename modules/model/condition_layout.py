@@ -1,4 +1,5 @@
-"""The E2V conditioning layout as pure torch functions (E2V_SPEC.md §3–§6).
+"""The conditioning layout of E2V (E2V_SPEC.md §3–§6) and of plain I2V (its one-reference case), as pure torch
+functions shared by the data loaders and the sampler.
 
 Pixel tensors are (3, F, H, W) in [−1, 1]; masks are float32. Nothing here touches a model: the
 caller encodes `reference_clip` with ONE VAE call (§3.2) and stacks [x_t, fold_mask, z_cond].
@@ -174,3 +175,15 @@ def latent_loss_mask(num_latent_frames: int, num_reference_latents: int, loss_on
     if not loss_on_reference_frames:
         mask[:num_reference_latents] = 0
     return mask
+
+
+# --- plain I2V: the one-reference case of §3–§4 ------------------------------------------------------------
+def condition_clip(reference_frames: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """(C, P, H, W) reference frames in [−1, 1] -> (C, F, H, W): the references, then zero frames up to F."""
+    return reference_clip(list(reference_frames.unbind(1)), [1] * reference_frames.shape[1], num_frames)
+
+
+def frame_mask(num_frames: int, num_reference_frames: int, latent_h: int, latent_w: int,
+               temporal_scale: int = TEMPORAL) -> torch.Tensor:
+    """The 4-channel latent mask (4, T, h, w) of the first P pixel frames (diffusers' I2V mask for P = 1)."""
+    return fold_mask(pixel_frame_mask(num_frames, num_reference_frames), latent_h, latent_w, temporal_scale)
