@@ -241,6 +241,7 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
     """Synthetic StepInputs: latents (B, 16, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens."""
     import torch
 
+    from modules.model.conditioning import ConditionPayload
     from modules.model.step_inputs import StepInputs
 
     g = torch.Generator().manual_seed(seed)
@@ -255,7 +256,8 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
     if config["image_dim"] is not None:
         clip = torch.randn((batch, IMAGE_TOKENS, config["image_dim"]), generator=g)
     move = (lambda x: None if x is None else x.to(device))
-    return StepInputs(x0=move(x0), prompt_embeds=move(text), condition=move(condition), clip_embeds=move(clip))
+    return StepInputs(x0=move(x0), prompt_embeds=move(text),
+                      payload=ConditionPayload(condition=move(condition), clip_embeds=move(clip)))
 
 
 def train_step(setup, params, optimizer, inputs, step: int, max_grad_norm: float = 1.0, seed: int = 0) -> float:

@@ -263,26 +263,26 @@ def test_loader_matches_the_reference(loader_for, ref, e2v_type, layout, repeats
         batch, inputs = assemble(loader, sample_id)
         assert inputs.x0.shape == (1, 16, T, H // 8, W // 8), where
         assert close(ref.normalise(batch["video_mean"][0]), video_part), where  # the cached target posterior
-        assert inputs.condition is not None and inputs.condition.shape == (1, 4 + 16, T, H // 8, W // 8), where
+        assert inputs.payload.condition is not None and inputs.payload.condition.shape == (1, 4 + 16, T, H // 8, W // 8), where
         if uses_vae:
             z_cond, mask, p, k_ref = ref.condition(sample_id, repeats)
             assert k == k_ref and batch["reference_latents"] == k, where
             assert references.shape == (3, p, H, W) and close(references, ref.reference_frames(sample_id, repeats)), where
             assert close(tensors["mask"], mask) and close(tensors["condition_latents"], z_cond), where
-            assert close(inputs.condition[0, :4], mask) and close(inputs.condition[0, 4:], z_cond), where
+            assert close(inputs.payload.condition[0, :4], mask) and close(inputs.payload.condition[0, 4:], z_cond), where
             if layout == "separate":  # x0 = [z_cond 0..K−1 (mode), a posterior sample of the video latents]
                 assert close(inputs.x0[0, :, :k], z_cond[:, :k]), where
         else:  # CLIP pathway only: nothing in the VAE channels, no reference latents in x0
             assert k == 0 and batch["reference_latents"] == 0 and references.shape[1] == 0, where
-            assert inputs.condition.eq(0).all(), where
+            assert inputs.payload.condition.eq(0).all(), where
         if uses_clip:
             expected = ref.clip_embeds(sample_id)
             assert tensors["clip_embeds"].shape[0] == 257 * len(present), where
-            assert close(tensors["clip_embeds"], expected) and close(inputs.clip_embeds[0], expected), where
+            assert close(tensors["clip_embeds"], expected) and close(inputs.payload.clip_embeds[0], expected), where
         else:
-            assert inputs.clip_embeds is None and "clip_embeds" not in batch, where
+            assert inputs.payload.clip_embeds is None and "clip_embeds" not in batch, where
         weights = [0.0] * k + [1.0] * (T - k) if not loss_on_refs else [1.0] * T
-        assert inputs.loss_frame_weights.tolist() == weights, where
+        assert inputs.payload.loss_frame_weights.tolist() == weights, where
 
 
 def test_spec_worked_example_mask_and_clip_tokens(loader_for):
@@ -311,12 +311,12 @@ def test_posterior_sample_differs_per_step_and_averages_to_the_mode(loader_for, 
     conditions, videos = [], []
     for step in range(draws):
         inputs = loader.assemble(batch, StepRandom.for_micro_step(SEED, step, 1))
-        condition = inputs.condition[0, 4:]
+        condition = inputs.payload.condition[0, 4:]
         assert torch.equal(inputs.x0[0, :, :k], condition[:, :k])  # x0's reference slots use the same draw
         conditions.append(condition)
         videos.append(inputs.x0[0, :, k:])
     assert not torch.allclose(conditions[0], conditions[1])
-    again = loader.assemble(batch, StepRandom.for_micro_step(SEED, 1, 1)).condition[0, 4:]
+    again = loader.assemble(batch, StepRandom.for_micro_step(SEED, 1, 1)).payload.condition[0, 4:]
     assert torch.equal(again, conditions[1])  # a draw is a function of the step's seed
     for stack, mode, std in ((conditions, z_cond, condition_std), (videos, video_part, video_std)):
         average = torch.stack(stack).mean(0)
@@ -329,7 +329,7 @@ def test_posterior_mode_is_the_mean(loader_for, ref):
     z_cond, _, _, _ = ref.condition("002", "on")
     for step in (0, 5):
         _, inputs = assemble(loader, "002", step)
-        assert close(inputs.condition[0, 4:], z_cond)
+        assert close(inputs.payload.condition[0, 4:], z_cond)
 
 
 # --- caching ---------------------------------------------------------------------------------------------

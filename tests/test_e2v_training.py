@@ -166,8 +166,8 @@ def test_conditioning_reaches_the_model(tiny_model, tmp_path):
     held_out = random_texture_dataset(tmp_path / "held_out", 4, seed=1)
 
     def blind(inputs):
-        inputs.condition = torch.zeros_like(inputs.condition)
-        inputs.clip_embeds = torch.zeros_like(inputs.clip_embeds)
+        inputs.payload.condition = torch.zeros_like(inputs.payload.condition)
+        inputs.payload.clip_embeds = torch.zeros_like(inputs.payload.clip_embeds)
         return inputs
 
     def run(zero_condition: bool, work):

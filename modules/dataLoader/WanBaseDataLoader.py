@@ -31,6 +31,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, frame_mask
+from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
@@ -322,8 +323,8 @@ class WanBaseDataLoader:
         if self.uses_image_condition:
             condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
         clip = batch.get("clip_embeds")
-        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), condition=condition,
-                          clip_embeds=clip.to(device) if clip is not None else None)
+        payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None)
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
 
     def _empty_prompt_embeds(self) -> torch.Tensor:
         if not hasattr(self, "_empty_embeds"):

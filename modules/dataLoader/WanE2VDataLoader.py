@@ -42,6 +42,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
+from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
@@ -78,7 +79,7 @@ def check_e2v_base(model: WanModel) -> None:
     variant = model.variant
     if not (variant.channel_concat_condition or variant.expand_timesteps):
         raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V layout; the {variant.name} transformer has "
-                        f"{variant.in_channels} input channels (the trainer expands T2V bases first)")
+                        f"{variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
 
 
 @dataclasses.dataclass
@@ -298,13 +299,14 @@ class WanE2VDataLoader:
             else:
                 condition = torch.cat([self.latent_mask(batch, h, w).to(device), condition_z], dim=1)
         clip = batch.get("clip_embeds")
-        return StepInputs(
-            x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), condition=condition,
+        payload = ConditionPayload(
+            condition=condition,
             clip_embeds=clip.to(device) if clip is not None and model.variant.has_clip_branch else None,
             # TI2V has no mask channels: the reference latents are clean tokens with timestep 0 (§8)
             clean_frames=k if model.variant.expand_timesteps else 0,
             loss_frame_weights=latent_loss_mask(t, k, self.config.e2v.loss_on_reference_frames),
         )
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
 
     def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""

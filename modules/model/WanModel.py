@@ -14,6 +14,8 @@ from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, Wa
 from diffusers.schedulers import SchedulerMixin
 from transformers import CLIPImageProcessor, CLIPVisionModel, PreTrainedTokenizerBase, UMT5EncoderModel
 
+from modules.model.conditioning import VariantConditioning
+from modules.model.registry import family_for
 from modules.model.WanVariant import WanVariant
 
 TEXT_SEQ_LEN = 512  # the transformer splits image from text context at "length - 512"
@@ -44,12 +46,15 @@ class WanModel:
     def transformers(self) -> list[WanTransformer3DModel]:
         return [t for t in (self.transformer, self.transformer_2) if t is not None]
 
-    def expert_for_sigma(self, sigma: float) -> WanTransformer3DModel:
-        """Two-expert models: the high-noise expert takes σ >= boundary (as diffusers routes t >= boundary·1000)."""
-        boundary = self.variant.boundary_sigma
-        if self.transformer_2 is None or boundary is None or sigma >= boundary:
-            return self.transformer
-        return self.transformer_2
+    @property
+    def conditioning(self) -> VariantConditioning:
+        """How this model's family is fed (read each time: E2V expansion changes the variant)."""
+        return family_for(self.variant).conditioning(self.variant)
+
+    def transformer_for_timestep(self, timestep: float) -> WanTransformer3DModel:
+        """The expert that denoises at `timestep` (the shared routing of `VariantConditioning`)."""
+        transformers = self.transformers()
+        return transformers[self.conditioning.expert_for_timestep(timestep, len(transformers))]
 
     def pipeline(self, image_conditioned: bool | None = None) -> WanPipeline | WanImageToVideoPipeline:
         """The diffusers pipeline over our components (no copies), for sampling.
@@ -61,9 +66,10 @@ class WanModel:
         common = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
                       scheduler=self.scheduler, transformer=self.transformer, transformer_2=self.transformer_2,
                       boundary_ratio=self.variant.boundary_ratio, expand_timesteps=self.variant.expand_timesteps)
-        if image_conditioned:
+        pipeline_class = family_for(self.variant).pipeline(image_conditioned)
+        if pipeline_class is WanImageToVideoPipeline:
             return WanImageToVideoPipeline(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
-        return WanPipeline(**common)
+        return pipeline_class(**common)
 
     # --- latent normalisation (per channel, from the VAE's own config) ---------------------------
     def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

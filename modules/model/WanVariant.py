@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from modules.model.registry import family_of
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import path_kind
@@ -33,6 +34,7 @@ class WanVariant:
     patch_size: tuple[int, int, int]
     fps: int  # frame rate the variant was trained at
     transformer_config_hash: str = ""  # of the checkpoint's transformer config: LoRA files record their base's
+    transformer_class: str = "WanTransformer3DModel"  # `_class_name`: with the layout, the registry's key
 
     @property
     def channel_concat_condition(self) -> bool:
@@ -87,15 +89,10 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
     scale_spatial = int(vae.get("scale_factor_spatial", 8))
     scale_temporal = int(vae.get("scale_factor_temporal", 4))
     is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48
-    conditioned = in_channels == 2 * out_channels + scale_temporal
-    if expand_timesteps:
-        name = "ti2v"
-    elif two_experts:
-        name = "a14b_i2v" if conditioned else "a14b_t2v"
-    else:
-        name = "i2v" if conditioned else "t2v"
+    class_name = transformer.get("_class_name") or _indexed_class(index, "transformer")
+    family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts)
     return WanVariant(
-        name=name,
+        name=family.name,
         model_type=ModelType.WAN_2_2 if is_wan_2_2 else ModelType.WAN_2_1,
         in_channels=in_channels,
         out_channels=out_channels,
@@ -111,7 +108,14 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         # Wan 2.2 TI2V 5B was trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
         fps=24 if z_dim == 48 else 16,
         transformer_config_hash=transformer_config_hash(transformer),
+        transformer_class=class_name,
     )
+
+
+def _indexed_class(index: dict[str, Any], component: str) -> str:
+    """The class model_index.json names for a component (["diffusers", "WanTransformer3DModel"])."""
+    entry = index.get(component)
+    return str(entry[1]) if isinstance(entry, list) and len(entry) == 2 and entry[1] else "unknown"
 
 
 def transformer_config_hash(config: dict[str, Any]) -> str:

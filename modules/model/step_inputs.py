@@ -5,6 +5,7 @@ import dataclasses
 
 import torch
 
+from modules.model.conditioning import ConditionPayload
 from modules.util.seeds import derive_seed
 
 
@@ -38,7 +39,4 @@ class StepInputs:
 
     x0: torch.Tensor  # clean normalised latents, (B, C, T, h, w)
     prompt_embeds: torch.Tensor  # (B, 512, D)
-    condition: torch.Tensor | None = None  # [mask (4), condition latents (C)] for 36-channel models
-    clip_embeds: torch.Tensor | None = None  # (B, 257·N, 1280) for models with a CLIP branch
-    clean_frames: int = 0  # TI2V: the first K latent frames stay clean (timestep 0) and leave the loss
-    loss_frame_weights: torch.Tensor | None = None  # (T,) weight per latent frame, None = all 1
+    payload: ConditionPayload = dataclasses.field(default_factory=ConditionPayload)  # what the family reads

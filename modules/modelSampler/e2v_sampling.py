@@ -25,6 +25,7 @@ from modules.model.condition_layout import (
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
 from modules.dataLoader.e2v.sampling_options import ElementSpec
+from modules.model.conditioning import ConditionPayload
 from modules.model.WanModel import WanModel
 from modules.modelSampler.schedulers import build_scheduler
 from modules.util.config.train_config import SampleConfig
@@ -95,42 +96,30 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
                    progress: Callable[[Iterable], Iterable] | None = None) -> torch.Tensor:
     """The denoised normalised latents (1, C, T, h, w) of one E2V sample."""
     device, dtype = model.train_device, model.train_dtype
-    variant = model.variant
     prompt_embeds = model.encode_prompts([sample.prompt]).to(device, dtype)
     negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) if sample.cfg_scale > 1 else None
     scheduler = build_scheduler(model.scheduler, sample.scheduler, sample.shift)
     scheduler.set_timesteps(sample.steps, device=device)
     latents, condition_z = initial_latents(model, conditioning, sample)
-    _, c, t, h, w = latents.shape
-    condition = None
-    if variant.channel_concat_condition:
-        condition = (torch.cat([conditioning.mask.to(device), condition_z], dim=1).to(dtype)
-                     if condition_z is not None else torch.zeros(1, 4 + c, t, h, w, device=device, dtype=dtype))
-    k = conditioning.reference_latents if variant.expand_timesteps else 0
-    clip = conditioning.clip_embeds.to(device, dtype) if conditioning.clip_embeds is not None and variant.has_clip_branch else None
-    boundary = variant.boundary_ratio * scheduler.config.num_train_timesteps if variant.boundary_ratio else None
+    family = model.conditioning  # the routing, timesteps and hidden-state layout training uses
+    payload = ConditionPayload(
+        condition=torch.cat([conditioning.mask.to(device), condition_z], dim=1).to(dtype)
+        if family.channel_concat and condition_z is not None else None,  # None: zero condition channels
+        clip_embeds=conditioning.clip_embeds.to(device) if conditioning.clip_embeds is not None else None,
+        clean_frames=conditioning.reference_latents if family.per_token_timesteps else 0)  # TI2V: clean tokens
+    k = payload.clean_frames
     for timestep in (progress(scheduler.timesteps) if progress else scheduler.timesteps):
-        if k:  # TI2V: reference latents stay clean tokens with timestep 0
-            latents[:, :, :k] = condition_z[:, :, :k]
-        transformer = model.transformer if boundary is None or timestep >= boundary or model.transformer_2 is None \
-            else model.transformer_2
-        hidden = latents if condition is None else torch.cat([latents, condition], dim=1)
-        per_sample = timestep.expand(1).to(device)
-        if variant.expand_timesteps:
-            per_frame = per_sample[:, None].expand(-1, t).clone()
-            per_frame[:, :k] = 0
-            _, ph, pw = variant.patch_size
-            per_sample = per_frame[:, :, None].expand(-1, -1, (h // ph) * (w // pw)).reshape(1, -1)
+        latents = family.keep_clean(latents, condition_z, k)
+        transformer = model.transformer_for_timestep(timestep)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            prediction = transformer(hidden.to(dtype), per_sample, prompt_embeds, encoder_hidden_states_image=clip,
-                                     return_dict=False)[0].float()
+            inputs = family.transformer_inputs(latents, timestep.expand(1).to(device), prompt_embeds, payload, dtype)
+            prediction = transformer(**inputs, return_dict=False)[0].float()
             if negative_embeds is not None:  # CFG on the text only: the image context stays (A2)
-                unconditional = transformer(hidden.to(dtype), per_sample, negative_embeds,
-                                            encoder_hidden_states_image=clip, return_dict=False)[0].float()
+                unconditional = transformer(**{**inputs, "encoder_hidden_states": negative_embeds},
+                                            return_dict=False)[0].float()
                 prediction = unconditional + sample.cfg_scale * (prediction - unconditional)
         latents = scheduler.step(prediction, timestep, latents, return_dict=False)[0]
-    if k:
-        latents[:, :, :k] = condition_z[:, :, :k]
+    latents = family.keep_clean(latents, condition_z, k)
     return latents
 
 

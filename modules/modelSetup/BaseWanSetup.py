@@ -11,6 +11,7 @@ import dataclasses
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.model.conditioning import TRAIN_TIMESTEPS
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
@@ -164,25 +165,20 @@ class BaseWanSetup:
         sharding.load_shards(self.trained_root(), optimizer, folder)
 
     # --- the step --------------------------------------------------------------------------------
-    def _expert_sigma_range(self, expert: int) -> tuple[float, float]:
-        boundary = self.model.variant.boundary_sigma
-        if self.model.transformer_2 is None or boundary is None:
-            return 0.0, 1.0
-        return (boundary, 1.0) if expert == 0 else (0.0, boundary)
-
     def sample_sigmas(self, random: StepRandom) -> tuple[torch.Tensor, int]:
         """One σ per sample and the expert they all belong to (a batch never straddles the boundary).
 
         The expert is drawn from the step's stream (shared by every data-parallel rank), each σ from
         its sample's stream, truncated to that expert's range.
         """
+        conditioning, count = self.model.conditioning, len(self.model.transformers())
         experts = [index for index, _ in self.trained_transformers()]
         if len(experts) == 1:
             expert = experts[0]
         else:
             first = self.sigma_sampler.sample(1, random.step)
-            expert = 0 if self.model.expert_for_sigma(float(first)) is self.model.transformer else 1
-        low, high = self._expert_sigma_range(expert)
+            expert = conditioning.expert_for_sigma(float(first), count)
+        low, high = conditioning.sigma_range(expert, count)
         sigmas = torch.cat([self.sigma_sampler.sample(1, g, low, high) for g in random.samples])
         return sigmas, expert
 
@@ -192,52 +188,28 @@ class BaseWanSetup:
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=self.model.train_dtype)
 
-    def _timesteps(self, sigmas: torch.Tensor, latents: torch.Tensor, clean_frames: int) -> torch.Tensor:
-        timesteps = sigmas * 1000.0
-        if not self.model.variant.expand_timesteps:
-            return timesteps
-        # Wan 2.2 TI2V takes one timestep per token (B, T·h/p·w/p); clean condition frames get 0.
-        _, _, t, h, w = latents.shape
-        _, ph, pw = self.model.variant.patch_size
-        per_frame = timesteps[:, None].expand(-1, t).clone()
-        per_frame[:, :clean_frames] = 0
-        return per_frame[:, :, None].expand(-1, -1, (h // ph) * (w // pw)).reshape(len(sigmas), -1)
-
     def predict(self, inputs: StepInputs, random: StepRandom) -> StepOutput:
         device, dtype = self.model.train_device, self.model.train_dtype
+        conditioning, payload = self.model.conditioning, inputs.payload
         x0 = inputs.x0
         sigmas, expert = self.sample_sigmas(random)
         sigmas = sigmas.to(device)
         noise = random.randn(tuple(x0.shape[1:])).to(device)
-        x_t = add_noise(x0, noise, sigmas)
-        k = inputs.clean_frames
-        if k:
-            x_t = torch.cat([x0[:, :, :k], x_t[:, :, k:]], dim=2)
-
-        hidden = x_t if inputs.condition is None else torch.cat([x_t, inputs.condition], dim=1)
+        x_t = conditioning.keep_clean(add_noise(x0, noise, sigmas), x0, payload.clean_frames)
         transformer = self.forward_module(expert)
-        clip = inputs.clip_embeds
         with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = transformer(
-                hidden_states=hidden.to(dtype),
-                timestep=self._timesteps(sigmas, x0, k),
-                encoder_hidden_states=inputs.prompt_embeds.to(dtype),
-                encoder_hidden_states_image=clip.to(dtype) if clip is not None else None,
-                return_dict=False,
-            )[0]
+                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, inputs.prompt_embeds, payload, dtype),
+                return_dict=False)[0]
         target = flow_target(x0, noise)
-        loss = self.loss(predicted, target, inputs)
+        loss = self.loss(predicted, target, conditioning.loss_weights(x0.shape[2], payload, predicted.device))
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
 
     @staticmethod
-    def loss(predicted: torch.Tensor, target: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
-        """MSE over the output channels; latent frames weighted (clean TI2V frames and, optionally,
-        reference frames excluded)."""
+    def loss(predicted: torch.Tensor, target: torch.Tensor, frame_weights: torch.Tensor) -> torch.Tensor:
+        """MSE over the output channels, latent frames weighted (clean TI2V frames and, optionally, E2V
+        reference frames at 0)."""
         error = (predicted.float() - target.float()) ** 2
-        weights = torch.ones(error.shape[2], device=error.device)
-        if inputs.loss_frame_weights is not None:
-            weights = inputs.loss_frame_weights.to(error.device).float().clone()
-        weights[: inputs.clean_frames] = 0
         per_frame = error.mean(dim=(1, 3, 4))  # (B, T)
-        return (per_frame * weights).sum(dim=1).div(weights.sum().clamp(min=1)).mean()
+        return (per_frame * frame_weights).sum(dim=1).div(frame_weights.sum().clamp(min=1)).mean()

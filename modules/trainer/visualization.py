@@ -38,7 +38,8 @@ def _latents(name: str, output: StepOutput, inputs: StepInputs) -> torch.Tensor 
         sigma = output.sigmas[0].to(output.noisy_latents.dtype)
         return (output.noisy_latents[0] - sigma * output.predicted[0].to(output.noisy_latents.dtype))
     if name in ("conditioned_latents", "reference_images"):
-        return inputs.condition[0, -c:] if inputs.condition is not None else None
+        condition = inputs.payload.condition
+        return condition[0, -c:] if condition is not None else None
     raise ValueError(f"unknown visualization data '{name}'")
 
 

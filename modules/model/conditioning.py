@@ -1,0 +1,122 @@
+"""How each variant family feeds its transformer, in one object that the training step and the sampler share.
+
+A `VariantConditioning` answers the questions that used to be written three times (the training step, the
+E2V sampler loop, `WanModel.expert_for_sigma`): which expert a noise level goes to, the timestep tensor the
+transformer takes (one per sample, or one per token for Wan 2.2 TI2V), the hidden states (the noisy latents,
+plus mask and condition channels for the I2V layout), which latent frames stay clean, and the image context.
+What a batch or a sample brings is a `ConditionPayload`; which of its fields a family reads is listed there.
+
+T2V, I2V, TI2V and the two-expert A14B models are instances (`conditioning_for(variant)`); E2V is a payload on
+them (P reference frames in the condition channels, or K clean reference latents for TI2V), not another family.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover  (WanVariant's detection reads the registry, which holds these)
+    from modules.model.WanVariant import WanVariant
+
+TRAIN_TIMESTEPS = 1000  # diffusers' Wan schedulers: t = 1000σ
+
+
+@dataclasses.dataclass
+class ConditionPayload:
+    """What conditions one batch (or one sample), beside the prompt. Per family:
+    - I2V layout (36 channels): `condition` = [mask (4), condition latents (C)], (B, 4 + C, T, h, w); None
+      means no image (zeros, as diffusers and SkyReels-A2 feed then).
+    - CLIP branch (Wan 2.1 I2V, E2V on a CLIP base): `clip_embeds` (B, 257·N, D).
+    - TI2V (per-token timesteps): `clean_frames` K, the leading latent frames that stay the clean condition.
+    - every family: `loss_frame_weights` (T,) per latent frame (E2V leaves reference frames out), None = all 1.
+    """
+
+    condition: torch.Tensor | None = None
+    clip_embeds: torch.Tensor | None = None
+    clean_frames: int = 0
+    loss_frame_weights: torch.Tensor | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantConditioning:
+    family: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v
+    channel_concat: bool  # hidden = [x_t, mask, condition latents]
+    per_token_timesteps: bool  # Wan 2.2 TI2V: timestep 0 on clean frames' tokens
+    image_context: bool  # the transformer has a CLIP cross-attention branch
+    boundary_sigma: float | None  # two experts: σ >= boundary goes to the high-noise expert
+    latent_channels: int
+    patch_size: tuple[int, int, int]
+
+    # --- expert routing --------------------------------------------------------------------------------------
+    def expert_for_sigma(self, sigma: float, experts: int = 2) -> int:
+        """0 = `transformer` (high noise), 1 = `transformer_2`: σ >= boundary goes to the high-noise expert."""
+        return self._expert(sigma, 1.0, experts)
+
+    def expert_for_timestep(self, timestep: float, experts: int = 2) -> int:
+        """The same rule in the sampler's units, as diffusers routes: t >= boundary · 1000."""
+        return self._expert(float(timestep), TRAIN_TIMESTEPS, experts)
+
+    def _expert(self, value: float, scale: float, experts: int) -> int:
+        if experts < 2 or self.boundary_sigma is None or value >= self.boundary_sigma * scale:
+            return 0
+        return 1
+
+    def sigma_range(self, expert: int, experts: int = 2) -> tuple[float, float]:
+        """The σ interval an expert is trained on (a batch never straddles the boundary)."""
+        if experts < 2 or self.boundary_sigma is None:
+            return 0.0, 1.0
+        return (self.boundary_sigma, 1.0) if expert == 0 else (0.0, self.boundary_sigma)
+
+    # --- what the transformer takes --------------------------------------------------------------------------
+    def timesteps(self, timesteps: torch.Tensor, latent_shape: torch.Size | tuple[int, ...],
+                  clean_frames: int = 0) -> torch.Tensor:
+        """(B,) timesteps -> what the transformer takes: (B,), or (B, T·h/p·w/p) per token with 0 on clean frames."""
+        if not self.per_token_timesteps:
+            return timesteps
+        _, _, t, h, w = latent_shape
+        _, ph, pw = self.patch_size
+        per_frame = timesteps[:, None].expand(-1, t).clone()
+        per_frame[:, :clean_frames] = 0
+        return per_frame[:, :, None].expand(-1, -1, (h // ph) * (w // pw)).reshape(len(timesteps), -1)
+
+    def keep_clean(self, noisy: torch.Tensor, clean: torch.Tensor, clean_frames: int) -> torch.Tensor:
+        """`noisy` with its first `clean_frames` latent frames taken from `clean` (TI2V's condition frames)."""
+        if not clean_frames:
+            return noisy
+        return torch.cat([clean[:, :, :clean_frames], noisy[:, :, clean_frames:]], dim=2)
+
+    def hidden_states(self, noisy: torch.Tensor, payload: ConditionPayload) -> torch.Tensor:
+        if not self.channel_concat:
+            return noisy
+        condition = payload.condition
+        if condition is None:  # no image: zero mask and latents
+            b, c, t, h, w = noisy.shape
+            condition = noisy.new_zeros(b, 4 + c, t, h, w)
+        return torch.cat([noisy, condition.to(noisy.dtype)], dim=1)
+
+    def transformer_inputs(self, noisy: torch.Tensor, timesteps: torch.Tensor, prompt_embeds: torch.Tensor,
+                           payload: ConditionPayload, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
+        """The keyword arguments of `WanTransformer3DModel.forward` for noisy latents at `timesteps` (B,)."""
+        clip = payload.clip_embeds if self.image_context else None
+        return dict(hidden_states=self.hidden_states(noisy, payload).to(dtype),
+                    timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
+                    encoder_hidden_states=prompt_embeds.to(dtype),
+                    encoder_hidden_states_image=clip.to(dtype) if clip is not None else None)
+
+    def loss_weights(self, num_latent_frames: int, payload: ConditionPayload, device: torch.device) -> torch.Tensor:
+        """(T,) weight of each latent frame in the loss: the payload's, with clean frames at 0."""
+        weights = torch.ones(num_latent_frames, device=device)
+        if payload.loss_frame_weights is not None:
+            weights = payload.loss_frame_weights.to(device).float().clone()
+        weights[: payload.clean_frames] = 0
+        return weights
+
+
+def conditioning_for(variant: "WanVariant") -> VariantConditioning:
+    """The family object of a checkpoint, from what its configs say (`WanVariant`)."""
+    return VariantConditioning(
+        family=variant.name, channel_concat=variant.channel_concat_condition,
+        per_token_timesteps=variant.expand_timesteps, image_context=variant.has_clip_branch,
+        boundary_sigma=variant.boundary_sigma if variant.two_experts else None,
+        latent_channels=variant.out_channels, patch_size=tuple(variant.patch_size))

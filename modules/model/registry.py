@@ -1,0 +1,92 @@
+"""Which Wan checkpoints we know, in one plain dict: the transformer's `_class_name` and the layout its configs
+describe -> the variant family, the transformer class, the diffusers pipeline classes and the conditioning.
+
+Nothing registers itself: a new family (VACE, FLF2V, Fun-Control) is an entry here, its `VariantConditioning`
+fields, and its data/sampling code. An unknown class or a layout no entry matches is a one-line error naming
+the folder, never a silent "t2v".
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from diffusers import WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+
+from modules.model.conditioning import VariantConditioning, conditioning_for
+from modules.util.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from modules.model.WanVariant import WanVariant
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantFamily:
+    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v (WanVariant.name)
+    transformer_class: type
+    pipeline_class: type  # generation without an image
+    image_pipeline_class: type | None  # generation from an image (I2V layouts need one; TI2V may take one)
+    # How the family feeds its transformer; its fields are read from the variant (E2V expansion changes them).
+    conditioning: Callable[[WanVariant], VariantConditioning] = conditioning_for
+
+    def pipeline(self, image_conditioned: bool) -> type:
+        if image_conditioned and self.image_pipeline_class is not None:
+            return self.image_pipeline_class
+        return self.pipeline_class
+
+
+# (transformer class name, channel layout, two experts) -> family. The layout comes from the configs:
+# "t2v" in == out channels, "i2v" in == 2·out + 4 (mask and condition latents), "ti2v" per-token timesteps.
+FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
+    ("WanTransformer3DModel", "t2v", False): VariantFamily("t2v", WanTransformer3DModel, WanPipeline, None),
+    ("WanTransformer3DModel", "i2v", False): VariantFamily("i2v", WanTransformer3DModel, WanImageToVideoPipeline,
+                                                           WanImageToVideoPipeline),
+    ("WanTransformer3DModel", "ti2v", False): VariantFamily("ti2v", WanTransformer3DModel, WanPipeline,
+                                                            WanImageToVideoPipeline),
+    ("WanTransformer3DModel", "t2v", True): VariantFamily("a14b_t2v", WanTransformer3DModel, WanPipeline, None),
+    ("WanTransformer3DModel", "i2v", True): VariantFamily("a14b_i2v", WanTransformer3DModel, WanImageToVideoPipeline,
+                                                          WanImageToVideoPipeline),
+}
+
+# Wan-derived transformers diffusers knows that we do not train yet: named, so the error can say so.
+NOT_SUPPORTED = {
+    "WanVACETransformer3DModel": "Wan VACE", "WanAnimateTransformer3DModel": "Wan Animate",
+    "WanAnimate2Transformer3DModel": "Wan Animate 2", "SkyReelsV2Transformer3DModel": "SkyReels V2",
+}
+
+
+def channel_layout(in_channels: int, out_channels: int, temporal_scale: int, per_token_timesteps: bool) -> str | None:
+    """t2v | i2v | ti2v, or None for channels no Wan layout has."""
+    if per_token_timesteps:
+        return "ti2v" if in_channels == out_channels else None
+    if in_channels == out_channels:
+        return "t2v"
+    if in_channels == 2 * out_channels + temporal_scale:
+        return "i2v"
+    return None
+
+
+def family_of(model_dir: Any, class_name: str, in_channels: int, out_channels: int, temporal_scale: int,
+              per_token_timesteps: bool, two_experts: bool) -> VariantFamily:
+    """The family of a checkpoint folder from what its configs say; a one-line UserError naming the folder
+    for a class or layout we do not know."""
+    if class_name in NOT_SUPPORTED:
+        raise UserError(f"'{model_dir}' is a {NOT_SUPPORTED[class_name]} checkpoint ({class_name}), which WanTrainer "
+                        "does not train yet: use a Wan 2.1 / 2.2 T2V, I2V, TI2V or A14B folder")
+    if not any(key[0] == class_name for key in FAMILIES):
+        raise UserError(f"'{model_dir}': transformer class '{class_name}' is not a Wan transformer WanTrainer knows "
+                        "(expected WanTransformer3DModel in transformer/config.json)")
+    layout = channel_layout(in_channels, out_channels, temporal_scale, per_token_timesteps)
+    family = FAMILIES.get((class_name, layout, two_experts)) if layout else None
+    if family is None:
+        raise UserError(f"'{model_dir}': a transformer with {in_channels} input and {out_channels} output channels"
+                        f"{' and per-token timesteps' if per_token_timesteps else ''} matches no Wan layout "
+                        f"(T2V: in = out; I2V: in = 2·out + {temporal_scale}): the folder's configs are not a Wan model's")
+    return family
+
+
+def family_for(variant: "WanVariant") -> VariantFamily:
+    """The family a variant's current layout belongs to (an E2V-expanded T2V base has the I2V layout)."""
+    layout = channel_layout(variant.in_channels, variant.out_channels, variant.vae_scale_temporal,
+                            variant.expand_timesteps)
+    return FAMILIES[(variant.transformer_class, layout, variant.two_experts)]

@@ -1,0 +1,122 @@
+"""One conditioning object per variant family (issue #12, deliverable 3): the training step and the sampler
+loop feed the transformer through the same `VariantConditioning`. For every variant the sampler is run and every
+transformer call recorded; the training step is then driven at each of those noise levels, and both must have
+routed to the same expert and fed the same timestep tensor and hidden-state layout."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from modules.dataLoader.e2v.sampling_options import a2_layout
+from modules.model.conditioning import TRAIN_TIMESTEPS, ConditionPayload, conditioning_for
+from modules.model.step_inputs import StepInputs, StepRandom
+from modules.modelLoader.WanModelLoader import WanModelLoader
+from modules.modelSampler.e2v_sampling import build_conditioning, sample_latents
+from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.util.config.train_config import SampleConfig, TrainConfig
+from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+
+FRAMES, SIZE = 9, 32
+VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v"]
+
+
+class Recorder:
+    """Records every transformer call: (expert index, keyword arguments), through forward pre-hooks."""
+
+    def __init__(self, model):
+        self.calls: list[tuple[int, dict]] = []
+        for index, transformer in enumerate(model.transformers()):
+            transformer.register_forward_pre_hook(self._hook(index), with_kwargs=True)
+
+    def _hook(self, index: int):
+        def record(module, args, kwargs):
+            names = ("hidden_states", "timestep", "encoder_hidden_states")
+            fed = {**dict(zip(names, args)), **kwargs}
+            self.calls.append((index, {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
+                                       for k, v in fed.items()}))
+        return record
+
+
+class FixedSigma:
+    """A σ sampler that draws one value, so the training step runs at the noise level of a sampler step."""
+
+    def __init__(self, sigma: float):
+        self.sigma = sigma
+
+    def sample(self, n: int, generator, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        assert low <= self.sigma <= high, "the step's expert range must hold the σ it was routed by"
+        return torch.full((n,), self.sigma)
+
+
+def sampled_calls(model):
+    """Runs the E2V sampler loop (every family; T2V bases without references) recording the transformer calls."""
+    references = [np.full((24, 24, 3), 200, np.uint8)]
+    uses_vae = model.conditioning.channel_concat or model.conditioning.per_token_timesteps
+    uses_clip = model.image_encoder is not None and model.variant.has_clip_branch
+    e2v = build_conditioning(model, references, a2_layout(1), FRAMES, SIZE, SIZE, uses_vae, uses_clip, (32, 32))
+    recorder = Recorder(model)
+    # Shift 2 puts steps on both sides of the two-expert boundary (0.875 / 0.9) and none on it (timesteps 999,
+    # 857, 667, 400): exactly at it, training's float32 σ and the sampler's integer timestep differ by rounding.
+    sample = SampleConfig.from_dict({"prompt": "a red circle", "frames": FRAMES, "height": SIZE, "width": SIZE,
+                                     "steps": 4, "cfg_scale": 1.0, "seed": 3, "shift": 2.0}, "sample")
+    latents = sample_latents(model, e2v, sample)
+    return recorder, e2v, latents
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tiny_model):
+    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    family = model.conditioning
+    assert family == conditioning_for(model.variant)
+    recorder, e2v, latents = sampled_calls(model)
+    calls = list(recorder.calls)
+    experts = len(model.transformers())
+    assert len(calls) == 4
+    if experts == 2:  # the shift put steps on both sides of the boundary
+        assert {expert for expert, _ in calls} == {0, 1}
+
+    setup = BaseWanSetup(model, TrainConfig())
+    c = family.latent_channels
+    clean = e2v.reference_latents if family.per_token_timesteps else 0
+    for expert, fed in calls:
+        timestep = fed["timestep"].flatten()[-1]  # the noisy tokens' timestep
+        sigma = float(timestep) / TRAIN_TIMESTEPS
+        # the sampler's call, by the shared routing and timestep rule
+        assert expert == family.expert_for_timestep(timestep, experts) == family.expert_for_sigma(sigma, experts)
+        assert torch.equal(fed["timestep"], family.timesteps(timestep.expand(1), latents.shape, clean))
+        # the training step at the same σ, with the sampler's condition channels as its payload
+        payload = ConditionPayload(condition=fed["hidden_states"][:, c:] if family.channel_concat else None,
+                                   clip_embeds=fed.get("encoder_hidden_states_image"), clean_frames=clean)
+        inputs = StepInputs(x0=torch.randn(latents.shape), prompt_embeds=fed["encoder_hidden_states"], payload=payload)
+        setup.sigma_sampler = FixedSigma(sigma)
+        recorder.calls.clear()
+        output = setup.predict(inputs, StepRandom.for_micro_step(0, 0, 1))
+        (trained_expert, trained), = recorder.calls
+        assert trained_expert == output.expert == expert
+        assert torch.allclose(trained["timestep"].float(), fed["timestep"].float(), rtol=0, atol=1e-3)  # σ·1000 vs t
+        assert trained["hidden_states"].shape == fed["hidden_states"].shape
+        if family.channel_concat:
+            assert torch.equal(trained["hidden_states"][:, c:], fed["hidden_states"][:, c:])
+        if clean:  # the clean reference frames enter as they are and leave the loss
+            assert torch.equal(trained["hidden_states"][:, :, :clean], inputs.x0[:, :, :clean])
+            assert family.loss_weights(latents.shape[2], payload, torch.device("cpu"))[:clean].eq(0).all()
+        assert (trained.get("encoder_hidden_states_image") is None) == (fed.get("encoder_hidden_states_image") is None)
+
+
+@pytest.mark.parametrize("variant, expected", [
+    ("t2v", dict(channel_concat=False, per_token_timesteps=False, image_context=False, boundary_sigma=None)),
+    ("i2v", dict(channel_concat=True, per_token_timesteps=False, image_context=True, boundary_sigma=None)),
+    ("ti2v", dict(channel_concat=False, per_token_timesteps=True, image_context=False, boundary_sigma=None)),
+    ("a14b_t2v", dict(channel_concat=False, per_token_timesteps=False, image_context=False, boundary_sigma=0.875)),
+    ("a14b_i2v", dict(channel_concat=True, per_token_timesteps=False, image_context=False, boundary_sigma=0.9)),
+])
+def test_each_family_is_an_instance_read_from_the_checkpoint(variant, expected, tiny_model):
+    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    family = model.conditioning
+    assert {key: getattr(family, key) for key in expected} == expected
+    if family.boundary_sigma is not None:
+        b = family.boundary_sigma
+        assert family.expert_for_sigma(b) == 0 and family.expert_for_sigma(b - 1e-6) == 1
+        assert family.sigma_range(0) == (b, 1.0) and family.sigma_range(1) == (0.0, b)
+        assert family.expert_for_sigma(0.1, experts=1) == 0  # one expert trained or loaded: no routing
