@@ -44,6 +44,7 @@ def main() -> int:
 
     from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+    from modules.modelSetup.e2v_expansion import prepare_e2v_model
     from modules.util.config.e2v_dataset_config import load_dataset_config
     from modules.util.config.loading import load_train_config
     from modules.util.errors import UserError
@@ -53,6 +54,7 @@ def main() -> int:
         raise UserError("config key 'dataset_config' is empty: preview_e2v needs an E2V dataset JSON")
     load_dataset_config(config.dataset_config)  # validate before loading any model
     model = WanModelLoader().load_for_config(config, resolve_device(config.train_device))
+    prepare_e2v_model(model, config)  # a T2V base gets the I2V input layout, as the trainer gives it
     data = WanE2VDataLoader(config, model)
     data.prepare()
     tensors, references = data.preview(args.sample)

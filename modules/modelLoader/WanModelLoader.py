@@ -105,7 +105,7 @@ class WanModelLoader:
     def load_for_config(self, config: TrainConfig, device: torch.device) -> WanModel:
         """The model a training config names: base folder, override files and dtypes (one place for that
         mapping: the trainer and preview_e2v.py load through it)."""
-        return self.load(
+        model = self.load(
             config.base_model_name, device, transformer_dtype=config.transformer_dtype,
             text_encoder_dtype=config.text_encoder_dtype, vae_dtype=config.vae_dtype,
             image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
@@ -113,6 +113,12 @@ class WanModelLoader:
             vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
             image_encoder_override=config.image_encoder_override,
         )
+        folder = config.e2v.image_encoder_model_name
+        if config.dataset_config and folder and model.image_encoder is None:  # E2V's CLIP from another checkpoint
+            model.image_encoder, model.image_processor = self.load_image_encoder(folder, model.train_device,
+                                                                                 config.image_encoder_dtype)
+            model.component_sources["image_encoder"] = Path(folder) / "image_encoder"
+        return model
 
     @staticmethod
     def load_image_encoder(folder: str, device: torch.device, dtype: DataType = DataType.FLOAT32,

@@ -14,6 +14,8 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.util.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 def expanded_config(config: dict, mask_channels: int, image_dim: int | None) -> dict:
@@ -91,3 +93,19 @@ def expand_model_for_e2v(model, use_clip: bool, image_dim: int | None, seed: int
     model.variant = dataclasses.replace(model.variant, in_channels=model.transformer.config.in_channels,
                                         has_clip_branch=model.transformer.config.image_dim is not None)
     return names
+
+
+def prepare_e2v_model(model, config) -> dict[int, list[str]]:
+    """The model-setup step of E2V that every entry point runs (trainer, preview_e2v.py): a base without an
+    image-conditioned input layout is expanded (§8), seeded by `config.seed`. Returns the fully trained
+    names per expert ({} for I2V and TI2V bases, which take E2V as they are)."""
+    variant, e2v = model.variant, config.e2v
+    if variant.channel_concat_condition or variant.expand_timesteps:
+        return {}
+    wants_clip = e2v.e2v_type in ("dual", "clip") or (e2v.e2v_type == "auto" and model.image_encoder is not None)
+    if wants_clip and model.image_encoder is None:
+        raise UserError(f"config key 'e2v.e2v_type' is '{e2v.e2v_type}' but the {variant.name} base has "
+                        "no image encoder: set e2v.image_encoder_model_name to a folder with image_encoder/ "
+                        "(e.g. an I2V checkpoint) or use e2v_type 'vae'")
+    image_dim = model.image_encoder.config.hidden_size if wants_clip else None
+    return expand_model_for_e2v(model, bool(wants_clip), image_dim, config.seed)

@@ -22,7 +22,6 @@ import torch
 from tqdm import tqdm
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
-from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
 from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
@@ -30,14 +29,11 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
-from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 from modules.modelSetup.memory import enable_vae_tiling
 from modules.model.step_inputs import StepRandom
 from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.optimizer.registry import spec_of
-from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
-from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.backup import (
     Backup,
     TrainProgress,
@@ -56,6 +52,7 @@ from modules.trainer.resume_check import (
     tensor_mismatch,
     training_settings,
 )
+from modules.trainer.registry import SETUPS, data_kind
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, snapshot_destination
 from modules.trainer.visualization import Visualizer
@@ -101,8 +98,8 @@ class GenericTrainer:
     def start(self) -> None:
         config = self.config
         check_paths(config)  # every path error before any model loads
-        if config.dataset_config:  # an E2V config error stops before any model loads
-            validate_e2v_config(config)
+        kind = data_kind(config)
+        kind.check(config)  # e.g. an E2V dataset error stops before any model loads
         self.dist, device_name = init_distributed(config.train_device)
         self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
@@ -113,17 +110,15 @@ class GenericTrainer:
         self.model = WanModelLoader().load_for_config(config, device)
         if config.vae_tiling:
             enable_vae_tiling(self.model.vae)
-        full_train = self._prepare_e2v_base() if config.dataset_config else {}
-        setup_cls = WanLoRASetup if config.training_method == TrainingMethod.LORA else WanFineTuneSetup
-        self.setup = setup_cls(self.model, config, full_train)
+        full_train = kind.prepare_model(self.model, config)  # E2V on a T2V base: the expanded input layout
+        self.setup = SETUPS[config.training_method](self.model, config, full_train)
 
         self._status("preparing data")
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
             if module is not None:
                 module.to(device)
-        loader_cls = WanE2VDataLoader if config.dataset_config else WanBaseDataLoader
-        self.data = loader_cls(config, self.model, self.skips, self.dist,
-                               should_stop=lambda: self.commands.stop_requested)
+        self.data = kind.loader(config, self.model, self.skips, self.dist,
+                                should_stop=lambda: self.commands.stop_requested)
         try:
             self.data.prepare()
         except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
@@ -151,23 +146,6 @@ class GenericTrainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
-
-    def _prepare_e2v_base(self) -> dict[int, list[str]]:
-        """E2V on a base without the I2V input layout: add it (E2V_SPEC §8). Returns the full-train names."""
-        model, config = self.model, self.config
-        if config.e2v.image_encoder_model_name and model.image_encoder is None:
-            model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(
-                config.e2v.image_encoder_model_name, model.train_device, config.image_encoder_dtype)
-            model.component_sources["image_encoder"] = Path(config.e2v.image_encoder_model_name) / "image_encoder"
-        if model.variant.channel_concat_condition or model.variant.expand_timesteps:
-            return {}
-        wants_clip = config.e2v.e2v_type in ("dual", "clip") or (config.e2v.e2v_type == "auto" and model.image_encoder)
-        if wants_clip and model.image_encoder is None:
-            raise UserError(f"config key 'e2v.e2v_type' is '{config.e2v.e2v_type}' but the {model.variant.name} base has "
-                            "no image encoder: set e2v.image_encoder_model_name to a folder with image_encoder/ "
-                            "(e.g. an I2V checkpoint) or use e2v_type 'vae'")
-        image_dim = model.image_encoder.config.hidden_size if wants_clip else None
-        return expand_model_for_e2v(model, bool(wants_clip), image_dim, config.seed)
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"

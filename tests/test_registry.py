@@ -1,0 +1,112 @@
+"""The explicit registries (issue #12, deliverables 4 and 5): checkpoint class + layout -> family, classes and
+conditioning; an unknown class or layout is one line naming the folder; the trainer looks its parts up; the E2V
+expansion is a model-setup step that preview_e2v.py runs too, so it works on T2V bases."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from diffusers import WanImageToVideoPipeline, WanPipeline
+from safetensors.torch import load_file
+
+from modules.model.registry import FAMILIES, family_for
+from modules.model.WanVariant import detect_variant
+from modules.modelLoader.WanModelLoader import WanModelLoader
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.trainer.registry import DATA_KINDS, SETUPS, data_kind
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import TrainingMethod
+from modules.util.errors import UserError
+from tests.conftest import REPO_ROOT, e2v_on_t2v_config, train_config_dict
+from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+
+PIPELINES = {"t2v": (WanPipeline, WanPipeline), "i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
+             "ti2v": (WanPipeline, WanImageToVideoPipeline), "a14b_t2v": (WanPipeline, WanPipeline),
+             "a14b_i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline)}
+
+
+@pytest.mark.parametrize("variant", list(PIPELINES))
+def test_every_tiny_variant_resolves_to_its_family_and_pipelines(variant, tiny_model):
+    detected = detect_variant(tiny_model(variant))
+    family = family_for(detected)
+    assert detected.name == family.name == variant and detected.transformer_class == "WanTransformer3DModel"
+    assert (family.pipeline(False), family.pipeline(True)) == PIPELINES[variant]
+    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    needs_image = detected.channel_concat_condition
+    assert type(model.pipeline()) is PIPELINES[variant][1 if needs_image else 0]
+    assert model.conditioning == family.conditioning(detected)
+
+
+def edited_copy(tiny_model, tmp_path, **changes) -> Path:
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model("t2v"), folder)
+    config_path = folder / "transformer" / "config.json"
+    config = json.loads(config_path.read_text())
+    config.update(changes)
+    config_path.write_text(json.dumps(config))
+    return folder
+
+
+def test_an_unknown_transformer_class_is_one_line_naming_the_folder(tiny_model, tmp_path):
+    folder = edited_copy(tiny_model, tmp_path, _class_name="HunyuanVideoTransformer3DModel")
+    with pytest.raises(UserError) as error:
+        detect_variant(folder)
+    assert str(folder) in str(error.value) and "HunyuanVideoTransformer3DModel" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_wan_family_we_do_not_train_is_named(tiny_model, tmp_path):
+    folder = edited_copy(tiny_model, tmp_path, _class_name="WanVACETransformer3DModel")
+    with pytest.raises(UserError, match=r"is a Wan VACE checkpoint \(WanVACETransformer3DModel\), which WanTrainer "
+                                        r"does not train yet"):
+        detect_variant(folder)
+
+
+def test_an_unrecognised_channel_layout_is_an_error_not_a_silent_t2v(tiny_model, tmp_path):
+    folder = edited_copy(tiny_model, tmp_path, in_channels=20)
+    with pytest.raises(UserError) as error:
+        detect_variant(folder)
+    message = str(error.value)
+    assert str(folder) in message and "20 input and 16 output channels matches no Wan layout" in message
+    assert "\n" not in message
+
+
+def test_the_registry_is_a_plain_dict_of_every_layout():
+    assert {family.name for family in FAMILIES.values()} == set(PIPELINES)
+
+
+def test_the_trainer_takes_its_parts_from_the_registries(tiny_model, video_dataset, tmp_path):
+    assert set(SETUPS) == set(TrainingMethod)
+    plain = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path))
+    assert data_kind(plain) is DATA_KINDS["clips"]
+    e2v = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, dataset_config="x.json"))
+    assert data_kind(e2v) is DATA_KINDS["e2v"]
+    source = (REPO_ROOT / "modules" / "trainer" / "GenericTrainer.py").read_text(encoding="utf-8")
+    for name in ("WanLoRASetup", "WanFineTuneSetup", "WanE2VDataLoader", "expand_model_for_e2v", "channel_concat",
+                 "expand_timesteps", "variant.name"):
+        assert name not in source, f"GenericTrainer decides by model type again ({name})"
+
+
+@pytest.mark.slow
+def test_preview_e2v_works_on_a_t2v_base_and_shows_what_the_trainer_feeds(tiny_model, tmp_path):
+    values = e2v_on_t2v_config(tiny_model, tmp_path)
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()  # expands the T2V base, caches the samples
+    sample_id = sorted(p.stem for p in (tmp_path / "data").glob("*.mp4"))[0]
+    expected, _ = trainer.data.preview(sample_id)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(values))
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "preview_e2v.py"), "--config-path",
+                             str(config), "--sample", sample_id, "--output", str(tmp_path / "preview")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    tensors = load_file(tmp_path / "preview" / f"{sample_id}.safetensors")
+    assert set(tensors) == set(expected) and {"mask", "condition_latents", "clip_embeds"} <= set(tensors)
+    for key, value in expected.items():
+        torch.testing.assert_close(tensors[key], value.float(), rtol=0, atol=1e-5)
+    assert (tmp_path / "preview" / f"{sample_id}.png").is_file()
