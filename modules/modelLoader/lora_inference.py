@@ -204,29 +204,16 @@ def merge_lora_files(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> No
 
 
 def attach_expanded_lora(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> None:
-    """A LoRA trained on an E2V-expanded base (T2V + E2V): expand the transformer(s) the same way, then
-    load the LoRA and the fully trained new weights with our own loader (diffusers knows no such file)."""
+    """A LoRA trained on an E2V-expanded base (T2V + E2V): expand the transformer(s) the same way, then merge
+    the adapter (any type, through its spec) and set the fully trained new weights (diffusers knows no such file)."""
     import json
 
-    from peft import LoraConfig
-
-    from modules.modelSaver.lora_formats import apply_to_peft
     from modules.modelSetup.e2v_expansion import expand_model_for_e2v
 
     weights = {expert: load_lora_file(file) for expert, file in lora.files.items()}
     config = json.loads(next(iter(weights.values()))[1][TRANSFORMER_CONFIG_KEY])
     expand_model_for_e2v(model, config.get("image_dim") is not None, config.get("image_dim"), seed=0)
     for expert, (layers, _) in weights.items():
-        transformer = model.transformers()[expert]
-        if not layers.spec.diffusers_loadable:  # no peft injection for these: merged like any of their files
-            with _applying(lora.files[expert], model.variant):
-                merge_into_transformer(transformer, layers, scale)
-            continue
-        ranks = {layer.rank for layer in layers.layers.values()}
-        transformer.add_adapter(LoraConfig(r=max(ranks), lora_alpha=max(ranks), target_modules=sorted(layers.layers),
-                                           rank_pattern={n: l.rank for n, l in layers.layers.items()}), "default")
         with _applying(lora.files[expert], model.variant):
-            apply_to_peft(transformer, layers, "default")
-        if scale != 1.0:
-            transformer.set_adapters(["default"], [scale])
-    logger.info("E2V-expanded LoRA loaded from %s", lora.given)
+            merge_into_transformer(model.transformers()[expert], layers, scale)
+    logger.info("E2V-expanded %s loaded from %s", next(iter(weights.values()))[0].spec.title, lora.given)
