@@ -46,3 +46,34 @@ def train_config_dict(model_dir: Path, data_dir: Path, work: Path, **overrides) 
     }
     config.update(overrides)
     return config
+
+
+def e2v_on_t2v_config(tiny_model, work: Path, **overrides) -> dict:
+    """A small E2V config on the tiny T2V base (expanded to the I2V layout; CLIP from the tiny I2V folder) with
+    a two-sample element dataset written under `work`."""
+    import json
+
+    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+
+    data = write_e2v_dataset(work / "data", count=2, frames=17, height=32, width=32)
+    dataset = work / "dataset.json"
+    dataset.write_text(json.dumps(e2v_dataset_json(data, 32, 32, 17)))
+    values = {"dataset_config": str(dataset), "concepts": [], "epochs": 1,
+              "e2v": {"image_encoder_model_name": str(tiny_model("i2v"))}, **overrides}
+    return train_config_dict(tiny_model("t2v"), dataset, work, **values)
+
+
+def stop_and_resume(make_trainer, step: int):
+    """Trains with `make_trainer()` until a stop after optimizer step `step` (which writes a backup), then
+    returns `make_trainer(continue_last_backup=True)` started from that backup, not yet trained further."""
+    from modules.trainer.GenericTrainer import TrainingStopped
+
+    first = make_trainer()
+    first.start()
+    first.callbacks.on_update = lambda update: first.commands.stop() if update.global_step == step else None
+    with pytest.raises(TrainingStopped):
+        first.train()
+    resumed = make_trainer(continue_last_backup=True)
+    resumed.start()
+    assert resumed.progress.global_step == step
+    return resumed

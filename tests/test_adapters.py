@@ -7,7 +7,6 @@ loader consumes (`comfy_loaded_keys`) and the weight it computes from them (`com
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
@@ -30,12 +29,11 @@ from modules.modelSaver.lora_formats import (
 from modules.modelSaver.merged_model import DIFFUSERS, MergeInputs, merge_lora_into_model
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.original_keys import original_key
-from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
-from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
-from tests.conftest import train_config_dict
+from tests.conftest import e2v_on_t2v_config, stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 from tests.test_default_output import comfy_module_names
 
@@ -265,14 +263,7 @@ def test_the_trained_file_has_only_keys_comfyui_consumes_and_its_formula(adapter
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_resume_from_a_backup_is_bit_identical(adapter, trained, tiny_model, video_dataset, tmp_path):
     expected = trained_state(trained(adapter)[0])
-    first = make_trainer(tiny_model, video_dataset, tmp_path, adapter)
-    first.start()
-    first.callbacks.on_update = lambda update: first.commands.stop() if update.global_step == 2 else None
-    with pytest.raises(TrainingStopped):
-        first.train()
-    resumed = make_trainer(tiny_model, video_dataset, tmp_path, adapter, continue_last_backup=True)
-    resumed.start()
-    assert resumed.progress.global_step == 2
+    resumed = stop_and_resume(lambda **o: make_trainer(tiny_model, video_dataset, tmp_path, adapter, **o), step=2)
     resumed.train()
     actual = trained_state(resumed)
     assert actual.keys() == expected.keys()
@@ -331,13 +322,8 @@ def test_merge_lora_of_a_loha_file_is_base_plus_comfyuis_delta(trained, tiny_mod
 @pytest.fixture
 def e2v_trainer(tiny_model, tmp_path):
     """(adapter, work folder, overrides) -> an E2V trainer on the T2V base (expanded to the I2V layout)."""
-    data = write_e2v_dataset(tmp_path / "data", count=2, frames=17, height=32, width=32)
-    dataset = tmp_path / "dataset.json"
-    dataset.write_text(json.dumps(e2v_dataset_json(data, 32, 32, 17)))
-
     def make(adapter: str, work: str, **overrides) -> GenericTrainer:
-        values = train_config_dict(tiny_model("t2v"), dataset, tmp_path / work, dataset_config=str(dataset), concepts=[],
-                                   epochs=2, output_dtype="FLOAT32", e2v={"image_encoder_model_name": str(tiny_model("i2v"))},
+        values = e2v_on_t2v_config(tiny_model, tmp_path / work, epochs=2, output_dtype="FLOAT32",
                                    **ADAPTERS[adapter], **overrides)
         return GenericTrainer(TrainConfig.from_dict(values))
 
@@ -346,13 +332,13 @@ def e2v_trainer(tiny_model, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("adapter", ADAPTERS)
-def test_e2v_on_a_t2v_base_trains_saves_and_continues(adapter, e2v_trainer):
+def test_e2v_on_a_t2v_base_trains_saves_continues_and_resumes_bit_identically(adapter, e2v_trainer):
     first = e2v_trainer(adapter, "a")
     first.start()
     first.train()
+    saved = trained_state(first)
     written = first.end()
     assert any(path.name.endswith("-i2v.safetensors") for path in written)  # the I2V export merged the adapter
-    saved = trained_state(first)
     adapter_kinds = set().union(*TRAINED_KINDS.values())
     kinds = {part for key in saved for part in key.split(".") if part in adapter_kinds}
     assert kinds == TRAINED_KINDS[adapter]
@@ -362,23 +348,8 @@ def test_e2v_on_a_t2v_base_trains_saves_and_continues(adapter, e2v_trainer):
     loaded = trained_state(second)
     assert all(torch.allclose(loaded[k], saved[k], rtol=1e-5, atol=1e-6) for k in saved)
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("adapter", ADAPTERS)
-def test_e2v_resume_from_a_backup_is_bit_identical(adapter, e2v_trainer):
-    whole = e2v_trainer(adapter, "whole")
-    whole.start()
-    whole.train()
-    expected = trained_state(whole)
-    first = e2v_trainer(adapter, "stopped")
-    first.start()
-    first.callbacks.on_update = lambda update: first.commands.stop() if update.global_step == 1 else None
-    with pytest.raises(TrainingStopped):
-        first.train()
-    resumed = e2v_trainer(adapter, "stopped", continue_last_backup=True)
-    resumed.start()
-    assert resumed.progress.global_step == 1
+    resumed = stop_and_resume(lambda **o: e2v_trainer(adapter, "stopped", **o), step=1)
     resumed.train()
     actual = trained_state(resumed)
-    assert actual.keys() == expected.keys()
-    assert all(torch.equal(actual[k], expected[k]) for k in expected)
+    assert actual.keys() == saved.keys()
+    assert all(torch.equal(actual[k], saved[k]) for k in saved)

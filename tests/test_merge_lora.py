@@ -433,13 +433,9 @@ def test_e2v_training_writes_the_i2v_export_that_runs_like_our_sampler(tiny_mode
     sampler runs the LoRA (see `sampler_and_pipeline` for why these inputs compute the same thing)."""
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from tests.conftest import e2v_on_t2v_config
 
-    data = write_e2v_dataset(tmp_path / "data", count=2, frames=17, height=32, width=32)
-    dataset = tmp_path / "dataset.json"
-    dataset.write_text(json.dumps(e2v_dataset_json(data, 32, 32, 17)))
-    config = train_config_dict(tiny_model("t2v"), dataset, tmp_path, dataset_config=str(dataset), concepts=[],
-                               epochs=1, e2v={"image_encoder_model_name": str(tiny_model("i2v"))})
+    config = e2v_on_t2v_config(tiny_model, tmp_path)
     trainer = GenericTrainer(TrainConfig.from_dict(config))
     trainer.start()
     trainer.train()

@@ -11,11 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 from modules.optimizer.registry import OPTIMIZERS, spec_of
-from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.loading import load_train_config
 from modules.util.config.train_config import TrainConfig
-from tests.conftest import train_config_dict
+from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 NEW = ["PRODIGY", "ADAFACTOR", "CAME", "LION", "ADAMW_SCHEDULE_FREE", "MUON"]
@@ -49,14 +49,8 @@ def test_trains_changes_the_weights_and_resumes_bit_identically(optimizer, tiny_
     assert any(not torch.equal(expected[k], initial[k]) for k in initial), "training changed no weight"
     assert type(whole.optimizer).__module__.split(".")[0] == (spec_of(whole.config.optimizer).module or "torch")
 
-    stopped = make_trainer(tiny_model, video_dataset, tmp_path / "resumed", optimizer)
-    stopped.start()
-    stopped.callbacks.on_update = lambda update: stopped.commands.stop() if update.global_step == 2 else None
-    with pytest.raises(TrainingStopped):
-        stopped.train()
-    resumed = make_trainer(tiny_model, video_dataset, tmp_path / "resumed", optimizer, continue_last_backup=True)
-    resumed.start()
-    assert resumed.progress.global_step == 2
+    resumed = stop_and_resume(lambda **o: make_trainer(tiny_model, video_dataset, tmp_path / "resumed", optimizer, **o),
+                              step=2)
     resumed.train()
     actual = state(resumed)
     assert actual.keys() == expected.keys()
