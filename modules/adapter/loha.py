@@ -28,6 +28,7 @@ class LoHaSpec(AdapterSpec):
     title = "LoHa"
     file_keys = (*FACTORS, "alpha")
     marker_keys = ("hada_w1_a",)
+    up_weights = ("hada_w1_a", "hada_w2_a")  # (out, rank): ComfyUI's w1a @ w1b
 
     def peft_layer(self) -> type:
         from peft.tuners.loha import LoHaLayer

@@ -85,6 +85,7 @@ class LoRASpec(AdapterSpec):
     title = "LoRA"
     file_keys = (DOWN, UP, "alpha")
     diffusers_loadable = True
+    up_weights = ("lora_B",)
 
     def peft_layer(self) -> type:
         from peft.tuners.lora import LoraLayer
@@ -143,6 +144,7 @@ class DoRASpec(AdapterSpec):
     title = "DoRA"
     file_keys = (DOWN, UP, DORA_SCALE, "alpha")
     marker_keys = (DORA_SCALE,)
+    up_weights = ("lora_B",)
 
     def peft_layer(self) -> type:
         return LoRASpec().peft_layer()

@@ -38,6 +38,8 @@ class AdapterSpec(ABC):
     file_keys: ClassVar[tuple[str, ...]] = ()  # the suffixes this type writes and reads (`.alpha` included)
     marker_keys: ClassVar[tuple[str, ...]] = ()  # any of them in a file makes it this type
     diffusers_loadable: ClassVar[bool] = False  # diffusers' load_lora_weights applies it to Wan
+    # peft's `adapter_layer_names` that are up (B) matrices, which LoRA+ trains faster; () = LoRA+ does not apply
+    up_weights: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def peft_layer(self) -> type:
@@ -98,6 +100,10 @@ class AdapterSpec(ABC):
                 else:
                     names.update(f"{prefix}.{name}" for name, _ in entry.named_parameters())
         return names
+
+    def is_up_weight(self, parameter_name: str) -> bool:
+        """Whether a trained parameter (`...to_q.lora_B.default.weight`) is one of the type's up matrices."""
+        return any(f".{attr}." in f".{parameter_name}." for attr in self.up_weights)
 
     def encode(self, layer: AdapterLayer) -> dict[str, torch.Tensor]:
         """The file tensors of a layer by suffix, `.alpha` included."""

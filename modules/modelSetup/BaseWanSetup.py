@@ -118,6 +118,32 @@ class BaseWanSetup:
                 self.ddp[expert] = DistributedDataParallel(
                     transformer, device_ids=[device.index] if device.type == "cuda" else None)
 
+    def parameter_groups(self, params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter] | list[dict]:
+        """`params` as optimizer groups by peak learning rate: the expert's (`learning_rate_high_noise` /
+        `learning_rate_low_noise`), times `lora_plus_ratio` for adapter up matrices. With one rate for all, the
+        plain list, as before (so older backups' single group still loads)."""
+        names = {id(p): (expert, name) for expert, transformer in self.trained_transformers()
+                 for name, p in transformer.named_parameters()}
+        rates = [self.peak_rate(*names[id(p)]) for p in params]
+        if set(rates) == {self.config.learning_rate}:
+            return params
+        groups: dict[float, list[torch.nn.Parameter]] = {}
+        for param, rate in zip(params, rates):
+            groups.setdefault(rate, []).append(param)
+        return [{"params": members, "lr": rate} for rate, members in groups.items()]
+
+    def peak_rate(self, expert: int, name: str) -> float:
+        """The peak learning rate of parameter `name` of `expert`."""
+        config = self.config
+        rate = config.learning_rate
+        if self.model.transformer_2 is not None:
+            rate = (config.learning_rate_high_noise if expert == 0 else config.learning_rate_low_noise) or rate
+        return rate * self._rate_factor(name)
+
+    def _rate_factor(self, name: str) -> float:
+        """A parameter's multiplier of its expert's rate (LoRA+ in the adapter setup)."""
+        return 1.0
+
     def trained_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer steps, in a stable order (sharding replaces the objects)."""
         return [p for _, t in self.trained_transformers() for p in t.parameters() if p.requires_grad]
@@ -175,6 +201,8 @@ class BaseWanSetup:
         experts = [index for index, _ in self.trained_transformers()]
         if len(experts) == 1:
             expert = experts[0]
+        elif self.config.expert_step_share:  # the user's share of steps, not the σ distribution's
+            expert = 0 if float(torch.rand(1, generator=random.step)) < self.config.expert_step_share else 1
         else:
             first = self.sigma_sampler.sample(1, random.step)
             expert = conditioning.expert_for_sigma(float(first), count)

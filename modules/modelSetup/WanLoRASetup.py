@@ -41,6 +41,12 @@ class WanLoRASetup(BaseWanSetup):
             params.extend(expert_params)
         return params
 
+    def _rate_factor(self, name: str) -> float:
+        """LoRA+: the adapter's up matrices at `lora_plus_ratio` times the rate."""
+        ratio = self.config.lora_plus_ratio
+        spec = adapter_for(self.config.peft_type, self.config.lora_decompose)
+        return ratio if ratio and spec.is_up_weight(name) else 1.0
+
     def _trains(self, expert: int, name: str) -> bool:
         return name in self.trained_names[expert]
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from modules.optimizer.spec import OptimizerSpec, betas_in_range, positive
+from modules.optimizer.spec import OptimizerSpec, as_groups, betas_in_range, positive
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 
 
@@ -32,10 +32,13 @@ class MuonOptions(BaseConfig):
 def _muon(params, lr: float, weight_decay: float, o: MuonOptions) -> torch.optim.Optimizer:
     from pytorch_optimizer import Muon
 
-    params = list(params)
-    groups = [dict(params=[p for p in params if p.ndim >= 2], use_muon=True, lr=lr, weight_decay=weight_decay),
-              dict(params=[p for p in params if p.ndim < 2], use_muon=False, lr=lr * o.adamw_lr_ratio,
-                   betas=(o.adamw_beta1, o.adamw_beta2), eps=o.adamw_eps, weight_decay=weight_decay)]
+    groups = []
+    for group in as_groups(params, lr):  # each incoming group (its own rate) splits into matrices and the rest
+        groups += [dict(params=[p for p in group["params"] if p.ndim >= 2], use_muon=True, lr=group["lr"],
+                        weight_decay=weight_decay),
+                   dict(params=[p for p in group["params"] if p.ndim < 2], use_muon=False,
+                        lr=group["lr"] * o.adamw_lr_ratio, betas=(o.adamw_beta1, o.adamw_beta2), eps=o.adamw_eps,
+                        weight_decay=weight_decay)]
     return Muon([g for g in groups if g["params"]], lr=lr, momentum=o.momentum, weight_decay=weight_decay,
                 nesterov=o.nesterov, ns_steps=o.ns_steps, use_adjusted_lr=o.adjusted_lr)
 

@@ -58,6 +58,14 @@ class OptimizerSpec:
                     param.copy_(value)
 
 
+def as_groups(params: Sequence[Any], lr: float) -> list[dict[str, Any]]:
+    """Parameters or parameter groups as groups that each name their "lr" (for factories that split them)."""
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        return [{**group, "lr": group.get("lr", lr)} for group in params]
+    return [{"params": params, "lr": lr}]
+
+
 def betas_in_range(options: BaseConfig, path: str, *names: str) -> None:
     """Each named beta in [0, 1), naming `optimizer_options.<NAME>.<beta>` otherwise."""
     for name in names:

@@ -134,7 +134,7 @@ class GenericTrainer:
             self._load_initial_lora(config.lora_weight_path)
         self.setup.prepare_device(self.dist)
         self.params = self.setup.trained_parameters() if self.setup.sharded else params  # sharding swaps them
-        self.optimizer = create_optimizer(self.params, config)
+        self.optimizer = create_optimizer(self.setup.parameter_groups(self.params), config)
         self.total_steps = self._total_steps()
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
         if config.continue_last_backup:

@@ -25,6 +25,7 @@ BOOL, CHOICE, INT, FLOAT, TEXT, PATH, INT_LIST, TEXT_LIST, JSON = (
 # String fields that name a file or folder: which picker the "..." button opens.
 PATH_MODES = {
     "base_model_name": "dir", "transformer_override": "file", "transformer_2_override": "file",
+    "vae_override": "file", "text_encoder_override": "file", "image_encoder_override": "file",
     "workspace_dir": "dir", "cache_dir": "dir", "output_model_destination": "save",
     "dataset_config": "file", "lora_weight_path": "file", "image_encoder_model_name": "dir",
     "path": "dir", "image": "file", "data_root": "dir", "output_dir": "dir",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from modules.adapter.registry import PeftType
+from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
@@ -38,10 +38,11 @@ DEFAULT_LORA_TARGETS = [
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
 _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank")
-_NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "backup_after", "sample_after", "ram_cache_mb",
+_NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
+                 "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
-_POSITIVE = ("learning_rate", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
-_FRACTION_BELOW_ONE = ("lora_dropout",)
+_POSITIVE = ("learning_rate", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
+_FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
 
 def check_frame_count(key: str, frames: int) -> None:
@@ -171,8 +172,14 @@ class TrainConfig(BaseConfig):
     batch_size: int = option(1, "Samples per step (a batch never mixes shapes).")
     gradient_accumulation_steps: int = option(1, "Micro-batches per optimizer step.")
     learning_rate: float = option(1e-4, "Peak learning rate.")
-    learning_rate_scheduler: LearningRateScheduler = option(LearningRateScheduler.CONSTANT, "CONSTANT, LINEAR or COSINE (after warm-up).")
+    learning_rate_scheduler: LearningRateScheduler = option(LearningRateScheduler.CONSTANT, "CONSTANT, LINEAR, COSINE, COSINE_WITH_RESTARTS or REX (after warm-up).")
     learning_rate_warmup_steps: int = option(0, "Linear warm-up steps.")
+    learning_rate_cycles: float = option(1.0, "COSINE_WITH_RESTARTS: how many cosine decays the run holds (each restarts at the peak).")
+    learning_rate_min_factor: float = option(0.0, "LINEAR, COSINE, COSINE_WITH_RESTARTS and REX decay to this fraction of the peak, not to 0.")
+    learning_rate_high_noise: float = option(0.0, "Two-expert models: the high-noise expert's peak learning rate (0 = learning_rate).", structural=True)
+    learning_rate_low_noise: float = option(0.0, "Two-expert models: the low-noise expert's peak learning rate (0 = learning_rate).", structural=True)
+    expert_step_share: float = option(0.0, "Two-expert models, train_expert BOTH: the fraction of steps that train the high-noise expert (0 = as the σ distribution falls).")
+    lora_plus_ratio: float = option(0.0, "LoRA+: the up (B) matrices learn this many times faster (e.g. 4 to 16; 0 = off). LORA, DoRA and LOHA.", structural=True)
     optimizer: Optimizer = option(Optimizer.ADAMW, "The optimizer; its own options are under optimizer_options.<NAME>.", structural=True)
     optimizer_options: OptimizerOptions = option(OptimizerOptions(), "Options of each optimizer by name; only the chosen optimizer's are used.")
     weight_decay: float = option(0.01, "Weight decay (decoupled where the optimizer supports it).")
@@ -249,6 +256,10 @@ class TrainConfig(BaseConfig):
                 fail(key, f"must be at least 0 and below 1, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
+        if not 0.0 <= self.expert_step_share <= 1.0:
+            fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
+        if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:
+            fail("lora_plus_ratio", f"applies to adapters with up (B) matrices: LORA, DoRA or LOHA, not {self.peft_type.name}")
         if not 0.0 <= self.caption_dropout_probability <= 1.0:
             fail("caption_dropout_probability", f"must be between 0 and 1, got {self.caption_dropout_probability}")
         if len(self.transparent_background) != 3 or any(not 0 <= v <= 255 for v in self.transparent_background):

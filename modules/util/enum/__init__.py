@@ -40,6 +40,8 @@ class LearningRateScheduler(Enum):
     CONSTANT = "CONSTANT"
     LINEAR = "LINEAR"
     COSINE = "COSINE"
+    COSINE_WITH_RESTARTS = "COSINE_WITH_RESTARTS"  # `learning_rate_cycles` cosine decays, each back to the peak
+    REX = "REX"  # (1 - p) / (1 - p/2): stays high longer than linear, then falls (Chen et al., "REX")
 
 
 class TimestepDistribution(Enum):
