@@ -152,4 +152,5 @@ def test_every_registered_optimizer_has_documented_options_and_a_gui_place():
     for name in OPTIMIZERS:
         assert f"## `optimizer_options.{name}`" in docs
         assert any(key.startswith(f"optimizer_options.{name}.") for key in OPTIMIZER_OPTION_KEYS)
-    assert shown("optimizer_options.PRODIGY.d_coef", "PRODIGY") and not shown("optimizer_options.PRODIGY.d_coef", "ADAMW")
+    assert shown("optimizer_options.PRODIGY.d_coef", {"optimizer": "PRODIGY"}.get)
+    assert not shown("optimizer_options.PRODIGY.d_coef", {"optimizer": "ADAMW"}.get)

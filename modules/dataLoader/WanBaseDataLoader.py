@@ -143,6 +143,7 @@ class TrainingItem:
     bucket: Bucket | None = None
     latent_key: str = ""  # cache entries (empty without latent caching)
     text_key: str = ""
+    loss_weight: float = 1.0  # its concept's
 
 
 class WanBaseDataLoader:
@@ -222,7 +223,8 @@ class WanBaseDataLoader:
                     continue
                 source = {"media_path": str(sample.media_path), "media_fp": media_fp, "caption": sample.caption}
                 keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
-                raw.append((TrainingItem(sample, len(raw), source, None, *keys), concept.repeats))
+                raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=concept.loss_weight),
+                            concept.repeats))
         return raw
 
     def prepare(self) -> None:
@@ -301,6 +303,9 @@ class WanBaseDataLoader:
             batch["condition_mask"] = mask[None].expand(len(indices), -1, -1, -1, -1)
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])
+        weights = [self.items[i].loss_weight for i in indices]
+        if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
+            batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)
         return batch
 
     def _load(self, index: int, epoch: int) -> dict[str, Any]:
@@ -323,7 +328,9 @@ class WanBaseDataLoader:
         if self.uses_image_condition:
             condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
         clip = batch.get("clip_embeds")
-        payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None)
+        weights = batch.get("loss_weight")
+        payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
+                                   sample_weights=weights.to(device) if weights is not None else None)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
 
     def _empty_prompt_embeds(self) -> torch.Tensor:

@@ -29,13 +29,15 @@ class ConditionPayload:
       means no image (zeros, as diffusers and SkyReels-A2 feed then).
     - CLIP branch (Wan 2.1 I2V, E2V on a CLIP base): `clip_embeds` (B, 257·N, D).
     - TI2V (per-token timesteps): `clean_frames` K, the leading latent frames that stay the clean condition.
-    - every family: `loss_frame_weights` (T,) per latent frame (E2V leaves reference frames out), None = all 1.
+    - every family: `loss_frame_weights` (T,) per latent frame (E2V leaves reference frames out), None = all 1;
+      `sample_weights` (B,) per sample (`concepts[].loss_weight`), None = all 1.
     """
 
     condition: torch.Tensor | None = None
     clip_embeds: torch.Tensor | None = None
     clean_frames: int = 0
     loss_frame_weights: torch.Tensor | None = None
+    sample_weights: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)

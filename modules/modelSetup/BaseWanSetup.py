@@ -15,6 +15,7 @@ from modules.model.conditioning import TRAIN_TIMESTEPS
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.modelSetup.losses import elementwise_loss, huber_c_for, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
@@ -230,14 +231,21 @@ class BaseWanSetup:
                 **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, inputs.prompt_embeds, payload, dtype),
                 return_dict=False)[0]
         target = flow_target(x0, noise)
-        loss = self.loss(predicted, target, conditioning.loss_weights(x0.shape[2], payload, predicted.device))
+        loss = self.loss(predicted, target, sigmas, conditioning.loss_weights(x0.shape[2], payload, predicted.device),
+                         payload.sample_weights)
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
 
-    @staticmethod
-    def loss(predicted: torch.Tensor, target: torch.Tensor, frame_weights: torch.Tensor) -> torch.Tensor:
-        """MSE over the output channels, latent frames weighted (clean TI2V frames and, optionally, E2V
-        reference frames at 0)."""
-        error = (predicted.float() - target.float()) ** 2
+    def loss(self, predicted: torch.Tensor, target: torch.Tensor, sigmas: torch.Tensor, frame_weights: torch.Tensor,
+             sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """`loss_type`'s error over the output channels, latent frames weighted (clean TI2V frames and, optionally,
+        E2V reference frames at 0), samples weighted by `loss_weight_fn` of their σ and their concept's weight."""
+        config = self.config
+        error = elementwise_loss(predicted, target, config.loss_type,
+                                 huber_c_for(sigmas, config.huber_c, config.huber_schedule))
         per_frame = error.mean(dim=(1, 3, 4))  # (B, T)
-        return (per_frame * frame_weights).sum(dim=1).div(frame_weights.sum().clamp(min=1)).mean()
+        per_sample = (per_frame * frame_weights).sum(dim=1).div(frame_weights.sum().clamp(min=1))
+        for weights in (sigma_weights(sigmas, config.loss_weight_fn), sample_weights):
+            if weights is not None:  # none by default: the plain mean stays bit-exact
+                per_sample = per_sample * weights.to(per_sample.device, per_sample.dtype)
+        return per_sample.mean()

@@ -151,3 +151,19 @@ def test_the_training_tab_shows_only_the_chosen_optimizers_options(make_ui):
     prodigy.input.var.set("0.5")
     ui.update()
     assert ui.app.config.build().optimizer_options.PRODIGY.d_coef == 0.5
+
+
+def test_loss_and_schedule_options_show_only_where_they_apply(make_ui):
+    ui = make_ui()
+    ui.show_tab("training")
+    ui.update()
+
+    def visible(key: str) -> bool:
+        return field(ui, "training", key).visible
+
+    assert not visible("huber_c") and not visible("learning_rate_cycles") and not visible("learning_rate_min_factor")
+    field(ui, "training", "loss_type").input.widget._dropdown_callback("PSEUDO_HUBER")
+    field(ui, "training", "learning_rate_scheduler").input.widget._dropdown_callback("COSINE_WITH_RESTARTS")
+    ui.update()
+    assert visible("huber_c") and visible("huber_schedule") and visible("learning_rate_cycles")
+    assert visible("learning_rate_min_factor")

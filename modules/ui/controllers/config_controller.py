@@ -79,8 +79,8 @@ class ConfigController(Observable):
         return self.specs[key]
 
     def shows(self, key: str) -> bool:
-        """Whether the form shows `key` now: of the optimizers' options, only the chosen optimizer's."""
-        return shown(key, str(self.value("optimizer")))
+        """Whether the form shows `key` now: only the chosen optimizer's options, the chosen loss's and schedule's."""
+        return shown(key, self.value)
 
     def value(self, key: str) -> Any:
         return get_path(self.data, key)

@@ -7,7 +7,7 @@ tab, so a key added to TrainConfig is never unreachable from the GUI.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from modules.optimizer.registry import OPTIMIZERS
 
@@ -34,9 +34,25 @@ OPTIMIZER_OPTION_KEYS = tuple(f"optimizer_options.{name}.{field.name}" for name,
                               for field in dataclasses.fields(spec.options))
 
 
-def shown(key: str, optimizer: str) -> bool:
-    """Whether a placed field is shown while `optimizer` is chosen (other optimizers' options are not)."""
-    return not key.startswith("optimizer_options.") or key.split(".")[1] == optimizer
+# Fields that mean something only for some values of another field: key -> (that field, the values).
+_DECAYING = {"LINEAR", "COSINE", "COSINE_WITH_RESTARTS", "REX"}
+SHOWN_WHEN = {
+    "huber_c": ("loss_type", {"HUBER", "PSEUDO_HUBER"}),
+    "huber_schedule": ("loss_type", {"HUBER", "PSEUDO_HUBER"}),
+    "learning_rate_cycles": ("learning_rate_scheduler", {"COSINE_WITH_RESTARTS"}),
+    "learning_rate_min_factor": ("learning_rate_scheduler", _DECAYING),
+}
+
+
+def shown(key: str, value: Callable[[str], Any]) -> bool:
+    """Whether a placed field is shown now (`value(key)` reads the config): only the chosen optimizer's options,
+    and the loss and schedule options of the chosen loss and schedule."""
+    if key.startswith("optimizer_options."):
+        return key.split(".")[1] == value("optimizer")
+    if key in SHOWN_WHEN:
+        other, values = SHOWN_WHEN[key]
+        return str(value(other)) in values
+    return True
 # Keys with an editor of their own (list editors, the E2V dataset file) rather than a plain field.
 SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements"}
 
@@ -60,6 +76,7 @@ TABS: tuple[Tab, ...] = (
          ("Optimizer", ("optimizer", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",
                         "learning_rate_cycles", "learning_rate_min_factor", "weight_decay", "max_grad_norm",
                         *OPTIMIZER_OPTION_KEYS)),
+         ("Loss", ("loss_type", "huber_c", "huber_schedule", "loss_weight_fn")),
          ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "timestep_shift",
                          "min_sigma", "max_sigma")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",

@@ -15,7 +15,10 @@ from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
     DataParallel,
     DataType,
+    HuberSchedule,
     LearningRateScheduler,
+    LossType,
+    LossWeightFn,
     ModelFormat,
     ModelType,
     TimestepDistribution,
@@ -41,7 +44,7 @@ _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_ra
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
-_POSITIVE = ("learning_rate", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
+_POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
 
@@ -59,12 +62,15 @@ class ConceptConfig(BaseConfig):
     enabled: bool = option(True, "Disabled concepts are skipped.")
     include_subdirectories: bool = option(False, "Also read files in sub-folders.")
     repeats: int = option(1, "How many times each sample is seen per epoch.")
+    loss_weight: float = option(1.0, "Multiplies the loss of this concept's samples (e.g. 0.5 for a regularisation set).")
 
     def validate(self, path: str) -> None:
         if self.enabled and not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a dataset folder or .jsonl file")
         if self.repeats < 1:
             raise ConfigError(f"config key '{path}.repeats' must be at least 1, got {self.repeats}")
+        if self.loss_weight < 0:
+            raise ConfigError(f"config key '{path}.loss_weight' must not be negative, got {self.loss_weight}")
 
 
 SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
@@ -191,6 +197,10 @@ class TrainConfig(BaseConfig):
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
+    loss_type: LossType = option(LossType.MSE, "MSE, HUBER or PSEUDO_HUBER (robust to outlier errors; see huber_c).")
+    huber_c: float = option(0.1, "HUBER / PSEUDO_HUBER: where the loss turns from quadratic to linear.")
+    huber_schedule: HuberSchedule = option(HuberSchedule.CONSTANT, "CONSTANT huber_c, or EXPONENTIAL: huber_c^σ (1 at σ 0, huber_c at σ 1).")
+    loss_weight_fn: LossWeightFn = option(LossWeightFn.CONSTANT, "Weight of each sample's loss by its σ: CONSTANT, SIGMA_SQRT (σ^-2) or COSMAP (SD3's).")
     timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
     logit_mean: float = option(0.0, "Mean of LOGIT_NORMAL.")
     logit_std: float = option(1.0, "Std of LOGIT_NORMAL.")

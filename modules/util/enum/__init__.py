@@ -50,6 +50,25 @@ class TimestepDistribution(Enum):
     SIGMOID = "SIGMOID"  # sigmoid(sigmoid_scale * N(0, 1)), as in OneTrainer / SimpleTuner
 
 
+class LossType(Enum):
+    MSE = "MSE"
+    HUBER = "HUBER"  # 2·huber: x² below huber_c, 2c|x| − c² above (MSE's scale for small errors)
+    PSEUDO_HUBER = "PSEUDO_HUBER"  # 2c(√(x² + c²) − c): smooth, ≈ x² for small errors, linear for large ones
+
+
+class HuberSchedule(Enum):
+    CONSTANT = "CONSTANT"
+    EXPONENTIAL = "EXPONENTIAL"  # c(σ) = huber_c^σ: 1 (MSE-like) for clean inputs, huber_c at pure noise
+
+
+class LossWeightFn(Enum):
+    """Per-sample weight of the loss by its σ, as diffusers' compute_loss_weighting_for_sd3 computes it."""
+
+    CONSTANT = "CONSTANT"
+    SIGMA_SQRT = "SIGMA_SQRT"  # σ^-2
+    COSMAP = "COSMAP"  # 2 / (π (1 − 2σ + 2σ²))
+
+
 class WanExpert(Enum):
     """Which expert of a two-expert model (Wan 2.2 A14B) to train."""
 
