@@ -1,7 +1,8 @@
 """One conditioning object per variant family (issue #12, deliverable 3): the training step and the sampler
 loop feed the transformer through the same `VariantConditioning`. For every variant the sampler is run and every
 transformer call recorded; the training step is then driven at each of those noise levels, and both must have
-routed to the same expert and fed the same timestep tensor and hidden-state layout."""
+routed to the same expert and fed the same timestep tensor and hidden-state layout. E2V on a T2V base runs on the
+model the trainer builds for it (expanded to the I2V layout by `prepare_e2v_model`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,11 +15,26 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.e2v_sampling import build_conditioning, sample_latents
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.e2v_expansion import prepare_e2v_model
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 FRAMES, SIZE = 9, 32
-VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v"]
+# E2V runs on i2v, ti2v and a14b_i2v as they are; "e2v_" + a T2V base is that base expanded for E2V
+VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v", "e2v_t2v", "e2v_a14b_t2v"]
+
+
+def load(variant: str, tiny_model):
+    """The model of `variant`; an `e2v_` T2V base gets the I2V input layout as the trainer gives it (the 2.1 base
+    with CLIP from the tiny I2V folder, the A14B base, which has no image encoder, VAE only)."""
+    base = variant.removeprefix("e2v_")
+    model = WanModelLoader().load(str(tiny_model(base)), torch.device("cpu"))
+    if variant != base:
+        if base == "t2v":
+            model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(
+                str(tiny_model("i2v")), torch.device("cpu"))
+        assert prepare_e2v_model(model, TrainConfig())  # expanded: new input channels train
+    return model
 
 
 class Recorder:
@@ -66,7 +82,7 @@ def sampled_calls(model):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tiny_model):
-    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    model = load(variant, tiny_model)
     family = model.conditioning
     assert family == conditioning_for(model.variant)
     recorder, e2v, latents = sampled_calls(model)
@@ -96,11 +112,13 @@ def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tin
         assert trained_expert == output.expert == expert
         assert torch.allclose(trained["timestep"].float(), fed["timestep"].float(), rtol=0, atol=1e-3)  # σ·1000 vs t
         assert trained["hidden_states"].shape == fed["hidden_states"].shape
-        if family.channel_concat:
+        if family.channel_concat:  # the references' mask and latents, not the zero condition
+            assert fed["hidden_states"][:, c:c + 4].eq(1).any()
             assert torch.equal(trained["hidden_states"][:, c:], fed["hidden_states"][:, c:])
         if clean:  # the clean reference frames enter as they are and leave the loss
             assert torch.equal(trained["hidden_states"][:, :, :clean], inputs.x0[:, :, :clean])
             assert family.loss_weights(latents.shape[2], payload, torch.device("cpu"))[:clean].eq(0).all()
+        assert (fed.get("encoder_hidden_states_image") is not None) == family.image_context
         assert (trained.get("encoder_hidden_states_image") is None) == (fed.get("encoder_hidden_states_image") is None)
 
 
@@ -110,9 +128,11 @@ def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tin
     ("ti2v", dict(channel_concat=False, per_token_timesteps=True, image_context=False, boundary_sigma=None)),
     ("a14b_t2v", dict(channel_concat=False, per_token_timesteps=False, image_context=False, boundary_sigma=0.875)),
     ("a14b_i2v", dict(channel_concat=True, per_token_timesteps=False, image_context=False, boundary_sigma=0.9)),
+    ("e2v_t2v", dict(channel_concat=True, per_token_timesteps=False, image_context=True, boundary_sigma=None)),
+    ("e2v_a14b_t2v", dict(channel_concat=True, per_token_timesteps=False, image_context=False, boundary_sigma=0.875)),
 ])
 def test_each_family_is_an_instance_read_from_the_checkpoint(variant, expected, tiny_model):
-    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    model = load(variant, tiny_model)
     family = model.conditioning
     assert {key: getattr(family, key) for key in expected} == expected
     if family.boundary_sigma is not None:

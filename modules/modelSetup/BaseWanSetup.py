@@ -14,7 +14,7 @@ from diffusers import WanTransformer3DModel
 from modules.model.conditioning import TRAIN_TIMESTEPS
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
-from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target
+from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
@@ -48,7 +48,7 @@ class BaseWanSetup:
         self.full_train = full_train or {}
         self.sigma_sampler = SigmaSampler(
             distribution=config.timestep_distribution, logit_mean=config.logit_mean, logit_std=config.logit_std,
-            sigmoid_scale=config.sigmoid_scale, shift=config.timestep_shift,
+            sigmoid_scale=config.sigmoid_scale, mode_scale=config.mode_scale, shift=config.timestep_shift,
             min_sigma=config.min_sigma, max_sigma=config.max_sigma,
         )
 
@@ -192,12 +192,17 @@ class BaseWanSetup:
         sharding.load_shards(self.trained_root(), optimizer, folder)
 
     # --- the step --------------------------------------------------------------------------------
-    def sample_sigmas(self, random: StepRandom) -> tuple[torch.Tensor, int]:
+    def sample_sigmas(self, random: StepRandom, latent_shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor, int]:
         """One σ per sample and the expert they all belong to (a batch never straddles the boundary).
 
         The expert is drawn from the step's stream (shared by every data-parallel rank), each σ from
-        its sample's stream, truncated to that expert's range.
+        its sample's stream, truncated to that expert's range. With `dynamic_timestep_shifting` the shift
+        follows the batch's resolution (`latent_shape`, (B, C, T, h, w)).
         """
+        sampler = self.sigma_sampler
+        if self.config.dynamic_timestep_shifting and latent_shape is not None:
+            _, ph, pw = self.model.variant.patch_size
+            sampler = dataclasses.replace(sampler, shift=resolution_shift((latent_shape[3] // ph) * (latent_shape[4] // pw)))
         conditioning, count = self.model.conditioning, len(self.model.transformers())
         experts = [index for index, _ in self.trained_transformers()]
         if len(experts) == 1:
@@ -205,10 +210,10 @@ class BaseWanSetup:
         elif self.config.expert_step_share:  # the user's share of steps, not the σ distribution's
             expert = 0 if float(torch.rand(1, generator=random.step)) < self.config.expert_step_share else 1
         else:
-            first = self.sigma_sampler.sample(1, random.step)
+            first = sampler.sample(1, random.step)
             expert = conditioning.expert_for_sigma(float(first), count)
         low, high = conditioning.sigma_range(expert, count)
-        sigmas = torch.cat([self.sigma_sampler.sample(1, g, low, high) for g in random.samples])
+        sigmas = torch.cat([sampler.sample(1, g, low, high) for g in random.samples])
         return sigmas, expert
 
     def _autocast(self):
@@ -221,7 +226,7 @@ class BaseWanSetup:
         device, dtype = self.model.train_device, self.model.train_dtype
         conditioning, payload = self.model.conditioning, inputs.payload
         x0 = inputs.x0
-        sigmas, expert = self.sample_sigmas(random)
+        sigmas, expert = self.sample_sigmas(random, tuple(x0.shape))
         sigmas = sigmas.to(device)
         noise = random.randn(tuple(x0.shape[1:])).to(device)
         x_t = conditioning.keep_clean(add_noise(x0, noise, sigmas), x0, payload.clean_frames)

@@ -167,3 +167,16 @@ def test_loss_and_schedule_options_show_only_where_they_apply(make_ui):
     ui.update()
     assert visible("huber_c") and visible("huber_schedule") and visible("learning_rate_cycles")
     assert visible("learning_rate_min_factor")
+
+
+def test_each_sigma_distribution_shows_its_own_parameters(make_ui):
+    ui = make_ui()
+    ui.show_tab("training")
+    distribution = field(ui, "training", "timestep_distribution").input.widget
+    for name, own in [("UNIFORM", set()), ("LOGIT_NORMAL", {"logit_mean", "logit_std"}), ("SIGMOID", {"sigmoid_scale"}),
+                      ("HEAVY_TAIL", {"mode_scale"}), ("COSMAP", set())]:
+        distribution._dropdown_callback(name)
+        ui.update()
+        shown = {key for key in ("logit_mean", "logit_std", "sigmoid_scale", "mode_scale")
+                 if field(ui, "training", key).visible}
+        assert shown == own, name

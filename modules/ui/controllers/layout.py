@@ -41,6 +41,10 @@ SHOWN_WHEN = {
     "huber_schedule": ("loss_type", {"HUBER", "PSEUDO_HUBER"}),
     "learning_rate_cycles": ("learning_rate_scheduler", {"COSINE_WITH_RESTARTS"}),
     "learning_rate_min_factor": ("learning_rate_scheduler", _DECAYING),
+    "logit_mean": ("timestep_distribution", {"LOGIT_NORMAL"}),
+    "logit_std": ("timestep_distribution", {"LOGIT_NORMAL"}),
+    "sigmoid_scale": ("timestep_distribution", {"SIGMOID"}),
+    "mode_scale": ("timestep_distribution", {"HEAVY_TAIL"}),
 }
 
 
@@ -77,8 +81,8 @@ TABS: tuple[Tab, ...] = (
                         "learning_rate_cycles", "learning_rate_min_factor", "weight_decay", "max_grad_norm",
                         *OPTIMIZER_OPTION_KEYS)),
          ("Loss", ("loss_type", "huber_c", "huber_schedule", "loss_weight_fn")),
-         ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "timestep_shift",
-                         "min_sigma", "max_sigma")),
+         ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "mode_scale",
+                         "timestep_shift", "dynamic_timestep_shifting", "min_sigma", "max_sigma")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",
                      "vae_tiling")),
          ("Multi-GPU (torchrun)", ("data_parallel",)),

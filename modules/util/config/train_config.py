@@ -201,10 +201,12 @@ class TrainConfig(BaseConfig):
     huber_c: float = option(0.1, "HUBER / PSEUDO_HUBER: where the loss turns from quadratic to linear.")
     huber_schedule: HuberSchedule = option(HuberSchedule.CONSTANT, "CONSTANT huber_c, or EXPONENTIAL: huber_c^σ (1 at σ 0, huber_c at σ 1).")
     loss_weight_fn: LossWeightFn = option(LossWeightFn.CONSTANT, "Weight of each sample's loss by its σ: CONSTANT, SIGMA_SQRT (σ^-2) or COSMAP (SD3's).")
-    timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL or SIGMOID.")
+    timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL, SIGMOID, COSMAP or HEAVY_TAIL.")
     logit_mean: float = option(0.0, "Mean of LOGIT_NORMAL.")
     logit_std: float = option(1.0, "Std of LOGIT_NORMAL.")
     sigmoid_scale: float = option(1.0, "Scale of SIGMOID.")
+    mode_scale: float = option(1.29, "HEAVY_TAIL: SD3's mode scale s (-1 to 1.75; 0 = uniform, larger = more mass mid-range).")
+    dynamic_timestep_shifting: bool = option(False, "Shift σ per batch by its resolution (Wan's 3.0 at 480p, 5.0 at 720p, linear in tokens per frame) instead of timestep_shift.")
     timestep_shift: float = option(1.0, "Shift s applied to the drawn sigma: s*σ / (1 + (s-1)*σ). 1 = none.")
     min_sigma: float = option(0.0, "Lower end of the sigma range.")
     max_sigma: float = option(1.0, "Upper end of the sigma range.")
@@ -266,6 +268,8 @@ class TrainConfig(BaseConfig):
                 fail(key, f"must be at least 0 and below 1, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
+        if not -1.0 <= self.mode_scale <= 1.75:  # outside, SD3's map is not monotone (not a distribution of σ)
+            fail("mode_scale", f"must be between -1 and 1.75, got {self.mode_scale}")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:

@@ -48,6 +48,8 @@ class TimestepDistribution(Enum):
     UNIFORM = "UNIFORM"
     LOGIT_NORMAL = "LOGIT_NORMAL"  # sigmoid(N(logit_mean, logit_std))
     SIGMOID = "SIGMOID"  # sigmoid(sigmoid_scale * N(0, 1)), as in OneTrainer / SimpleTuner
+    COSMAP = "COSMAP"  # SD3's: 1 − 1 / (tan(πu/2) + 1), u ~ U(0, 1)
+    HEAVY_TAIL = "HEAVY_TAIL"  # SD3's mode sampling with heavy tails (diffusers' "mode"), scale `mode_scale`
 
 
 class LossType(Enum):
