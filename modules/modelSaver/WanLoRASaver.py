@@ -62,6 +62,7 @@ class LoRAFileInfo:
     boundary_ratio: float | None = None
     steps: int | None = None
     epochs: int | None = None
+    weights: str = ""  # "ema 0.999" when the file holds the moving average of the trained weights
     adapter: str = LORA.name  # build_header sets the type the weights hold
     title: str = ""
 
@@ -77,7 +78,8 @@ def lora_metadata(variant: str | LoRAFileInfo, base_model: str = "", config_hash
                 EXPERT_KEY: EXPERT_NAMES[info.expert] if info.expert is not None else "",
                 BOUNDARY_KEY: _number(info.boundary_ratio),
                 "wantrainer.steps": "" if info.steps is None else str(info.steps),
-                "wantrainer.epochs": "" if info.epochs is None else str(info.epochs)}
+                "wantrainer.epochs": "" if info.epochs is None else str(info.epochs),
+                "wantrainer.weights": info.weights}
     meta.update({k: v for k, v in optional.items() if v})
     return meta
 

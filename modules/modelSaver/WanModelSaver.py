@@ -39,6 +39,7 @@ class TrainedAmount:
 
     steps: int
     epochs: int  # completed epochs
+    weights: str = ""  # which weights: "" the trained ones, "ema 0.999" their moving average
 
 
 class WanModelSaver:
@@ -121,7 +122,8 @@ class WanModelSaver:
             base_transformer_config=variant.transformer_config_hash, config_hash=config_hash,
             expert=expert if variant.two_experts else None,
             boundary_ratio=variant.boundary_ratio if variant.two_experts else None,
-            steps=trained.steps if trained else None, epochs=trained.epochs if trained else None)
+            steps=trained.steps if trained else None, epochs=trained.epochs if trained else None,
+            weights=trained.weights if trained else "")
 
     def save_diffusers(self, destination: str | Path,
                        transformer_weights: dict[int, dict[str, torch.Tensor]] | None = None) -> Path:

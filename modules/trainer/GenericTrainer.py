@@ -29,6 +29,7 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.modelSetup.ema import WeightEMA
 from modules.modelSetup.memory import enable_vae_tiling
 from modules.model.step_inputs import StepRandom
 from modules.util.seeds import derive_seed
@@ -54,12 +55,12 @@ from modules.trainer.resume_check import (
 )
 from modules.trainer.registry import SETUPS, data_kind
 from modules.trainer.schedule import Schedule
-from modules.trainer.snapshots import prune_snapshots, snapshot_destination
+from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
-from modules.util.enum import TrainingMethod
+from modules.util.enum import EmaMode, TrainingMethod
 from modules.util.errors import UserError
 from modules.util.write_errors import is_write_failure, write_failure
 
@@ -91,6 +92,7 @@ class GenericTrainer:
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
         self.snapshot_paths: list[Path] = []
+        self.ema: WeightEMA | None = None
         self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
         self._log_handler: logging.Handler | None = None
 
@@ -137,6 +139,7 @@ class GenericTrainer:
         self.optimizer = create_optimizer(self.setup.parameter_groups(self.params), config)
         self.total_steps = self._total_steps()
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
+        self.ema = self._make_ema()
         if config.continue_last_backup:
             self._resume()
         visualization = getattr(self.data, "visualization", None)
@@ -146,6 +149,15 @@ class GenericTrainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
+
+    def _make_ema(self) -> WeightEMA | None:
+        """The moving average of the trained weights, by `{expert}.{name}` (the key of its backup file)."""
+        if self.config.ema == EmaMode.OFF:
+            return None
+        trained = {id(p) for p in self.params}
+        params = {f"{expert}.{name}": p for expert, transformer in self.setup.trained_transformers()
+                  for name, p in transformer.named_parameters() if id(p) in trained}
+        return WeightEMA(params, self.config.ema_decay, on_host=self.config.ema == EmaMode.CPU)
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"
@@ -220,6 +232,11 @@ class GenericTrainer:
         else:
             self.setup.load_trainable_state(backup.trainable)
             self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
+        if self.ema is not None and backup.ema:
+            self.ema.load_state_dict(backup.ema)
+        elif self.ema is not None:  # EMA turned on since the backup: the average starts at its weights
+            self.ema.reset()
+            logger.info("the backup holds no EMA: the average starts at its weights")
         self.lr_scheduler.load_state_dict(backup.lr_scheduler)
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
@@ -373,6 +390,8 @@ class GenericTrainer:
         self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.global_step += 1
+        if self.ema is not None and self.progress.global_step % self.config.ema_update_step_interval == 0:
+            self.ema.update()
         if self.tensorboard is not None and math.isfinite(loss):
             self.tensorboard.add_scalar("loss", loss, self.progress.global_step)
             self.tensorboard.add_scalar("lr", self.lr_scheduler.get_last_lr()[0], self.progress.global_step)
@@ -408,16 +427,35 @@ class GenericTrainer:
         self._status("writing backup")
         return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
-                            config.rolling_backup_count, self.dist.world_size)
+                            config.rolling_backup_count, self.dist.world_size,
+                            ema=self.ema.state_dict() if self.ema is not None else None)
 
-    def _averaged_weights(self):
-        """A block in which the trained weights are what saves and samples use: a schedule-free optimizer's
-        average, restored exactly afterwards (modules/optimizer/spec.py)."""
+    def _averaged_weights(self, sampling: bool = False):
+        """A block in which the trained weights are what saves (and samples) use: the EMA when kept (for samples
+        as `sample_with_ema` says), else a schedule-free optimizer's average; restored exactly afterwards."""
+        if self.ema is not None and (not sampling or self.config.sample_with_ema):
+            return self.ema.applied()
         return spec_of(self.config.optimizer).averaged_weights(self.optimizer, self.params)
 
     def snapshot(self) -> list[Path]:
         with self._averaged_weights():
-            return self._snapshot()
+            paths = self._snapshot()
+        if paths and self.ema is not None and self.config.ema_save_raw:  # the raw weights beside the average
+            destination = snapshot_destination(self.workspace, self.config.output_model_destination,
+                                               self.progress.global_step)
+            try:
+                paths += self._save_raw(destination, exports=False)
+            except Exception as e:
+                if not is_write_failure(e):
+                    raise
+                logger.error("cannot write the raw snapshot beside %s (%s); training goes on", destination,
+                             write_failure(e))
+        return paths
+
+    def _save_raw(self, destination: Path, exports: bool = True) -> list[Path]:
+        raw = raw_destination(destination)
+        return WanModelSaver(self.model, self.setup, self.config).save(
+            raw, trained=dataclasses.replace(self._trained(), weights=""), exports=exports)
 
     def _snapshot(self) -> list[Path]:
         """The output model as it is now, to `workspace_dir/save/` (rank 0 writes; collective with FSDP).
@@ -442,7 +480,8 @@ class GenericTrainer:
         return paths
 
     def _trained(self) -> TrainedAmount:
-        return TrainedAmount(steps=self.progress.global_step, epochs=self.progress.epoch)
+        weights = f"ema {self.config.ema_decay:g}" if self.ema is not None else ""
+        return TrainedAmount(steps=self.progress.global_step, epochs=self.progress.epoch, weights=weights)
 
     def _try_backup(self, consequence: str) -> Path | None:
         """A backup whose write fails (a full disk) is reported in one line instead of ending the run:
@@ -458,7 +497,7 @@ class GenericTrainer:
             return None
 
     def sample(self) -> list[Path]:
-        with self._averaged_weights():
+        with self._averaged_weights(sampling=True):
             return self._sample()
 
     def _sample(self) -> list[Path]:
@@ -519,6 +558,8 @@ class GenericTrainer:
             with self._averaged_weights():
                 self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
                     self.config.output_model_destination, transformer_weights=weights, trained=self._trained())
+            if self.ema is not None and self.config.ema_save_raw:
+                self.output_paths += self._save_raw(Path(self.config.output_model_destination))
         except Exception as e:
             if not is_write_failure(e):
                 raise

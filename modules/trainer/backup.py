@@ -41,6 +41,7 @@ T = TypeVar("T")
 BACKUP_DIR = "backup"
 SHARDS_DIR = "shards"  # FSDP backups: one safetensors file per rank + state.json
 LR_SCHEDULER_FILE = "lr_scheduler.json"
+EMA_FILE = "ema.safetensors"
 # What older WanTrainers wrote with torch.save / torch.distributed.checkpoint: reading them unpickles.
 OLD_FORMAT_FILES = ("optimizer.pt", "lr_scheduler.pt", f"{SHARDS_DIR}/.metadata")
 
@@ -84,6 +85,7 @@ class Backup:
     fingerprints: dict[str, str]
     shards: Path | None = None  # an FSDP backup's shard folder (trainable/optimizer empty)
     world_size: int = 1  # data-parallel ranks of the run that wrote it
+    ema: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # the weights' average, when kept
 
 
 def backup_root(workspace_dir: str | Path) -> Path:
@@ -92,11 +94,14 @@ def backup_root(workspace_dir: str | Path) -> Path:
 
 def write_backup(workspace_dir: str | Path, progress: TrainProgress, trainable: dict[str, torch.Tensor],
                  optimizer: dict[str, Any], lr_scheduler: dict[str, Any], fingerprints: dict[str, str],
-                 config_dict: dict[str, Any], keep: int, world_size: int = 1) -> Path:
+                 config_dict: dict[str, Any], keep: int, world_size: int = 1,
+                 ema: dict[str, torch.Tensor] | None = None) -> Path:
     """A backup of whole tensors; `optimizer` / `lr_scheduler` are state dicts; `world_size` is the
-    number of data-parallel ranks (batch_size counts per rank)."""
+    number of data-parallel ranks (batch_size counts per rank); `ema` the weights' moving average."""
     def write_states(folder: Path) -> None:
         save_file(_saveable(trainable), str(folder / "trainable.safetensors"))
+        if ema is not None:
+            save_file(_saveable(ema), str(folder / EMA_FILE))
         tensors, skeleton = state_io.split(optimizer)
         save_file(_saveable(tensors), str(folder / "optimizer.safetensors"))
         (folder / "optimizer.json").write_text(state_io.dumps(skeleton), encoding="utf-8")
@@ -211,6 +216,7 @@ def read_backup(path: Path, with_states: bool = True) -> Backup:
         fingerprints=meta.get("fingerprints", {}),
         shards=shards,
         world_size=meta.get("world_size", 1),
+        ema=_read(path, EMA_FILE, lambda p: load_file(str(p))) if whole and EMA_FILE in checksums else {},
     )
 
 

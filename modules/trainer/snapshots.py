@@ -19,9 +19,15 @@ def snapshot_destination(workspace_dir: str | Path, output_destination: str | Pa
     return Path(workspace_dir) / SAVE_DIR / f"{output.stem}-step{step:06d}{output.suffix}"
 
 
+def raw_destination(destination: str | Path) -> Path:
+    """Where `ema_save_raw` puts the raw weights beside the averaged ones: `<stem>-raw<suffix>`."""
+    destination = Path(destination)
+    return destination.with_name(f"{destination.stem}-raw{destination.suffix}")
+
+
 def list_snapshots(folder: Path, stem: str) -> dict[int, list[Path]]:
-    """Step -> the files/folders of that snapshot (both experts' files for two-expert models)."""
-    pattern = re.compile(rf"^{re.escape(stem)}-step(\d+)(?:_high_noise|_low_noise)?(?:\.[^.]+)?$")
+    """Step -> the files/folders of that snapshot (both experts' files for two-expert models, raw weights too)."""
+    pattern = re.compile(rf"^{re.escape(stem)}-step(\d+)(?:-raw)?(?:_high_noise|_low_noise)?(?:\.[^.]+)?$")
     snapshots: dict[int, list[Path]] = {}
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
         match = pattern.match(entry.name)

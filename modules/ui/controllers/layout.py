@@ -45,6 +45,8 @@ SHOWN_WHEN = {
     "logit_std": ("timestep_distribution", {"LOGIT_NORMAL"}),
     "sigmoid_scale": ("timestep_distribution", {"SIGMOID"}),
     "mode_scale": ("timestep_distribution", {"HEAVY_TAIL"}),
+    **{key: ("ema", {"GPU", "CPU"}) for key in ("ema_decay", "ema_update_step_interval", "ema_save_raw",
+                                               "sample_with_ema")},
 }
 
 
@@ -81,6 +83,7 @@ TABS: tuple[Tab, ...] = (
                         "learning_rate_cycles", "learning_rate_min_factor", "weight_decay", "max_grad_norm",
                         *OPTIMIZER_OPTION_KEYS)),
          ("Loss", ("loss_type", "huber_c", "huber_schedule", "loss_weight_fn")),
+         ("EMA of the weights", ("ema", "ema_decay", "ema_update_step_interval", "ema_save_raw", "sample_with_ema")),
          ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "mode_scale",
                          "timestep_shift", "dynamic_timestep_shifting", "min_sigma", "max_sigma")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",

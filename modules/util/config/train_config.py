@@ -15,6 +15,7 @@ from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
     DataParallel,
     DataType,
+    EmaMode,
     HuberSchedule,
     LearningRateScheduler,
     LossType,
@@ -197,6 +198,11 @@ class TrainConfig(BaseConfig):
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
+    ema: EmaMode = option(EmaMode.OFF, "Keep an exponential moving average of the trained weights: OFF, GPU (on the train device) or CPU (host memory).")
+    ema_decay: float = option(0.999, "EMA: weight of the old average at each update.")
+    ema_update_step_interval: int = option(1, "EMA: update every N optimizer steps.")
+    ema_save_raw: bool = option(False, "EMA: also save the raw (not averaged) weights, as <name>-raw beside each output.")
+    sample_with_ema: bool = option(True, "EMA: samples during training use the averaged weights (false: the raw ones).")
     loss_type: LossType = option(LossType.MSE, "MSE, HUBER or PSEUDO_HUBER (robust to outlier errors; see huber_c).")
     huber_c: float = option(0.1, "HUBER / PSEUDO_HUBER: where the loss turns from quadratic to linear.")
     huber_schedule: HuberSchedule = option(HuberSchedule.CONSTANT, "CONSTANT huber_c, or EXPONENTIAL: huber_c^σ (1 at σ 0, huber_c at σ 1).")
@@ -270,6 +276,12 @@ class TrainConfig(BaseConfig):
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
         if not -1.0 <= self.mode_scale <= 1.75:  # outside, SD3's map is not monotone (not a distribution of σ)
             fail("mode_scale", f"must be between -1 and 1.75, got {self.mode_scale}")
+        if not 0.0 < self.ema_decay < 1.0:
+            fail("ema_decay", f"must be between 0 and 1 (e.g. 0.999), got {self.ema_decay}")
+        if self.ema_update_step_interval < 1:
+            fail("ema_update_step_interval", f"must be at least 1, got {self.ema_update_step_interval}")
+        if self.ema != EmaMode.OFF and self.data_parallel == DataParallel.FSDP:
+            fail("ema", "does not work with data_parallel FSDP yet (the average would need sharding too): set it OFF")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:

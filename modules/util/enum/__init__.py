@@ -52,6 +52,12 @@ class TimestepDistribution(Enum):
     HEAVY_TAIL = "HEAVY_TAIL"  # SD3's mode sampling with heavy tails (diffusers' "mode"), scale `mode_scale`
 
 
+class EmaMode(Enum):
+    OFF = "OFF"
+    GPU = "GPU"  # the average on the train device
+    CPU = "CPU"  # in (pinned) host memory: no GPU memory, the copy overlaps the next step
+
+
 class LossType(Enum):
     MSE = "MSE"
     HUBER = "HUBER"  # 2·huber: x² below huber_c, 2c|x| − c² above (MSE's scale for small errors)
