@@ -154,3 +154,17 @@ def test_every_registered_optimizer_has_documented_options_and_a_gui_place():
         assert any(key.startswith(f"optimizer_options.{name}.") for key in OPTIMIZER_OPTION_KEYS)
     assert shown("optimizer_options.PRODIGY.d_coef", {"optimizer": "PRODIGY"}.get)
     assert not shown("optimizer_options.PRODIGY.d_coef", {"optimizer": "ADAMW"}.get)
+
+
+@pytest.mark.parametrize("name", [name for name, spec in OPTIMIZERS.items() if not spec.shards and not spec.missing()])
+def test_fsdp_refuses_an_optimizer_whose_state_it_cannot_shard_in_one_line(name):
+    with pytest.raises(ConfigError) as error:
+        load_train_config(overrides=["data_parallel=FSDP", "training_method=FINE_TUNE",
+                                     "output_model_format=DIFFUSERS", f"optimizer={name}"])
+    assert str(error.value) == f"config key 'data_parallel' FSDP cannot shard the state of optimizer {name}: use ADAMW"
+
+
+def test_ema_with_a_schedule_free_optimizer_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^config key 'ema' is not needed with optimizer ADAMW_SCHEDULE_FREE, whose "
+                                          r"saves and samples already use its own average of the weights: set ema OFF$"):
+        load_train_config(overrides=["optimizer=ADAMW_SCHEDULE_FREE", "ema=CPU"])

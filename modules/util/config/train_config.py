@@ -282,6 +282,9 @@ class TrainConfig(BaseConfig):
             fail("ema_update_step_interval", f"must be at least 1, got {self.ema_update_step_interval}")
         if self.ema != EmaMode.OFF and self.data_parallel == DataParallel.FSDP:
             fail("ema", "does not work with data_parallel FSDP yet (the average would need sharding too): set it OFF")
+        if self.ema != EmaMode.OFF and spec_of(self.optimizer).schedule_free:  # else saves would hold the EMA of y, not x
+            fail("ema", f"is not needed with optimizer {self.optimizer.name}, whose saves and samples already use "
+                        "its own average of the weights: set ema OFF")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:
