@@ -14,11 +14,14 @@ import torch
 from diffusers import WanImageToVideoPipeline, WanPipeline
 from safetensors.torch import load_file
 
-from modules.model.registry import FAMILIES, family_for
+from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.model.registry import FAMILIES, NOT_SUPPORTED, family_for
 from modules.model.WanVariant import detect_variant
+from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
+from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.trainer.registry import DATA_KINDS, SETUPS, data_kind
+from modules.trainer.registry import DATA_KINDS, SETUPS, DataKind, Method, data_kind
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
@@ -110,3 +113,96 @@ def test_preview_e2v_works_on_a_t2v_base_and_shows_what_the_trainer_feeds(tiny_m
     for key, value in expected.items():
         torch.testing.assert_close(tensors[key], value.float(), rtol=0, atol=1e-5)
     assert (tmp_path / "preview" / f"{sample_id}.png").is_file()
+
+
+@pytest.mark.parametrize("class_name", sorted(NOT_SUPPORTED))
+def test_every_wan_derived_class_we_do_not_train_is_one_line_naming_folder_and_class(class_name, tiny_model, tmp_path):
+    import diffusers
+
+    assert hasattr(diffusers, class_name)  # the names are diffusers' own, not guesses
+    folder = edited_copy(tiny_model, tmp_path, _class_name=class_name)
+    with pytest.raises(UserError) as error:
+        detect_variant(folder)
+    message = str(error.value)
+    assert str(folder) in message and f"({class_name}), which WanTrainer does not train yet" in message
+    assert "\n" not in message
+
+
+def test_every_wan_transformer_class_of_diffusers_is_either_trained_or_named():
+    import diffusers
+
+    wan_classes = {name for name in dir(diffusers) if name.endswith("Transformer3DModel") and "Wan" in name}
+    known = {key[0] for key in FAMILIES} | set(NOT_SUPPORTED)
+    assert wan_classes and wan_classes <= known, f"decide about {sorted(wan_classes - known)} in model/registry.py"
+
+
+def test_the_trainer_builds_and_calls_what_the_registries_hold(tiny_model, video_dataset, tmp_path, monkeypatch):
+    """Behaviour, not source text: entries swapped into the registries are what GenericTrainer builds and calls."""
+    from safetensors.torch import save_file
+
+    calls = []
+
+    class Setup(WanLoRASetup):
+        pass
+
+    class Loader(WanBaseDataLoader):
+        pass
+
+    def sampling_options(data):
+        calls.append(("sampling options", type(data)))
+        return None
+
+    monkeypatch.setitem(SETUPS, TrainingMethod.LORA, Method(
+        Setup, lambda model, setup, path: calls.append(("continue from", type(setup), path))))
+    monkeypatch.setitem(DATA_KINDS, "clips", DataKind(
+        Loader, lambda config: calls.append(("check", config.seed)),
+        lambda model, config: calls.append(("prepare", model.variant.name)) or {}, sampling_options))
+    lora = tmp_path / "start.safetensors"
+    save_file({}, str(lora))
+    sample = {"prompt": "a red circle", "frames": 5, "height": 32, "width": 32, "steps": 1}
+    trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(
+        tiny_model("t2v"), video_dataset, tmp_path, seed=5, lora_weight_path=str(lora), samples=[sample])))
+    trainer.start()
+    assert type(trainer.setup) is Setup and type(trainer.data) is Loader
+    assert calls == [("check", 5), ("prepare", "t2v"), ("continue from", Setup, str(lora))]
+    assert len(trainer.sample()) == 1 and calls[-1] == ("sampling options", Loader)
+
+
+def transformer_output(transformer, seed: int = 0) -> torch.Tensor:
+    """One forward pass on fixed random E2V inputs (36 channels, text and CLIP context)."""
+    config = transformer.config
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(1, config.in_channels, 2, 4, 4, generator=generator)
+    text = torch.randn(1, 512, config.text_dim, generator=generator)
+    image = torch.randn(1, 257, config.image_dim, generator=generator)
+    with torch.no_grad():
+        return transformer(hidden, torch.tensor([500.0]), text, encoder_hidden_states_image=image,
+                           return_dict=False)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, train_expert", [("t2v", "BOTH"), ("a14b", "HIGH")])
+def test_sampling_an_e2v_lora_of_a_t2v_base_expands_it_as_training_did(variant, train_expert, tiny_model, tmp_path):
+    """The run expands with its own seed (7 here); the sampler re-expands the base from the LoRA file alone.
+    Every expanded or new weight of a trained expert travels in the file, so it comes back exactly; an expert
+    the run did not train starts as a no-op either way (zero new inputs, zero add_v_proj), so it computes
+    what the run's copy computes."""
+    values = e2v_on_t2v_config(tiny_model, tmp_path, seed=7, output_dtype="FLOAT32", train_expert=train_expert)
+    values["base_model_name"] = str(tiny_model(variant))
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()
+    trainer.train()
+    lora = [path for path in trainer.end() if path.suffix == ".safetensors" and "-i2v" not in path.name][0]
+    model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
+    model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(str(tiny_model("i2v")),
+                                                                                   model.train_device)
+    attach_lora_for_inference(model, lora)
+    assert model.variant == trainer.model.variant  # the I2V input layout with the CLIP branch
+    trained = dict(trainer.setup.trained_transformers())
+    for expert, (ours, theirs) in enumerate(zip(model.transformers(), trainer.model.transformers())):
+        if expert in trained:
+            state = dict(theirs.named_parameters())
+            for name in trainer.setup.full_train[expert]:
+                assert torch.equal(ours.get_parameter(name), state[name]), name
+        theirs.eval()
+        torch.testing.assert_close(transformer_output(ours), transformer_output(theirs), rtol=0, atol=1e-5)

@@ -52,6 +52,7 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
 NOT_SUPPORTED = {
     "WanVACETransformer3DModel": "Wan VACE", "WanAnimateTransformer3DModel": "Wan Animate",
     "WanAnimate2Transformer3DModel": "Wan Animate 2", "SkyReelsV2Transformer3DModel": "SkyReels V2",
+    "ChronoEditTransformer3DModel": "ChronoEdit",
 }
 
 

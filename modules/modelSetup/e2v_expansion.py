@@ -96,9 +96,12 @@ def expand_model_for_e2v(model, use_clip: bool, image_dim: int | None, seed: int
 
 
 def prepare_e2v_model(model, config) -> dict[int, list[str]]:
-    """The model-setup step of E2V that every entry point runs (trainer, preview_e2v.py): a base without an
-    image-conditioned input layout is expanded (§8), seeded by `config.seed`. Returns the fully trained
-    names per expert ({} for I2V and TI2V bases, which take E2V as they are)."""
+    """The model-setup step of E2V that every entry point with a training config runs (trainer,
+    preview_e2v.py): a base without an image-conditioned input layout is expanded (§8), seeded by
+    `config.seed`. Returns the fully trained names per expert ({} for I2V and TI2V bases, which take E2V as
+    they are). The sampler and merge_lora.py expand from a LoRA file's header instead (seed 0): the file holds
+    every weight a trained expert expanded or added, and an untrained expert's new inputs are a no-op whatever
+    their seed (tests/test_registry.py)."""
     variant, e2v = model.variant, config.e2v
     if variant.channel_concat_condition or variant.expand_timesteps:
         return {}

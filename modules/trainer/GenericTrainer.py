@@ -53,14 +53,14 @@ from modules.trainer.resume_check import (
     tensor_mismatch,
     training_settings,
 )
-from modules.trainer.registry import SETUPS, data_kind
+from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
-from modules.util.enum import EmaMode, TrainingMethod
+from modules.util.enum import EmaMode
 from modules.util.errors import UserError
 from modules.util.write_errors import is_write_failure, write_failure
 
@@ -82,6 +82,7 @@ class GenericTrainer:
         self.model: WanModel | None = None
         self.setup: BaseWanSetup | None = None
         self.data: WanBaseDataLoader | None = None
+        self.kind: DataKind | None = None  # the data kind's entry in trainer/registry.py
         self.tensorboard = None
         self.nonfinite_in_a_row = 0
         self.nonfinite_total = 0
@@ -100,7 +101,7 @@ class GenericTrainer:
     def start(self) -> None:
         config = self.config
         check_paths(config)  # every path error before any model loads
-        kind = data_kind(config)
+        self.kind = kind = data_kind(config)
         kind.check(config)  # e.g. an E2V dataset error stops before any model loads
         self.dist, device_name = init_distributed(config.train_device)
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -113,7 +114,8 @@ class GenericTrainer:
         if config.vae_tiling:
             enable_vae_tiling(self.model.vae)
         full_train = kind.prepare_model(self.model, config)  # E2V on a T2V base: the expanded input layout
-        self.setup = SETUPS[config.training_method](self.model, config, full_train)
+        method = SETUPS[config.training_method]
+        self.setup = method.setup(self.model, config, full_train)
 
         self._status("preparing data")
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
@@ -132,8 +134,8 @@ class GenericTrainer:
                     module.to("cpu")
 
         params = self.setup.setup_trainable()
-        if config.lora_weight_path and config.training_method == TrainingMethod.LORA:
-            self._load_initial_lora(config.lora_weight_path)
+        if config.lora_weight_path:
+            method.continue_from(self.model, self.setup, config.lora_weight_path)
         self.setup.prepare_device(self.dist)
         self.params = self.setup.trained_parameters() if self.setup.sharded else params  # sharding swaps them
         self.optimizer = create_optimizer(self.setup.parameter_groups(self.params), config)
@@ -168,25 +170,6 @@ class GenericTrainer:
         if logging.getLogger().level > logging.INFO:
             logging.getLogger().setLevel(logging.INFO)
         self._log_handler = handler
-
-    def _load_initial_lora(self, path: str) -> None:
-        """Continue from a LoRA file (ours, ComfyUI or musubi); two-expert models take either expert's file."""
-        from modules.modelLoader.lora_inference import check_lora_file, expert_files
-        from modules.modelLoader.WanLoRALoader import load_lora_file
-        from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft
-
-        check_lora_file(path, self.model.variant)  # a LoRA made for another variant, refused from its header
-        files = {0: Path(path)} if self.model.transformer_2 is None else dict(enumerate(expert_files(path)))
-        for expert, transformer in self.setup.trained_transformers():
-            if files.get(expert) is None:
-                raise UserError(f"config key 'lora_weight_path': no file for the "
-                                f"{'high' if expert == 0 else 'low'}-noise expert next to '{path}'")
-            weights, _ = load_lora_file(files[expert])
-            try:  # through the file's adapter type, which must be the one this config trains
-                apply_to_peft(transformer, weights, "default")
-            except LoRAFormatError as e:
-                raise UserError(f"config key 'lora_weight_path': '{files[expert]}': {e}") from None
-            logger.info("continuing from %s %s", weights.spec.title, files[expert])
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)
@@ -506,10 +489,8 @@ class GenericTrainer:
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")
-        options = self.data.sampling_options() if hasattr(self.data, "sampling_options") else None
-        sampler = WanModelSampler(self.model, options)
-        if options is None:  # a first-frame image's transparent pixels, as the plain data path composites them
-            sampler.e2v.background = tuple(self.config.transparent_background)
+        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data))
+        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
         paths = []
         for index, sample in enumerate(samples):
             if not self.dist.is_main:

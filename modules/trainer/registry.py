@@ -1,12 +1,13 @@
-"""What the trainer builds for a config, looked up in plain dicts instead of if/else in GenericTrainer: the
-model setup of each training method, and per kind of dataset its config check, its model-setup step and its
-data loader. A new training method or data kind is an entry here (checkpoint families live in
-modules/model/registry.py)."""
+"""What the trainer builds for a config, looked up in plain dicts instead of if/else in GenericTrainer: per
+training method its model setup and what `lora_weight_path` does, and per kind of dataset its config check,
+its model-setup step, its data loader and the sampling options its samples use. A new training method or data
+kind is an entry here (checkpoint families live in modules/model/registry.py)."""
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
 from modules.model.WanModel import WanModel
@@ -14,12 +15,20 @@ from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import prepare_e2v_model
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
+from modules.trainer.initial_weights import continue_from_lora, no_adapter_to_continue
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TrainingMethod
 
-SETUPS: dict[TrainingMethod, type[BaseWanSetup]] = {
-    TrainingMethod.LORA: WanLoRASetup,
-    TrainingMethod.FINE_TUNE: WanFineTuneSetup,
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    setup: type[BaseWanSetup]
+    continue_from: Callable[[WanModel, BaseWanSetup, str], None]  # loads `lora_weight_path` into the setup
+
+
+SETUPS: dict[TrainingMethod, Method] = {
+    TrainingMethod.LORA: Method(WanLoRASetup, continue_from_lora),
+    TrainingMethod.FINE_TUNE: Method(WanFineTuneSetup, no_adapter_to_continue),
 }
 
 
@@ -28,6 +37,8 @@ class DataKind:
     loader: type[WanBaseDataLoader]
     check: Callable[[TrainConfig], None]  # config errors, before any model loads
     prepare_model: Callable[[WanModel, TrainConfig], dict[int, list[str]]]  # -> fully trained names per expert
+    # The layout and pathways of E2V samples during training; None: the sampler's own (A2's roles, CLIP if any).
+    sampling_options: Callable[[WanBaseDataLoader], E2VSamplingOptions | None]
 
 
 def _no_check(config: TrainConfig) -> None:
@@ -38,9 +49,15 @@ def _as_loaded(model: WanModel, config: TrainConfig) -> dict[int, list[str]]:
     return {}
 
 
+def _sampler_defaults(data: WanBaseDataLoader) -> None:
+    return None
+
+
 DATA_KINDS: dict[str, DataKind] = {
-    "clips": DataKind(WanBaseDataLoader, _no_check, _as_loaded),  # concepts: videos and images with captions
-    "e2v": DataKind(WanE2VDataLoader, validate_e2v_config, prepare_e2v_model),  # dataset_config: E2V elements
+    # concepts: videos and images with captions
+    "clips": DataKind(WanBaseDataLoader, _no_check, _as_loaded, _sampler_defaults),
+    # dataset_config: E2V elements
+    "e2v": DataKind(WanE2VDataLoader, validate_e2v_config, prepare_e2v_model, WanE2VDataLoader.sampling_options),
 }
 
 

@@ -1,0 +1,35 @@
+"""What `lora_weight_path` does for each training method (looked up in trainer/registry.py `SETUPS`)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from modules.model.WanModel import WanModel
+from modules.modelLoader.lora_inference import check_lora_file, expert_files
+from modules.modelLoader.WanLoRALoader import load_lora_file
+from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft
+from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+
+def continue_from_lora(model: WanModel, setup: BaseWanSetup, path: str) -> None:
+    """Continue from a LoRA file (ours, ComfyUI or musubi); two-expert models take either expert's file."""
+    check_lora_file(path, model.variant)  # a LoRA made for another variant, refused from its header
+    files = {0: Path(path)} if model.transformer_2 is None else dict(enumerate(expert_files(path)))
+    for expert, transformer in setup.trained_transformers():
+        if files.get(expert) is None:
+            raise UserError(f"config key 'lora_weight_path': no file for the "
+                            f"{'high' if expert == 0 else 'low'}-noise expert next to '{path}'")
+        weights, _ = load_lora_file(files[expert])
+        try:  # through the file's adapter type, which must be the one this config trains
+            apply_to_peft(transformer, weights, "default")
+        except LoRAFormatError as e:
+            raise UserError(f"config key 'lora_weight_path': '{files[expert]}': {e}") from None
+        logger.info("continuing from %s %s", weights.spec.title, files[expert])
+
+
+def no_adapter_to_continue(model: WanModel, setup: BaseWanSetup, path: str) -> None:
+    """A full fine-tune trains no adapter, so a LoRA file has nowhere to go (as before: not read)."""
+    return None
