@@ -36,6 +36,7 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.distributed import DistributedContext
+from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -144,12 +145,15 @@ class TrainingItem:
     latent_key: str = ""  # cache entries (empty without latent caching)
     text_key: str = ""
     loss_weight: float = 1.0  # its concept's
+    group: str = ""  # its concept's display name (validation losses are reported per concept)
 
 
 class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
-                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None):
+                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
+                 concept_type: ConceptType = ConceptType.STANDARD):
         self.config = config
+        self.concept_type = concept_type  # VALIDATION: the held-out concepts, each sample once, no caption dropout
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
@@ -165,8 +169,10 @@ class WanBaseDataLoader:
         self.counter = EncoderCounter()
         self.pipeline, self.stages = self._pipeline()
         self.lost = LostItems([], [], config.seed, self.skips)
-        # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's).
-        self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching else 0)
+        # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
+        # always reads epoch 0, so its fields are deterministic either way.
+        validation = concept_type == ConceptType.VALIDATION
+        self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching or validation else 0)
 
     @property
     def encoder_calls(self) -> int:
@@ -199,10 +205,15 @@ class WanBaseDataLoader:
         concepts = self.config.concepts
         if isinstance(concepts, str):
             concepts = load_concepts(concepts)
-        enabled = [c for c in concepts if c.enabled]
-        if not enabled:
-            raise UserError("config key 'concepts' has no enabled concept: add {\"path\": \"my_dataset\"}")
+        enabled = [c for c in concepts if c.enabled and c.type == self.concept_type]
+        if not enabled and self.concept_type == ConceptType.STANDARD:
+            raise UserError("config key 'concepts' has no enabled concept to train on (type STANDARD): add "
+                            "{\"path\": \"my_dataset\"}")
         return enabled
+
+    def has_concepts(self) -> bool:
+        """Whether an enabled concept of this loader's type exists (validation is optional)."""
+        return bool(self.concepts())
 
     def _discover(self) -> list[tuple[TrainingItem, int]]:
         raw: list[tuple[TrainingItem, int]] = []
@@ -223,8 +234,9 @@ class WanBaseDataLoader:
                     continue
                 source = {"media_path": str(sample.media_path), "media_fp": media_fp, "caption": sample.caption}
                 keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
-                raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=concept.loss_weight),
-                            concept.repeats))
+                repeats = concept.repeats if self.concept_type == ConceptType.STANDARD else 1
+                raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=concept.loss_weight,
+                                         group=concept.display_name()), repeats))
         return raw
 
     def prepare(self) -> None:
@@ -252,7 +264,9 @@ class WanBaseDataLoader:
                 self.items.extend([item] * repeats)
                 self._warn_once(item, fields)
         if not self.items:
-            raise UserError(f"no usable training sample in the concepts ({self.skips.summary()}): check the dataset")
+            purpose = "training" if self.concept_type == ConceptType.STANDARD else "validation"
+            raise UserError(f"no usable {purpose} sample in the {self.concept_type.name} concepts "
+                            f"({self.skips.summary()}): check the dataset")
         self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
                               self.skips)
         logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
@@ -294,7 +308,7 @@ class WanBaseDataLoader:
                                                                                lambda: self._load(i, epoch)))
         batch = {name: torch.stack([f[name] for f in fields]) for name in ("latent_mean", "latent_std")}
         batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
-                                              self.config.caption_dropout_probability, self._empty_prompt_embeds)
+                                              self.caption_dropout, self._empty_prompt_embeds)
         if self.uses_image_condition:
             batch["condition_latents"] = self.model.normalize_latents(torch.stack([f["condition_mean"] for f in fields]))
             bucket = self.items[indices[0]].bucket
@@ -332,6 +346,15 @@ class WanBaseDataLoader:
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
                                    sample_weights=weights.to(device) if weights is not None else None)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
+
+    @property
+    def caption_dropout(self) -> float:
+        """Validation measures every sample with its caption."""
+        return self.config.caption_dropout_probability if self.concept_type == ConceptType.STANDARD else 0.0
+
+    def item_group(self, index: int) -> str:
+        """The concept an item came from (its display name)."""
+        return self.items[index].group
 
     def _empty_prompt_embeds(self) -> torch.Tensor:
         if not hasattr(self, "_empty_embeds"):

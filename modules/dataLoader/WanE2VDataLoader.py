@@ -48,6 +48,7 @@ from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
+from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ class E2VItem:
 
 class WanE2VDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
-                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None):
+                 dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
+                 concept_type: ConceptType = ConceptType.STANDARD):
         check_e2v_base(model)
         self.config = config
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
@@ -100,7 +102,11 @@ class WanE2VDataLoader:
         self.skips = skips if skips is not None else SkipCounter()
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size
-        self.datasets = load_dataset_config(config.dataset_config).datasets
+        self.concept_type = concept_type  # VALIDATION: the held-out datasets, no caption dropout
+        self.datasets = [d for d in load_dataset_config(config.dataset_config).datasets if d.type == concept_type]
+        if not self.datasets and concept_type == ConceptType.STANDARD:
+            raise UserError(f"dataset config '{config.dataset_config}' has no dataset to train on (type STANDARD): "
+                            "set one dataset's type to STANDARD")
         self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
         self.uses_vae = self.e2v_type in ("dual", "vae")
         self.uses_clip = self.e2v_type in ("dual", "clip")
@@ -114,7 +120,7 @@ class WanE2VDataLoader:
         self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
                                  for d in self.datasets]
         self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
-        self.visualization = self.datasets[0].visualization
+        self.visualization = self.datasets[0].visualization if self.datasets else None
         self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
         self.items: list[E2VItem] = []
         self.lost = LostItems([], [], config.seed, self.skips)
@@ -163,6 +169,10 @@ class WanE2VDataLoader:
         return Pipeline(sources, stages, self.config.seed)
 
     # --- discovery and caching -----------------------------------------------------------------------
+    def has_concepts(self) -> bool:
+        """Whether the dataset config holds a dataset of this loader's type (validation is optional)."""
+        return bool(self.datasets)
+
     def prepare(self) -> None:
         """Find every sample, decide its bucket and encode it once. Raises `CachingStopped` between samples
         once `should_stop()` is true."""
@@ -257,7 +267,7 @@ class WanE2VDataLoader:
             "video_mean": torch.stack([f["video_mean"] for f in fields]),
             "video_std": torch.stack([f["video_std"] for f in fields]),
             "prompt_embeds": prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
-                                          self.config.caption_dropout_probability, self._empty_prompt_embeds),
+                                          self.caption_dropout, self._empty_prompt_embeds),
         }
         if self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
@@ -267,6 +277,15 @@ class WanE2VDataLoader:
                 torch.cat([f[f"clip_{name}"] for name in self._clip_names(item)])
                 for f, item in zip(fields, (self.items[i] for i in indices))])
         return batch
+
+    @property
+    def caption_dropout(self) -> float:
+        """Validation measures every sample with its caption."""
+        return self.config.caption_dropout_probability if self.concept_type == ConceptType.STANDARD else 0.0
+
+    def item_group(self, index: int) -> str:
+        """The dataset an item came from, by its data_root's folder name."""
+        return Path(self.datasets[self.items[index].dataset].data_root).name or f"dataset{self.items[index].dataset}"
 
     def _empty_prompt_embeds(self) -> torch.Tensor:
         if not hasattr(self, "_empty_embeds"):

@@ -216,6 +216,16 @@ class BaseWanSetup:
         sigmas = torch.cat([sampler.sample(1, g, low, high) for g in random.samples])
         return sigmas, expert
 
+    def validation_points(self, count: int) -> list[tuple[float, int]]:
+        """(σ, expert) pairs of the validation loss: `count` midpoints evenly spaced over the σ range that is
+        trained ([min_sigma, max_sigma] within the trained experts' ranges), each on the expert it routes to."""
+        conditioning, experts = self.model.conditioning, len(self.model.transformers())
+        ranges = [conditioning.sigma_range(expert, experts) for expert, _ in self.trained_transformers()]
+        low = max(min(r[0] for r in ranges), self.config.min_sigma)
+        high = min(max(r[1] for r in ranges), self.config.max_sigma)
+        sigmas = [low + (i + 0.5) * (high - low) / count for i in range(count)]
+        return [(sigma, conditioning.expert_for_sigma(sigma, experts)) for sigma in sigmas]
+
     def _autocast(self):
         device = self.model.train_device
         if self.model.train_dtype == torch.float32:
@@ -223,12 +233,17 @@ class BaseWanSetup:
         return torch.autocast(device.type, dtype=self.model.train_dtype)
 
     def predict(self, inputs: StepInputs, random: StepRandom) -> StepOutput:
+        """The training step's forward: σ and noise drawn from the step's streams."""
+        sigmas, expert = self.sample_sigmas(random, tuple(inputs.x0.shape))
+        noise = random.randn(tuple(inputs.x0.shape[1:]))
+        return self.predict_at(inputs, sigmas, noise, expert)
+
+    def predict_at(self, inputs: StepInputs, sigmas: torch.Tensor, noise: torch.Tensor, expert: int) -> StepOutput:
+        """Forward and loss at given σ (B,) and noise (like x0), on `expert` (validation fixes all three)."""
         device, dtype = self.model.train_device, self.model.train_dtype
         conditioning, payload = self.model.conditioning, inputs.payload
         x0 = inputs.x0
-        sigmas, expert = self.sample_sigmas(random, tuple(x0.shape))
-        sigmas = sigmas.to(device)
-        noise = random.randn(tuple(x0.shape[1:])).to(device)
+        sigmas, noise = sigmas.to(device), noise.to(device)
         x_t = conditioning.keep_clean(add_noise(x0, noise, sigmas), x0, payload.clean_frames)
         transformer = self.forward_module(expert)
         with self._autocast(), activation_offload(self.config.activation_offload, device):

@@ -56,11 +56,12 @@ from modules.trainer.resume_check import (
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
+from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
-from modules.util.enum import EmaMode
+from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
 from modules.util.write_errors import is_write_failure, write_failure
 
@@ -82,6 +83,8 @@ class GenericTrainer:
         self.model: WanModel | None = None
         self.setup: BaseWanSetup | None = None
         self.data: WanBaseDataLoader | None = None
+        self.validation_data: WanBaseDataLoader | None = None  # the VALIDATION concepts, when there are any
+        self.validation: Validation | None = None
         self.kind: DataKind | None = None  # the data kind's entry in trainer/registry.py
         self.tensorboard = None
         self.nonfinite_in_a_row = 0
@@ -123,8 +126,14 @@ class GenericTrainer:
                 module.to(device)
         self.data = kind.loader(config, self.model, self.skips, self.dist,
                                 should_stop=lambda: self.commands.stop_requested)
+        validation_data = kind.loader(config, self.model, self.skips, self.dist,
+                                      should_stop=lambda: self.commands.stop_requested,
+                                      concept_type=ConceptType.VALIDATION)
         try:
             self.data.prepare()
+            if validation_data.has_concepts():  # cached like the training data: no encoder call after this
+                validation_data.prepare()
+                self.validation_data = validation_data
         except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
             self._status(str(stopped))
             raise TrainingStopped(None, reason=str(stopped)) from None
@@ -142,6 +151,8 @@ class GenericTrainer:
         self.total_steps = self._total_steps()
         self.lr_scheduler = create_lr_scheduler(self.optimizer, config, self.total_steps)
         self.ema = self._make_ema()
+        if self.validation_data is not None:
+            self.validation = Validation(self.validation_data, self.setup, config.validation_sigma_count, self.dist)
         if config.continue_last_backup:
             self._resume()
         visualization = getattr(self.data, "visualization", None)
@@ -261,7 +272,8 @@ class GenericTrainer:
         self.schedules = _Schedules(
             backup=Schedule(config.backup_after, config.backup_after_unit),
             sample=Schedule(config.sample_after, config.sample_after_unit),
-            save=Schedule(config.save_every, config.save_every_unit, skip_first=config.save_skip_first))
+            save=Schedule(config.save_every, config.save_every_unit, skip_first=config.save_skip_first),
+            validate=Schedule(config.validate_after, config.validate_after_unit))
         bar = tqdm(total=self.total_steps, initial=self.progress.global_step, desc="training", unit="step",
                    dynamic_ncols=True, disable=not self.dist.is_main)
         start_time, start_step = time.monotonic(), self.progress.global_step
@@ -390,6 +402,8 @@ class GenericTrainer:
         step, epoch = self.progress.global_step, self.progress.epoch
         if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
             self.sample()
+        if self.validation is not None and self.schedules.validate.due(step, epoch, epoch_end):
+            self.validate()
         if self.schedules.save.due(step, epoch, epoch_end):
             self.snapshot()
         if self.commands.take_backup() or self.schedules.backup.due(step, epoch, epoch_end):
@@ -478,6 +492,22 @@ class GenericTrainer:
             self.callbacks.on_status(f"backup failed: {e}")
             self.backup_failure = str(e)
             return None
+
+    def validate(self):
+        """The validation loss now (every rank measures its share), logged and written to tensorboard as
+        loss/validation (every sample) and loss/validation/<concept>. Uses the weights samples use."""
+        self._status("validating")
+        with self._averaged_weights(sampling=True):
+            result = self.validation.run()
+        step = self.progress.global_step
+        if self.dist.is_main:
+            logger.info("validation loss at step %d: %s", step, result.describe())
+            self.callbacks.on_status(f"validation loss {result.overall:.5f}")
+        if self.tensorboard is not None:
+            self.tensorboard.add_scalar("loss/validation", result.overall, step)
+            for name, loss in result.per_concept.items():
+                self.tensorboard.add_scalar(f"loss/validation/{name}", loss, step)
+        return result
 
     def sample(self) -> list[Path]:
         with self._averaged_weights(sampling=True):
@@ -589,6 +619,7 @@ class _Schedules:
     backup: Schedule
     sample: Schedule
     save: Schedule
+    validate: Schedule
 
 
 class TrainingStopped(Exception):

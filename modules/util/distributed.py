@@ -45,6 +45,15 @@ class DistributedContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
         return bool(tensor.item())
 
+    def all_sum(self, values: list[float]) -> list[float]:
+        """The element-wise sum of `values` over every rank (float64, so the order of ranks changes no digit
+        that matters)."""
+        if not self.enabled:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.tolist()
+
     def broadcast_object(self, value):
         if not self.enabled:
             return value
@@ -61,7 +70,8 @@ def init_distributed(train_device: str) -> tuple[DistributedContext, str]:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() and train_device in ("auto", "cuda") or train_device.startswith("cuda")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=30))
+        # NCCL for CUDA tensors, gloo beside it for the small CPU tensors of all_true / all_sum
+        dist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=30))
     device = f"cuda:{local_rank}" if use_cuda else "cpu"
     if use_cuda:
         torch.cuda.set_device(local_rank)

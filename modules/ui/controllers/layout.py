@@ -86,6 +86,8 @@ TABS: tuple[Tab, ...] = (
          ("EMA of the weights", ("ema", "ema_decay", "ema_update_step_interval", "ema_save_raw", "sample_with_ema")),
          ("σ sampling", ("timestep_distribution", "logit_mean", "logit_std", "sigmoid_scale", "mode_scale",
                          "timestep_shift", "dynamic_timestep_shifting", "min_sigma", "max_sigma")),
+         ("Validation (concepts of type VALIDATION)", ("validate_after", "validate_after_unit",
+                                                       "validation_sigma_count")),
          ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "fp8_base_weights",
                      "vae_tiling")),
          ("Multi-GPU (torchrun)", ("data_parallel",)),
@@ -113,7 +115,7 @@ TABS: tuple[Tab, ...] = (
 DATASET_SECTIONS: dict[str, tuple[Section, ...]] = {
     "E2V elements": (
         Section("Dataset", ("data_root", "target_resolution", "auto_frame_buckets", "max_frames", "frames",
-                            "reshape_mode", "remove_common_llm_caption_prefixes", "dataset_type")),),
+                            "reshape_mode", "remove_common_llm_caption_prefixes", "dataset_type", "type")),),
     "pathways": (
         Section("VAE processor (dataset JSON)", ("processors.vae.resolution", "processors.vae.combine",
                                                  "processors.vae.default_preprocess",

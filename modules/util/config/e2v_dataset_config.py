@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from modules.util.config.base_config import BaseConfig, ConfigError, T, option
+from modules.util.enum import ConceptType
 
 PREPROCESS_METHODS = ("pad_white", "center_crop", "resize", "letterbox")
 FRAME_CONDITIONING_MODES = ("full", "index", "prefix", "first_and_last", "random")
@@ -231,6 +232,7 @@ class VisualizationConfig(BaseConfig):
 class E2VDatasetConfig(BaseConfig):
     data_root: str = option("", "Folder of 001.mp4, 001.txt, 001<suffix> element images (used as given).")
     dataset_type: str = option("e2v", "e2v (the only type).")
+    type: ConceptType = option(ConceptType.STANDARD, "STANDARD (trained on) or VALIDATION (never trained on: its loss at fixed σ and noise is logged every validate_after units), as concepts[].type.")
     target_resolution: list[int] = option([480, 832], "[height, width] of the training videos and the reference clip.")
     auto_frame_buckets: bool = option(True, "Each video uses the largest 4k+1 frame count it holds, up to max_frames.")
     max_frames: int = option(81, "Upper limit (4k+1) of the automatic frame buckets.")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
+    ConceptType,
     DataParallel,
     DataType,
     EmaMode,
@@ -41,10 +43,10 @@ DEFAULT_LORA_TARGETS = [
 
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
-_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank")
+_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
+                 "rolling_backup_count", "validate_after", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -64,6 +66,11 @@ class ConceptConfig(BaseConfig):
     include_subdirectories: bool = option(False, "Also read files in sub-folders.")
     repeats: int = option(1, "How many times each sample is seen per epoch.")
     loss_weight: float = option(1.0, "Multiplies the loss of this concept's samples (e.g. 0.5 for a regularisation set).")
+    type: ConceptType = option(ConceptType.STANDARD, "STANDARD (trained on) or VALIDATION (never trained on: its loss at fixed σ and noise is logged every validate_after units).")
+
+    def display_name(self) -> str:
+        """The name in logs and tensorboard tags: `name`, else the folder's (or manifest's) name."""
+        return self.name or Path(self.path).stem or "concept"
 
     def validate(self, path: str) -> None:
         if self.enabled and not self.path:
@@ -245,6 +252,9 @@ class TrainConfig(BaseConfig):
     backup_before_save: bool = option(True, "Write a backup when training ends.")
     continue_last_backup: bool = option(False, "Resume from the newest backup in workspace_dir/backup.")
     tensorboard: bool = option(True, "Write tensorboard scalars to workspace_dir/tensorboard.")
+    validate_after: int = option(1, "With concepts of type VALIDATION: measure their loss every N units (0 = never).")
+    validate_after_unit: TimeUnit = option(TimeUnit.EPOCH, "STEP, EPOCH, MINUTE or NEVER.")
+    validation_sigma_count: int = option(4, "Validation: how many fixed σ values each sample's loss is measured at (evenly spaced over the trained σ range; one forward pass each).")
 
     e2v: E2VConfig = option(E2VConfig(), "Elements-to-Video options.")
 

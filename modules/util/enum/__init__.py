@@ -21,6 +21,11 @@ class ModelFormat(Enum):
         return self in (ModelFormat.DIFFUSERS_LORA, ModelFormat.COMFY_LORA)
 
 
+class ConceptType(Enum):
+    STANDARD = "STANDARD"  # trained on
+    VALIDATION = "VALIDATION"  # never trained on: its loss is measured every validate_after units
+
+
 class TimeUnit(Enum):
     STEP = "STEP"
     EPOCH = "EPOCH"
