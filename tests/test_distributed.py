@@ -80,9 +80,13 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
         return _transformer_weights(tmp_path / name / "output")
 
     reference = run(single, "one", 4)  # data_parallel is ignored in a single process
-    halfway = run(single, "to_fsdp", 2)
+    # One held-out clip on 2 sharded ranks: rank 1 runs an uncounted pass so the collectives pair.
+    held_out = write_video_dataset(tmp_path / "held_out", count=1, frames=9, height=32, width=32, seed=3)
+    validation = dict(concepts=[{"path": str(data)}, {"path": str(held_out), "type": "VALIDATION"}],
+                      validate_after=1, validate_after_unit="STEP")
+    halfway = run(single, "to_fsdp", 2, **validation)
     sample = [{"prompt": "a cat", "frames": 5, "height": 32, "width": 32, "steps": 2}]
-    sharded_from_whole = run(torchrun, "to_fsdp", 4, samples=sample, sample_at_end=True)
+    sharded_from_whole = run(torchrun, "to_fsdp", 4, samples=sample, sample_at_end=True, **validation)
     first_half = run(torchrun, "from_fsdp", 2)
     single_from_shards = run(single, "from_fsdp", 4)
 
@@ -95,6 +99,8 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
     assert _max_difference(sharded_from_whole, halfway) > 1e-4  # the sharded ranks did train steps 3-4
     assert all(value < 1e-5 for value in differences.values()), differences
     assert (tmp_path / "from_fsdp" / "workspace" / "backup" / "step-00000002" / "shards").is_dir()
+    logs = "".join(p.read_text() for p in (tmp_path / "to_fsdp" / "workspace" / "logs").iterdir())
+    assert all(f"validation loss at step {step}: " in logs for step in (1, 2, 3, 4))
     # the sharded run sampled on every rank; rank 0 wrote the video
     assert len(list((tmp_path / "to_fsdp" / "workspace" / "samples").glob("*.mp4"))) == 1
 
