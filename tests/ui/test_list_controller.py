@@ -57,3 +57,11 @@ def test_a_concept_file_replaces_the_list_until_cleared(tmp_path):
     assert app.config.data["concepts"] == "my_concepts.json" and len(app.concepts) == 0
     app.concepts.set_concept_file("")
     assert [r["path"] for r in app.concepts.rows] == ["clips"]
+
+
+def test_a_concept_row_can_be_made_a_validation_concept(tmp_path):
+    app = make(tmp_path)
+    app.concepts.add(path="clips/held_out")
+    assert app.concepts.specs["type"].choices == ("STANDARD", "VALIDATION")
+    app.concepts.set(0, "type", "VALIDATION")
+    assert app.config.data["concepts"][0]["type"] == "VALIDATION"
