@@ -26,6 +26,17 @@ class ConceptType(Enum):
     VALIDATION = "VALIDATION"  # never trained on: its loss is measured every validate_after units
 
 
+class FrameSampleStrategy(Enum):
+    """Which windows of a clip train (modules/dataLoader/windows.py)."""
+
+    HEAD = "HEAD"
+    SLIDE = "SLIDE"
+    UNIFORM = "UNIFORM"
+    RANDOM = "RANDOM"
+    KEYFRAME = "KEYFRAME"
+    FULL = "FULL"
+
+
 class TimeUnit(Enum):
     STEP = "STEP"
     EPOCH = "EPOCH"
