@@ -22,6 +22,7 @@ from tqdm import tqdm
 from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
+from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.discovery import RawSample, discover_concept
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
@@ -29,14 +30,15 @@ from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_c
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
+from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows, random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, frame_mask
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
-from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.config.train_config import ConceptConfig, TrainConfig, resolutions
 from modules.util.distributed import DistributedContext
-from modules.util.enum import ConceptType
+from modules.util.enum import ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -79,29 +81,64 @@ class EncoderIdentities:
 
 
 class DecodeClip(PipelineModule):
-    """Decoded, resampled, cropped clip (3, F, H, W) in [-1, 1], its bucket [F, H, W] and the source's
-    [H, W]. Short clips train on the largest 4k+1 frames they hold; images are 1-frame clips, their
-    transparent pixels composited on `background`."""
+    """Decoded, resampled, cropped window (3, F, H, W) in [-1, 1], its bucket [F, H, W] and the source's
+    [H, W]. The item's `clip` says which window (fps, start, frames) at which [height, width] target; a RANDOM
+    window (start None) is drawn from the item's stream (per cache variation, or per epoch uncached). Short
+    clips train on the largest 4k+1 frames they hold; images are 1-frame clips, their transparent pixels
+    composited on `background`."""
 
-    inputs = ("media_path",)
+    inputs = ("media_path", "clip")
     outputs = ("video_frames", "bucket", "source_size")
 
-    def __init__(self, fps: float, frames: int, resolutions: list[tuple[int, int]], background: Sequence[int]):
+    def __init__(self, fps: float, frames: int | list[int], resolutions: list[tuple[int, int]],
+                 background: Sequence[int], aspect_bucketing: bool, per_epoch_random: bool = False):
+        # The run's own fps, frames and resolutions key the cache; a concept's own values are in the item's
+        # `clip`, a key field whenever any concept differs from the run.
         self.fps, self.frames, self.resolutions, self.background = fps, frames, resolutions, list(background)
+        self.aspect_bucketing = aspect_bucketing
+        self.per_epoch_random = per_epoch_random  # uncached RANDOM windows: a new window each epoch
 
     def cache_identity(self) -> Any:
         return [self.fps, self.frames, self.resolutions, self.background]
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        path = item["media_path"]
-        frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=self.frames, background=self.background)
+        path, clip = item["media_path"], item["clip"]
+        length, start = clip["frames"], clip["start"]
+        if start is None:
+            start = random_start(clip["total"], length, ctx.rng(self.name, "window"))
+        frames, _ = read_video_frames(path, target_fps=clip["fps"], max_frames=start + length,
+                                      background=self.background)
+        if start and len(frames) < start + length:
+            raise DataError(path, f"changed during the run: {len(frames)} frames, planned a window at "
+                            f"{start}-{start + length}", CHANGED_FILE)
+        frames = frames[start:]
         count = largest_4k1(len(frames))
-        bucket = choose_bucket(frames.shape[1], frames.shape[2], len(frames), self.resolutions, [count])
+        height, width = clip["resolution"]
+        resolutions = area_resolutions(height * width) if self.aspect_bucketing else [(height, width)]
+        bucket = choose_bucket(frames.shape[1], frames.shape[2], len(frames), resolutions, [count])
         if bucket is None:
             raise DataError(path, f"only {len(frames)} frames", TOO_FEW_FRAMES)
         clip = resize_and_crop(frames[:bucket.frames], bucket.height, bucket.width)
         return {"video_frames": to_tensor(clip), "bucket": [bucket.frames, bucket.height, bucket.width],
                 "source_size": [frames.shape[1], frames.shape[2]]}
+
+
+class ProbeClip(PipelineModule):
+    """How many frames a clip has at the training fps (`clip_frames`) and, when asked, where its scene cuts
+    are (`cuts`): what windows other than the first frames are planned from. Cached with the latents."""
+
+    inputs = ("media_path", "probe")
+    outputs = ("clip_frames", "cuts")
+
+    def __init__(self, background: Sequence[int]):
+        self.background = list(background)
+
+    def cache_identity(self) -> Any:
+        return 1
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        frames, _ = read_video_frames(item["media_path"], target_fps=item["probe"]["fps"], background=self.background)
+        return {"clip_frames": len(frames), "cuts": detect_cuts(frames) if item["probe"]["cuts"] else []}
 
 
 class FirstFrameCondition(PipelineModule):
@@ -136,6 +173,17 @@ class EncodeFirstFrameClip(PipelineModule):
         return {"clip_embeds": self.model.encode_images([first.numpy()])[0]}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    start: int | None  # None: RANDOM (drawn per variation / epoch)
+    frames: int
+    total: int | None  # the clip's frames at the training fps (None: not probed, HEAD)
+
+
+def _window_order(window: FrameWindow) -> tuple:
+    return (window.frames, -1 if window.start is None else window.start)
+
+
 @dataclasses.dataclass
 class TrainingItem:
     sample: RawSample
@@ -146,6 +194,8 @@ class TrainingItem:
     text_key: str = ""
     loss_weight: float = 1.0  # its concept's
     group: str = ""  # its concept's display name (validation losses are reported per concept)
+    variations: int = 1  # cached variants (RANDOM windows); epoch e trains variant e % variations
+    caption_dropout: float = 0.0  # its concept's caption_dropout_probability (0 for validation)
 
 
 class WanBaseDataLoader:
@@ -162,12 +212,26 @@ class WanBaseDataLoader:
         self.cache = DiskCache(config.cache_dir)
         self.items: list[TrainingItem] = []
         self.fps = config.fps or model.variant.fps
-        height, width = config.resolution
+        height, width = resolutions(config.resolution)[0]
         self.resolutions = area_resolutions(height * width) if config.aspect_bucketing else [(height, width)]
         self.uses_image_condition = model.variant.channel_concat_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
         self.counter = EncoderCounter()
-        self.pipeline, self.stages = self._pipeline()
+        self.options = [(concept, concept_options(concept, config)) for concept in self.concepts()]
+        run = concept_options(ConceptConfig(), config)  # what a concept without overrides trains on
+        # A concept that trains other windows, lengths or resolutions than the run's single default makes each
+        # item's window part of its cache key; otherwise the keys stay those of a plain run.
+        self.clip_keyed = any(o.windowed or (o.fps, o.lengths, o.resolutions) != (run.fps, run.lengths[:1],
+                                                                                  run.resolutions[:1])
+                              for _, o in self.options)
+        random_windows = any(o.windows.strategy == FrameSampleStrategy.RANDOM for _, o in self.options)
+        # RANDOM windows: cached as cache_variations variants (their own pipeline); uncached, drawn per epoch.
+        self.random_variations = config.cache_variations if random_windows and config.latent_caching else 1
+        self.pipeline, self.stages = self._pipeline(1, per_epoch_windows=random_windows and not config.latent_caching)
+        self.pipelines = {1: self.pipeline}
+        if self.random_variations > 1:
+            self.pipelines[self.random_variations] = self._pipeline(self.random_variations)[0]
+        self.probe = self._probe_pipeline()
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
@@ -179,11 +243,12 @@ class WanBaseDataLoader:
         """How many times an encoder (VAE, UMT5, CLIP) ran; tests check that epoch 2 adds none."""
         return self.counter.calls
 
-    def _pipeline(self) -> tuple[Pipeline, list[CacheStage]]:
-        model, counter = self.model, self.counter
+    def _pipeline(self, variations: int, per_epoch_windows: bool = False) -> tuple[Pipeline, list[CacheStage]]:
+        model, counter, config = self.model, self.counter, self.config
         identities = EncoderIdentities.of(model)
         vae_identity, text_identity = identities.vae, identities.text
-        video = [DecodeClip(self.fps, self.config.frames, self.resolutions, self.config.transparent_background),
+        video = [DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
+                            config.aspect_bucketing, per_epoch_windows),
                  EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
         if self.uses_image_condition:
@@ -194,11 +259,19 @@ class WanBaseDataLoader:
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
         text = [self.caption_encoder]
-        if not self.config.latent_caching:
-            return Pipeline(["media_path", "media_fp", "caption"], video + text, self.config.seed), []
-        stages = [CacheStage(video, ["media_fp"], self.cache, "video", outputs=outputs, name="video"),
+        sources = ["media_path", "media_fp", "caption", "clip"]
+        if not config.latent_caching:
+            return Pipeline(sources, video + text, config.seed), []
+        video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
+        stages = [CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video"),
                   CacheStage(text, ["caption"], self.cache, "text", name="text")]
-        return Pipeline(["media_path", "media_fp", "caption"], stages, self.config.seed), stages
+        return Pipeline(sources, stages, config.seed), stages
+
+    def _probe_pipeline(self) -> Pipeline:
+        probe = ProbeClip(self.config.transparent_background)
+        modules = [CacheStage([probe], ["media_fp", "probe"], self.cache, "probe", name="probe")] \
+            if self.config.latent_caching else [probe]
+        return Pipeline(["media_path", "media_fp", "probe"], modules, self.config.seed)
 
     # --- discovery and caching ---------------------------------------------------------------------
     def concepts(self) -> list[ConceptConfig]:
@@ -217,7 +290,7 @@ class WanBaseDataLoader:
 
     def _discover(self) -> list[tuple[TrainingItem, int]]:
         raw: list[tuple[TrainingItem, int]] = []
-        for concept in self.concepts():
+        for concept, options in self.options:
             if not Path(concept.path).exists():
                 raise UserError(f"concept path '{concept.path}' does not exist: fix concepts[].path")
             try:
@@ -226,18 +299,49 @@ class WanBaseDataLoader:
                 raise UserError(str(e)) from None
             if not found:
                 logger.warning("concept %s holds no video or image", concept.path)
+            repeats = concept.repeats if self.concept_type == ConceptType.STANDARD else 1
             for sample in found:
                 try:
                     media_fp = file_fingerprint(sample.media_path)
+                    windows = self._windows(sample, media_fp, options)
                 except OSError as e:
                     self.skips.record(sample.media_path, "unreadable file", str(e))
                     continue
-                source = {"media_path": str(sample.media_path), "media_fp": media_fp, "caption": sample.caption}
-                keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
-                repeats = concept.repeats if self.concept_type == ConceptType.STANDARD else 1
-                raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=concept.loss_weight,
-                                         group=concept.display_name()), repeats))
+                except DataError as e:
+                    self.skips.record_error(e)
+                    continue
+                caption = options.caption(sample.caption)
+                for window, resolution in windows:
+                    # `total` only where a window is drawn from it (RANDOM): equal windows share a cache entry
+                    clip = {"fps": options.fps or self.fps, "start": window.start, "frames": window.frames,
+                            "total": window.total if window.start is None else None, "resolution": list(resolution)}
+                    source = {"media_path": str(sample.media_path), "media_fp": media_fp, "caption": caption,
+                              "clip": clip}
+                    keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
+                    variations = self.random_variations if window.start is None else 1
+                    raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=options.loss_weight,
+                                             group=concept.display_name(), variations=variations,
+                                             caption_dropout=self._caption_dropout(options)), repeats))
         return raw
+
+    def _windows(self, sample: RawSample, media_fp: str, options: ConceptOptions) -> list[tuple[_Window, tuple]]:
+        """(window, [height, width] target) of each item a sample gives: every window at every length, at every
+        resolution. HEAD needs no probe of the clip (a short clip is cut to what it holds when decoded)."""
+        fps = options.fps or self.fps
+        if options.windowed or len(options.lengths) > 1:  # several lengths: a short clip gives one window
+            probe = {"fps": fps, "cuts": options.windows.strategy == FrameSampleStrategy.KEYFRAME}
+            fields = self.probe.run({"media_path": str(sample.media_path), "media_fp": media_fp, "probe": probe},
+                                    self.probe.context(0, 0))
+            total, cuts = int(fields["clip_frames"]), fields["cuts"]
+            planned = {w for length in options.lengths for w in plan_windows(total, length, options.windows, cuts)}
+            windows = [_Window(w.start, w.frames, total) for w in sorted(planned, key=_window_order)]
+        else:
+            windows = [_Window(0, length, None) for length in options.lengths]
+        return [(window, resolution) for resolution in options.resolutions for window in windows]
+
+    def _caption_dropout(self, options: ConceptOptions) -> float:
+        """Validation measures every sample with its caption."""
+        return options.caption_dropout if self.concept_type == ConceptType.STANDARD else 0.0
 
     def prepare(self) -> None:
         """Find every sample, decide its bucket and (with caching) encode it once. Raises `CachingStopped`
@@ -253,13 +357,14 @@ class WanBaseDataLoader:
             self.dist.barrier()
         if self.dist.enabled:  # each rank encodes its share of the cache misses, then all read the cache
             for item, _ in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
-                self._bucket(item, SkipCounter())
+                self._cache_item(item, SkipCounter())
             self.dist.barrier()
         self.items = []
+        self._warned: set[Path] = set()
         for item, repeats in tqdm(until_stopped(raw, self.should_stop), total=len(raw), unit="clip",
                                   desc="caching" if self.config.latent_caching else "scanning",
                                   disable=not raw or not self.dist.is_main):
-            fields = self._bucket(item, self.skips)
+            fields = self._cache_item(item, self.skips)
             if fields is not None:
                 self.items.extend([item] * repeats)
                 self._warn_once(item, fields)
@@ -272,7 +377,20 @@ class WanBaseDataLoader:
         logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
 
     def _run(self, item: TrainingItem, epoch: int, stop: int | None = None) -> dict[str, Any]:
-        return self.pipeline.run(item.source, self.pipeline.context(item.position, epoch), stop=stop)
+        pipeline = self.pipelines[item.variations]
+        return pipeline.run(item.source, pipeline.context(item.position, epoch), stop=stop)
+
+    def _cache_item(self, item: TrainingItem, skips: SkipCounter) -> dict[str, Any] | None:
+        """`_bucket`, and with several cached variants (RANDOM windows) every variant encoded now, so no epoch
+        runs an encoder."""
+        fields = self._bucket(item, skips)
+        try:
+            for variation in range(1, item.variations if fields is not None else 1):
+                self._run(item, variation)  # epoch v uses variant v % variations
+        except DataError as e:
+            skips.record_error(e)
+            return None
+        return fields
 
     def _bucket(self, item: TrainingItem, skips: SkipCounter) -> dict[str, Any] | None:
         """The item's (cached) fields with its bucket set, or None when it is skipped."""
@@ -286,16 +404,20 @@ class WanBaseDataLoader:
         return fields
 
     def _warn_once(self, item: TrainingItem, fields: dict[str, Any]) -> None:
-        """What a user should know about a usable sample, said once per run (epochs never repeat it)."""
+        """What a user should know about a usable sample, said once per run (epochs and windows never repeat it)."""
+        if item.sample.media_path in self._warned:
+            return
+        self._warned.add(item.sample.media_path)
         framing = framing_warning(item.sample.media_path, *fields["source_size"], item.bucket.height, item.bucket.width)
         if framing:
             logger.warning(framing)
-        self.caption_encoder.check_length(item.sample.caption, item.sample.media_path, self.skips)
+        self.caption_encoder.check_length(item.source["caption"], item.sample.media_path, self.skips)
 
     def fingerprint(self) -> str:
         """Identity of the prepared dataset (for resume checks)."""
-        return hashlib.sha256(json.dumps([[i.source["media_fp"], i.source["caption"]] for i in self.items]).encode()
-                              ).hexdigest()
+        identity = [[i.source["media_fp"], i.source["caption"]] + ([i.source["clip"]] if self.clip_keyed else [])
+                    for i in self.items]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
     # --- epochs and batches ----------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[list[int]]:
@@ -304,11 +426,15 @@ class WanBaseDataLoader:
                              self.dist.world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
-        indices, fields = self.lost.load(indices, epoch, lambda i: self.memo.get(self.items[i].position,
-                                                                               lambda: self._load(i, epoch)))
+        def load(index: int) -> dict[str, Any]:
+            item = self.items[index]
+            return self.memo.get((item.position, epoch % item.variations), lambda: self._load(index, epoch))
+
+        indices, fields = self.lost.load(indices, epoch, load)
         batch = {name: torch.stack([f[name] for f in fields]) for name in ("latent_mean", "latent_std")}
         batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
-                                              self.caption_dropout, self._empty_prompt_embeds)
+                                              [self.items[i].caption_dropout for i in indices],
+                                              self._empty_prompt_embeds)
         if self.uses_image_condition:
             batch["condition_latents"] = self.model.normalize_latents(torch.stack([f["condition_mean"] for f in fields]))
             bucket = self.items[indices[0]].bucket
@@ -346,11 +472,6 @@ class WanBaseDataLoader:
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
                                    sample_weights=weights.to(device) if weights is not None else None)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
-
-    @property
-    def caption_dropout(self) -> float:
-        """Validation measures every sample with its caption."""
-        return self.config.caption_dropout_probability if self.concept_type == ConceptType.STANDARD else 0.0
 
     def item_group(self, index: int) -> str:
         """The concept an item came from (its display name)."""

@@ -32,10 +32,12 @@ def caption_dropped(seed: int, probability: float, epoch: int, index: int) -> bo
     return probability > 0 and random.Random(derive_seed(seed, "caption_dropout", epoch, index)).random() < probability
 
 
-def prompt_batch(embeds: list[torch.Tensor], indices: list[int], epoch: int, seed: int, probability: float,
-                 empty: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """(B, 512, D): each item's real-token embeddings (or the empty caption's), zero-padded to 512."""
-    rows = [empty() if caption_dropped(seed, probability, epoch, i) else e for e, i in zip(embeds, indices)]
+def prompt_batch(embeds: list[torch.Tensor], indices: list[int], epoch: int, seed: int,
+                 probability: float | Sequence[float], empty: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """(B, 512, D): each item's real-token embeddings (or the empty caption's), zero-padded to 512.
+    `probability`: the caption dropout of every item, or of each (a concept's own)."""
+    chances = [probability] * len(indices) if isinstance(probability, (int, float)) else list(probability)
+    rows = [empty() if caption_dropped(seed, p, epoch, i) else e for e, i, p in zip(embeds, indices, chances)]
     return torch.stack([torch.cat([e, e.new_zeros(TEXT_LENGTH - e.shape[0], e.shape[1])]) for e in rows])
 
 

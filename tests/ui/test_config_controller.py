@@ -10,7 +10,7 @@ from modules.optimizer.registry import OPTIMIZERS
 from modules.ui.controllers.app_controller import AppController
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.fields import (
-    BOOL, CHOICE, FLOAT, INT, INT_LIST, PATH, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
+    BOOL, CHOICE, FLOAT, INT, INT_LIST, JSON, PATH, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
 )
 from modules.ui.controllers.layout import TABS, placed_keys, sections_of
 from modules.util.config.base_config import ConfigError
@@ -30,7 +30,8 @@ def test_widget_kinds_come_from_the_field_types(config):
     assert kinds["optimizer"] == CHOICE and config.specs["optimizer"].choices == tuple(OPTIMIZERS)
     assert kinds["tensorboard"] == BOOL
     assert kinds["epochs"] == INT and kinds["learning_rate"] == FLOAT
-    assert kinds["resolution"] == INT_LIST and kinds["lora_target_modules"] == TEXT_LIST
+    assert kinds["lora_blocks"] == INT_LIST and kinds["lora_target_modules"] == TEXT_LIST
+    assert kinds["resolution"] == JSON and kinds["frames"] == JSON  # one value or a list of them
     assert kinds["base_model_name"] == PATH and config.specs["base_model_name"].path_mode == "dir"
     assert kinds["train_device"] == TEXT
     assert config.specs["e2v.e2v_type"].choices == ("auto", "dual", "vae", "clip")  # read from the doc

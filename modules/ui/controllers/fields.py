@@ -157,7 +157,10 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise FieldError(f"must be JSON ({e.msg})") from None
+            try:  # a list may be typed without its outer brackets ("256, 448" as before resolution took lists)
+                return json.loads(f"[{text}]")
+            except json.JSONDecodeError:
+                raise FieldError(f"must be JSON ({e.msg})") from None
     if spec.kind == CHOICE and spec.choices and value not in spec.choices:
         raise FieldError(f"must be one of {', '.join(spec.choices)}")
     return value  # TEXT, PATH, CHOICE keep spaces exactly as typed

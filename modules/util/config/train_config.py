@@ -16,6 +16,7 @@ from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
     ConceptType,
     DataParallel,
+    FrameSampleStrategy,
     DataType,
     EmaMode,
     HuberSchedule,
@@ -43,10 +44,11 @@ DEFAULT_LORA_TARGETS = [
 
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
-_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
+_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count",
+                 "cache_variations")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "validate_after", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "fps", "blocks_to_swap")
+                 "rolling_backup_count", "validate_after", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -55,6 +57,44 @@ def check_frame_count(key: str, frames: int) -> None:
     """The Wan VAE takes 4k+1 frames (1 + 4 per latent frame after the first)."""
     if frames < 1 or (frames - 1) % 4:
         raise ConfigError(f"config key '{key}' must be of the form 4k+1 (1, 5, 9, ... 81), got {frames}")
+
+
+def frame_lengths(frames: int | list[int]) -> list[int]:
+    """The window lengths of a `frames` value (one length or a list)."""
+    return [frames] if isinstance(frames, int) else list(frames)
+
+
+def resolutions(resolution: list[int] | list[list[int]]) -> list[list[int]]:
+    """The [height, width] pairs of a `resolution` value (one pair or a list of pairs)."""
+    return [list(resolution)] if resolution and isinstance(resolution[0], int) else [list(r) for r in resolution]
+
+
+def check_clip_options(path: str, config) -> None:
+    """The window and resolution keys a concept shares with the run (None: not set on the concept)."""
+    def key(name: str) -> str:
+        return f"{path}.{name}" if path else name
+
+    if config.frames is not None:
+        if not frame_lengths(config.frames):
+            raise ConfigError(f"config key '{key('frames')}' is an empty list: give at least one length")
+        for length in frame_lengths(config.frames):
+            check_frame_count(key("frames"), length)
+    if config.max_frames is not None:
+        check_frame_count(key("max_frames"), config.max_frames)
+    if config.resolution is not None:
+        pairs = resolutions(config.resolution)
+        if not pairs or any(len(p) != 2 or any(v < 16 or v % 16 for v in p) for p in pairs):
+            raise ConfigError(f"config key '{key('resolution')}' must be [height, width] (or a list of them), "
+                              f"multiples of 16, got {config.resolution}")
+    for name in ("fps", "frame_stride"):
+        value = getattr(config, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"config key '{key(name)}' must not be negative, got {value}")
+    if config.frame_windows is not None and config.frame_windows < 1:
+        raise ConfigError(f"config key '{key('frame_windows')}' must be at least 1, got {config.frame_windows}")
+    dropout = config.caption_dropout_probability
+    if dropout is not None and not 0.0 <= dropout <= 1.0:
+        raise ConfigError(f"config key '{key('caption_dropout_probability')}' must be between 0 and 1, got {dropout}")
 
 
 @dataclasses.dataclass
@@ -67,6 +107,16 @@ class ConceptConfig(BaseConfig):
     repeats: int = option(1, "How many times each sample is seen per epoch.")
     loss_weight: float = option(1.0, "Multiplies the loss of this concept's samples (e.g. 0.5 for a regularisation set).")
     type: ConceptType = option(ConceptType.STANDARD, "STANDARD (trained on) or VALIDATION (never trained on: its loss at fixed σ and noise is logged every validate_after units).")
+    caption_prefix: str = option("", "Text put before every caption of this concept (e.g. a trigger word and a comma).")
+    caption_suffix: str = option("", "Text put after every caption of this concept.")
+    caption_dropout_probability: float | None = option(None, "This concept's caption dropout (null = the run's caption_dropout_probability).")
+    fps: float | None = option(None, "This concept's frame rate (null = the run's fps).")
+    frames: int | list[int] | None = option(None, "This concept's window length(s), 4k+1 (null = the run's frames).")
+    resolution: list[int] | list[list[int]] | None = option(None, "This concept's [height, width] or list of them (null = the run's resolution).")
+    frame_sample_strategy: FrameSampleStrategy | None = option(None, "This concept's frame windows (null = the run's frame_sample_strategy).")
+    frame_stride: int | None = option(None, "SLIDE: this concept's stride (null = the run's frame_stride).")
+    frame_windows: int | None = option(None, "UNIFORM / KEYFRAME: this concept's window count (null = the run's frame_windows).")
+    max_frames: int | None = option(None, "FULL: this concept's longest window (null = the run's max_frames).")
 
     def display_name(self) -> str:
         """The name in logs and tensorboard tags: `name`, else the folder's (or manifest's) name."""
@@ -79,6 +129,7 @@ class ConceptConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.repeats' must be at least 1, got {self.repeats}")
         if self.loss_weight < 0:
             raise ConfigError(f"config key '{path}.loss_weight' must not be negative, got {self.loss_weight}")
+        check_clip_options(path, self)
 
 
 SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
@@ -170,9 +221,14 @@ class TrainConfig(BaseConfig):
     # --- data --------------------------------------------------------------------------------
     concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")
     dataset_config: str = option("", "An E2V dataset JSON (seed format: datasets[].elements[] ...).")
-    resolution: list[int] = option([480, 832], "Target [height, width]; with aspect bucketing the area is kept.")
+    resolution: list[int] | list[list[int]] = option([480, 832], "Target [height, width], or a list of them (e.g. [[480, 832], [720, 1280]]: each clip trains at every one); with aspect bucketing each one's area is kept.")
     aspect_bucketing: bool = option(True, "Group samples by aspect ratio instead of cropping all to one shape.")
-    frames: int = option(81, "Frames per training clip (4k+1). Clips with fewer frames use the largest 4k+1 they hold.")
+    frames: int | list[int] = option(81, "Frames per training window (4k+1), or a list of lengths (e.g. [17, 33, 81]): each clip gives its windows at every length it holds. Clips shorter than a length train on the largest 4k+1 they hold.")
+    frame_sample_strategy: FrameSampleStrategy = option(FrameSampleStrategy.HEAD, "Which windows of each clip train: HEAD (the first frames), SLIDE (every frame_stride frames), UNIFORM (frame_windows spread evenly), RANDOM (a new window each epoch; cache_variations of them cached), KEYFRAME (from each scene cut; none: UNIFORM) or FULL (the whole clip up to max_frames).")
+    frame_stride: int = option(0, "SLIDE: frames between window starts (0 = the window's length: consecutive chunks).")
+    frame_windows: int = option(4, "UNIFORM (and KEYFRAME without cuts): windows per clip.")
+    max_frames: int = option(81, "FULL: the longest window (4k+1); a longer clip is cut at the largest 4k+1 up to it.")
+    cache_variations: int = option(4, "RANDOM windows: how many different windows per clip are cached (epoch e uses e mod N), so later epochs run no encoder.")
     fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1, 24 for Wan 2.2 TI2V/A14B).")
     latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
@@ -262,12 +318,10 @@ class TrainConfig(BaseConfig):
         def fail(key: str, message: str) -> None:
             raise ConfigError(f"config key '{key}' {message}")
 
-        check_frame_count("frames", self.frames)
+        check_clip_options("", self)
         missing = spec_of(self.optimizer).missing()
         if missing:  # before any model loads, not at the first step
             fail("optimizer", f"is {self.optimizer.name}, which {missing}")
-        if len(self.resolution) != 2 or any(v < 16 or v % 16 for v in self.resolution):
-            fail("resolution", f"must be [height, width], multiples of 16, got {self.resolution}")
         if self.output_dtype == DataType.AUTO:
             fail("output_dtype", "must be FLOAT32, BFLOAT16 or FLOAT16, got AUTO")
         for key in _AT_LEAST_ONE:
@@ -299,8 +353,6 @@ class TrainConfig(BaseConfig):
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:
             fail("lora_plus_ratio", f"applies to adapters with up (B) matrices: LORA, DoRA or LOHA, not {self.peft_type.name}")
-        if not 0.0 <= self.caption_dropout_probability <= 1.0:
-            fail("caption_dropout_probability", f"must be between 0 and 1, got {self.caption_dropout_probability}")
         if len(self.transparent_background) != 3 or any(not 0 <= v <= 255 for v in self.transparent_background):
             fail("transparent_background", f"must be [r, g, b] with values 0-255, got {self.transparent_background}")
         if self.lora_layer_filter:
