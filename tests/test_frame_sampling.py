@@ -116,4 +116,4 @@ def test_keyframe_windows_start_at_the_scene_cuts(tiny_model, tmp_path):
     (folder / "clips.jsonl").write_text(json.dumps({"path": "cuts.npz", "prompt": "three shots"}) + "\n")
     data = loader(tiny_model, folder / "clips.jsonl", tmp_path / "run", frame_sample_strategy="KEYFRAME")
     assert starts(data) == [0, 40, 90]
-    assert data.probe.modules[0].misses == 1  # the cuts are cached with the latents
+    assert data.planner.pipeline.modules[0].misses == 1  # the cuts are cached with the latents

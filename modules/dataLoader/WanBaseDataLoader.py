@@ -21,16 +21,17 @@ from tqdm import tqdm
 
 from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
-from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
+from modules.dataLoader.cache import DiskCache, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
-from modules.dataLoader.discovery import RawSample, discover_concept
+from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
-from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows, random_start
+from modules.dataLoader.item_plan import ItemPlanner
+from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, frame_mask
 from modules.model.conditioning import ConditionPayload
@@ -123,24 +124,6 @@ class DecodeClip(PipelineModule):
                 "source_size": [frames.shape[1], frames.shape[2]]}
 
 
-class ProbeClip(PipelineModule):
-    """How many frames a clip has at the training fps (`clip_frames`) and, when asked, where its scene cuts
-    are (`cuts`): what windows other than the first frames are planned from. Cached with the latents."""
-
-    inputs = ("media_path", "probe")
-    outputs = ("clip_frames", "cuts")
-
-    def __init__(self, background: Sequence[int]):
-        self.background = list(background)
-
-    def cache_identity(self) -> Any:
-        return 1
-
-    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        frames, _ = read_video_frames(item["media_path"], target_fps=item["probe"]["fps"], background=self.background)
-        return {"clip_frames": len(frames), "cuts": detect_cuts(frames) if item["probe"]["cuts"] else []}
-
-
 class FirstFrameCondition(PipelineModule):
     """Plain I2V: the first frame, then zero frames up to F (E2V_SPEC §3 with one reference)."""
 
@@ -171,17 +154,6 @@ class EncodeFirstFrameClip(PipelineModule):
         self.counter.calls += 1
         first = ((item["video_frames"][:, 0].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
         return {"clip_embeds": self.model.encode_images([first.numpy()])[0]}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Window:
-    start: int | None  # None: RANDOM (drawn per variation / epoch)
-    frames: int
-    total: int | None  # the clip's frames at the training fps (None: not probed, HEAD)
-
-
-def _window_order(window: FrameWindow) -> tuple:
-    return (window.frames, -1 if window.start is None else window.start)
 
 
 @dataclasses.dataclass
@@ -231,7 +203,8 @@ class WanBaseDataLoader:
         self.pipelines = {1: self.pipeline}
         if self.random_variations > 1:
             self.pipelines[self.random_variations] = self._pipeline(self.random_variations)[0]
-        self.probe = self._probe_pipeline()
+        self.planner = ItemPlanner(self.fps, config.transparent_background,
+                                   self.cache if config.latent_caching else None, config.seed)
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
@@ -267,12 +240,6 @@ class WanBaseDataLoader:
                   CacheStage(text, ["caption"], self.cache, "text", name="text")]
         return Pipeline(sources, stages, config.seed), stages
 
-    def _probe_pipeline(self) -> Pipeline:
-        probe = ProbeClip(self.config.transparent_background)
-        modules = [CacheStage([probe], ["media_fp", "probe"], self.cache, "probe", name="probe")] \
-            if self.config.latent_caching else [probe]
-        return Pipeline(["media_path", "media_fp", "probe"], modules, self.config.seed)
-
     # --- discovery and caching ---------------------------------------------------------------------
     def concepts(self) -> list[ConceptConfig]:
         concepts = self.config.concepts
@@ -291,53 +258,17 @@ class WanBaseDataLoader:
     def _discover(self) -> list[tuple[TrainingItem, int]]:
         raw: list[tuple[TrainingItem, int]] = []
         for concept, options in self.options:
-            if not Path(concept.path).exists():
-                raise UserError(f"concept path '{concept.path}' does not exist: fix concepts[].path")
-            try:
-                found = discover_concept(concept.path, concept.include_subdirectories)
-            except DataError as e:
-                raise UserError(str(e)) from None
-            if not found:
-                logger.warning("concept %s holds no video or image", concept.path)
             repeats = concept.repeats if self.concept_type == ConceptType.STANDARD else 1
-            for sample in found:
-                try:
-                    media_fp = file_fingerprint(sample.media_path)
-                    windows = self._windows(sample, media_fp, options)
-                except OSError as e:
-                    self.skips.record(sample.media_path, "unreadable file", str(e))
-                    continue
-                except DataError as e:
-                    self.skips.record_error(e)
-                    continue
-                caption = options.caption(sample.caption)
-                for window, resolution in windows:
-                    # `total` only where a window is drawn from it (RANDOM): equal windows share a cache entry
-                    clip = {"fps": options.fps or self.fps, "start": window.start, "frames": window.frames,
-                            "total": window.total if window.start is None else None, "resolution": list(resolution)}
-                    source = {"media_path": str(sample.media_path), "media_fp": media_fp, "caption": caption,
-                              "clip": clip}
-                    keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
-                    variations = self.random_variations if window.start is None else 1
-                    raw.append((TrainingItem(sample, len(raw), source, None, *keys, loss_weight=options.loss_weight,
-                                             group=concept.display_name(), variations=variations,
-                                             caption_dropout=self._caption_dropout(options)), repeats))
+            for planned in self.planner.plan(concept, options, self.skips):
+                source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
+                          "caption": planned.caption, "clip": planned.clip}
+                keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
+                variations = self.random_variations if planned.clip["start"] is None else 1
+                raw.append((TrainingItem(planned.sample, len(raw), source, None, *keys,
+                                         loss_weight=options.loss_weight, group=concept.display_name(),
+                                         variations=variations, caption_dropout=self._caption_dropout(options)),
+                            repeats))
         return raw
-
-    def _windows(self, sample: RawSample, media_fp: str, options: ConceptOptions) -> list[tuple[_Window, tuple]]:
-        """(window, [height, width] target) of each item a sample gives: every window at every length, at every
-        resolution. HEAD needs no probe of the clip (a short clip is cut to what it holds when decoded)."""
-        fps = options.fps or self.fps
-        if options.windowed or len(options.lengths) > 1:  # several lengths: a short clip gives one window
-            probe = {"fps": fps, "cuts": options.windows.strategy == FrameSampleStrategy.KEYFRAME}
-            fields = self.probe.run({"media_path": str(sample.media_path), "media_fp": media_fp, "probe": probe},
-                                    self.probe.context(0, 0))
-            total, cuts = int(fields["clip_frames"]), fields["cuts"]
-            planned = {w for length in options.lengths for w in plan_windows(total, length, options.windows, cuts)}
-            windows = [_Window(w.start, w.frames, total) for w in sorted(planned, key=_window_order)]
-        else:
-            windows = [_Window(0, length, None) for length in options.lengths]
-        return [(window, resolution) for resolution in options.resolutions for window in windows]
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
         """Validation measures every sample with its caption."""

@@ -1,0 +1,132 @@
+"""From concepts to planned items, without any model: the samples a concept holds and, per sample, each
+window (at each length) at each target resolution that trains. The data loader encodes what this plans;
+`scripts/dataset_stats.py` counts it.
+
+A clip is probed (its frame count at the training fps, its size and, for KEYFRAME, its scene cuts) only when
+windows other than the first frames are planned, or when asked (statistics); the probe is cached like latents.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from modules.dataLoader.cache import DiskCache, file_fingerprint
+from modules.dataLoader.concept_options import ConceptOptions
+from modules.dataLoader.discovery import RawSample, discover_concept
+from modules.dataLoader.errors import DataError
+from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
+from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.video_io import read_video_frames
+from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows
+from modules.util.config.train_config import ConceptConfig
+from modules.util.enum import FrameSampleStrategy
+from modules.util.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+
+class ProbeClip(PipelineModule):
+    """How many frames a clip has at the training fps (`clip_frames`), its [H, W] (`source_size`) and, when
+    asked, where its scene cuts are (`cuts`)."""
+
+    inputs = ("media_path", "probe")
+    outputs = ("clip_frames", "source_size", "cuts")
+
+    def __init__(self, background: Sequence[int]):
+        self.background = list(background)
+
+    def cache_identity(self) -> Any:
+        return 1
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        frames, _ = read_video_frames(item["media_path"], target_fps=item["probe"]["fps"], background=self.background)
+        return {"clip_frames": len(frames), "source_size": [int(frames.shape[1]), int(frames.shape[2])],
+                "cuts": detect_cuts(frames) if item["probe"]["cuts"] else []}
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    frames: int  # at the training fps
+    size: tuple[int, int]  # [H, W] of the source
+    cuts: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedItem:
+    sample: RawSample
+    concept: ConceptConfig
+    options: ConceptOptions
+    media_fp: str
+    clip: dict[str, Any]  # fps, start (None: RANDOM), frames, total (RANDOM only), resolution [h, w]
+    probe: Probe | None  # None: not probed (HEAD at one length)
+
+    @property
+    def caption(self) -> str:
+        return self.options.caption(self.sample.caption)
+
+
+class ItemPlanner:
+    def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0):
+        self.run_fps = run_fps  # the run's fps (config.fps or the variant's)
+        probe = ProbeClip(background)
+        modules = [CacheStage([probe], ["media_fp", "probe"], cache, "probe", name="probe")] if cache else [probe]
+        self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
+
+    def samples(self, concept: ConceptConfig) -> list[RawSample]:
+        if not Path(concept.path).exists():
+            raise UserError(f"concept path '{concept.path}' does not exist: fix concepts[].path")
+        try:
+            found = discover_concept(concept.path, concept.include_subdirectories)
+        except DataError as e:
+            raise UserError(str(e)) from None
+        if not found:
+            logger.warning("concept %s holds no video or image", concept.path)
+        return found
+
+    def plan(self, concept: ConceptConfig, options: ConceptOptions, skips: SkipCounter,
+             always_probe: bool = False) -> list[PlannedItem]:
+        """Every item of a concept, in sample order, then resolution, then length and start. A sample that
+        cannot be read is recorded in `skips` and gives none."""
+        planned = []
+        for sample in self.samples(concept):
+            try:
+                media_fp = file_fingerprint(sample.media_path)
+                planned += self.plan_sample(sample, concept, options, media_fp, always_probe)
+            except OSError as e:
+                skips.record(sample.media_path, "unreadable file", str(e))
+            except DataError as e:
+                skips.record_error(e)
+        return planned
+
+    def plan_sample(self, sample: RawSample, concept: ConceptConfig, options: ConceptOptions, media_fp: str,
+                    always_probe: bool = False) -> list[PlannedItem]:
+        fps = options.fps or self.run_fps
+        probe = None
+        # several lengths: a short clip gives one window, not one per length
+        if always_probe or options.windowed or len(options.lengths) > 1:
+            probe = self.probe(sample.media_path, media_fp, fps,
+                               options.windows.strategy == FrameSampleStrategy.KEYFRAME)
+        if probe is not None and (options.windowed or len(options.lengths) > 1):
+            windows = {w for length in options.lengths
+                       for w in plan_windows(probe.frames, length, options.windows, probe.cuts)}
+            windows = sorted(windows, key=_window_order)
+        else:  # HEAD: decoding cuts a short clip to what it holds
+            windows = [FrameWindow(0, length) for length in options.lengths]
+        total = probe.frames if probe is not None else None
+        return [PlannedItem(sample, concept, options, media_fp,
+                            # `total` only where a window is drawn from it (RANDOM): equal windows share a cache entry
+                            {"fps": fps, "start": w.start, "frames": w.frames,
+                             "total": total if w.start is None else None, "resolution": list(resolution)}, probe)
+                for resolution in options.resolutions for w in windows]
+
+    def probe(self, path: Path, media_fp: str, fps: float, cuts: bool) -> Probe:
+        fields = self.pipeline.run({"media_path": str(path), "media_fp": media_fp, "probe": {"fps": fps, "cuts": cuts}},
+                                   self.pipeline.context(0, 0))
+        return Probe(int(fields["clip_frames"]), tuple(fields["source_size"]), tuple(fields["cuts"]))
+
+
+def _window_order(window: FrameWindow) -> tuple:
+    return (window.frames, -1 if window.start is None else window.start)
