@@ -52,6 +52,12 @@ class EncodePosterior(PipelineModule):
         return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
 
 
+def caption_tokens(tokenizer, caption: str) -> int:
+    """How many tokens UMT5 gets for a caption: the tokenizer as diffusers' encode call sees it (cleaned text,
+    with </s>), but without the cut at TEXT_SEQ_LEN."""
+    return len(tokenizer(prompt_clean(caption), add_special_tokens=True, truncation=False, verbose=False).input_ids)
+
+
 class EncodeCaption(PipelineModule):
     """UMT5 embeddings of the caption's real tokens (seq, D); batches zero-pad to 512 (§5)."""
 
@@ -76,8 +82,6 @@ class EncodeCaption(PipelineModule):
     def check_length(self, caption: str, name: str | os.PathLike, skips: SkipCounter) -> None:
         """Record (and log once) a caption that the text encoder cuts to its TEXT_SEQ_LEN tokens. Called
         once per sample in `prepare()`, so a warm cache, which never runs `process`, still reports it."""
-        # The tokenizer as diffusers' encode call sees it (cleaned text, with </s>), but without the cut.
-        tokens = len(self.model.tokenizer(prompt_clean(self.text(caption)), add_special_tokens=True,
-                                          truncation=False, verbose=False).input_ids)
+        tokens = caption_tokens(self.model.tokenizer, self.text(caption))
         if tokens > TEXT_SEQ_LEN:
             skips.record_truncated_caption(name, TEXT_SEQ_LEN, tokens)

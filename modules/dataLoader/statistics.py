@@ -1,0 +1,91 @@
+"""What each concept of a config trains on, counted without loading any model (`scripts/dataset_stats.py`, the
+GUI's concepts tab): files, usable samples, items (windows x lengths x resolutions x repeats) per length, seconds,
+the bucket histogram, captions missing / empty / cut by the text encoder, and skipped files by reason."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from modules.dataLoader.buckets import area_resolutions, choose_bucket
+from modules.dataLoader.cache import DiskCache
+from modules.dataLoader.concept_options import concept_options
+from modules.dataLoader.encoding_modules import caption_tokens
+from modules.dataLoader.frames import largest_4k1
+from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
+from modules.dataLoader.skips import SkipCounter
+from modules.model.WanModel import TEXT_SEQ_LEN
+from modules.util.config.loading import load_concepts
+from modules.util.config.train_config import ConceptConfig, TrainConfig
+
+
+@dataclasses.dataclass
+class ConceptStatistics:
+    name: str
+    path: str
+    type: str  # STANDARD or VALIDATION
+    files: int  # media files found
+    samples: int  # files that give at least one item
+    items: int  # training items per epoch: windows x lengths x resolutions x repeats
+    items_per_length: dict[int, int]
+    seconds: float  # length of the usable samples at the training fps
+    buckets: dict[str, int]  # "FxHxW" -> items
+    captions: dict[str, int | None]  # missing (no .txt), empty, truncated (None: no tokenizer to count with)
+    skipped: dict[str, int]  # reason -> files
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["items_per_length"] = {str(k): v for k, v in sorted(self.items_per_length.items())}
+        return data
+
+
+def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
+                       use_cache: bool = True) -> list[ConceptStatistics]:
+    """Statistics of every enabled concept. `run_fps`: config.fps or the variant's. `tokenizer`: UMT5's, to
+    count captions the text encoder cuts (None: not counted). With `use_cache` the probes are read from (and
+    written to) the run's cache, as training does."""
+    concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
+    cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
+    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed)
+    return [_concept(planner, concept, config, tokenizer) for concept in concepts if concept.enabled]
+
+
+def _concept(planner: ItemPlanner, concept: ConceptConfig, config: TrainConfig, tokenizer) -> ConceptStatistics:
+    options = concept_options(concept, config)
+    skips = SkipCounter()
+    files = planner.samples(concept)
+    items = planner.plan(concept, options, skips, always_probe=True)
+    repeats = concept.repeats
+    per_length: collections.Counter = collections.Counter()
+    buckets: collections.Counter = collections.Counter()
+    for item in items:
+        bucket = _bucket(item, config.aspect_bucketing)
+        per_length[bucket[0]] += repeats
+        buckets["x".join(map(str, bucket))] += repeats
+    samples = {item.sample.media_path: item for item in items}
+    seconds = sum(item.probe.frames / item.clip["fps"] for item in samples.values())
+    return ConceptStatistics(
+        name=concept.display_name(), path=concept.path, type=concept.type.name, files=len(files),
+        samples=len(samples), items=len(items) * repeats, items_per_length=dict(per_length), seconds=round(seconds, 3),
+        buckets=dict(sorted(buckets.items())), captions=_captions(files, options.caption, tokenizer),
+        skipped=dict(collections.Counter(entry.category for entry in skips.entries)))
+
+
+def _bucket(item: PlannedItem, aspect_bucketing: bool) -> tuple[int, int, int]:
+    """(frames, height, width) the item trains at, as the loader's decoder chooses it."""
+    height, width = item.clip["resolution"]
+    targets = area_resolutions(height * width) if aspect_bucketing else [(height, width)]
+    available = item.probe.frames - (item.clip["start"] or 0)
+    count = largest_4k1(min(item.clip["frames"], available))
+    bucket = choose_bucket(*item.probe.size, count, targets, [count])
+    return bucket.frames, bucket.height, bucket.width
+
+
+def _captions(files, caption, tokenizer) -> dict[str, int | None]:
+    missing = sum(1 for s in files if Path(s.source).is_dir() and not s.media_path.with_suffix(".txt").exists())
+    empty = sum(1 for s in files if not s.caption.strip())
+    truncated = None
+    if tokenizer is not None:
+        truncated = sum(1 for s in files if caption_tokens(tokenizer, caption(s.caption)) > TEXT_SEQ_LEN)
+    return {"missing": missing, "empty": empty, "truncated": truncated}
