@@ -74,7 +74,7 @@ def test_random_windows_change_per_epoch_and_repeat_in_another_run(tiny_model, t
 
 def test_cached_random_windows_are_encoded_up_front_and_epochs_run_no_encoder(tiny_model, ten_seconds, tmp_path):
     data = loader(tiny_model, ten_seconds, tmp_path, frame_sample_strategy="RANDOM", cache_variations=3)
-    assert data.items[0].variations == 3
+    assert data.items[0].variations == 3 and data.variations == 3
     calls = data.encoder_calls
     latents = [data.load_batch([0], epoch)["latent_mean"] for epoch in range(4)]
     assert data.encoder_calls == calls  # every variant was encoded in prepare()

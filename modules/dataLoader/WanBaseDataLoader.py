@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
+from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
@@ -92,15 +93,18 @@ class DecodeClip(PipelineModule):
     outputs = ("video_frames", "bucket", "source_size")
 
     def __init__(self, fps: float, frames: int | list[int], resolutions: list[tuple[int, int]],
-                 background: Sequence[int], aspect_bucketing: bool, per_epoch_random: bool = False):
+                 background: Sequence[int], aspect_bucketing: bool, augmentation: Augmentation,
+                 per_epoch_random: bool = False):
         # The run's own fps, frames and resolutions key the cache; a concept's own values are in the item's
         # `clip`, a key field whenever any concept differs from the run.
         self.fps, self.frames, self.resolutions, self.background = fps, frames, resolutions, list(background)
         self.aspect_bucketing = aspect_bucketing
-        self.per_epoch_random = per_epoch_random  # uncached RANDOM windows: a new window each epoch
+        self.augmentation = augmentation
+        self.per_epoch_random = per_epoch_random  # uncached RANDOM windows / augmentation: new draws each epoch
 
     def cache_identity(self) -> Any:
-        return [self.fps, self.frames, self.resolutions, self.background]
+        identity = [self.fps, self.frames, self.resolutions, self.background]
+        return identity + [self.augmentation.identity()] if self.augmentation.enabled else identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         path, clip = item["media_path"], item["clip"]
@@ -119,7 +123,11 @@ class DecodeClip(PipelineModule):
         bucket = choose_bucket(frames.shape[1], frames.shape[2], len(frames), resolutions, [count])
         if bucket is None:
             raise DataError(path, f"only {len(frames)} frames", TOO_FEW_FRAMES)
-        clip = resize_and_crop(frames[:bucket.frames], bucket.height, bucket.width)
+        if self.augmentation.enabled:
+            draw = self.augmentation.draw(ctx.rng(self.name, "augment"))
+            clip = draw.apply(frames[:bucket.frames], bucket.height, bucket.width)
+        else:
+            clip = resize_and_crop(frames[:bucket.frames], bucket.height, bucket.width)
         return {"video_frames": to_tensor(clip), "bucket": [bucket.frames, bucket.height, bucket.width],
                 "source_size": [frames.shape[1], frames.shape[2]]}
 
@@ -197,18 +205,23 @@ class WanBaseDataLoader:
                                                                                   run.resolutions[:1])
                               for _, o in self.options)
         random_windows = any(o.windows.strategy == FrameSampleStrategy.RANDOM for _, o in self.options)
-        # RANDOM windows: cached as cache_variations variants (their own pipeline); uncached, drawn per epoch.
-        self.random_variations = config.cache_variations if random_windows and config.latent_caching else 1
-        self.pipeline, self.stages = self._pipeline(1, per_epoch_windows=random_windows and not config.latent_caching)
+        validation = concept_type == ConceptType.VALIDATION
+        self.augmentation = Augmentation()  # validation measures the clips as they are
+        if concept_type == ConceptType.STANDARD and (config.cache_variations or not config.latent_caching):
+            self.augmentation = Augmentation(config.random_flip, config.random_crop, config.color_jitter)
+        # RANDOM windows and augmentation: cached as cache_variations variants (a pipeline of their own; the
+        # validation set keeps one), uncached a new draw each epoch.
+        varied = random_windows or self.augmentation.enabled
+        self.variations = max(1, config.cache_variations) if varied and config.latent_caching and not validation else 1
+        self.pipeline, self.stages = self._pipeline(1, per_epoch=varied and not config.latent_caching)
         self.pipelines = {1: self.pipeline}
-        if self.random_variations > 1:
-            self.pipelines[self.random_variations] = self._pipeline(self.random_variations)[0]
+        if self.variations > 1:
+            self.pipelines[self.variations] = self._pipeline(self.variations)[0]
         self.planner = ItemPlanner(self.fps, config.transparent_background,
                                    self.cache if config.latent_caching else None, config.seed)
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
-        validation = concept_type == ConceptType.VALIDATION
         self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching or validation else 0)
 
     @property
@@ -216,12 +229,12 @@ class WanBaseDataLoader:
         """How many times an encoder (VAE, UMT5, CLIP) ran; tests check that epoch 2 adds none."""
         return self.counter.calls
 
-    def _pipeline(self, variations: int, per_epoch_windows: bool = False) -> tuple[Pipeline, list[CacheStage]]:
+    def _pipeline(self, variations: int, per_epoch: bool = False) -> tuple[Pipeline, list[CacheStage]]:
         model, counter, config = self.model, self.counter, self.config
         identities = EncoderIdentities.of(model)
         vae_identity, text_identity = identities.vae, identities.text
         video = [DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
-                            config.aspect_bucketing, per_epoch_windows),
+                            config.aspect_bucketing, self.augmentation, per_epoch),
                  EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
         if self.uses_image_condition:
@@ -263,7 +276,8 @@ class WanBaseDataLoader:
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
                           "caption": planned.caption, "clip": planned.clip}
                 keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
-                variations = self.random_variations if planned.clip["start"] is None else 1
+                varied = planned.clip["start"] is None or self.augmentation.enabled
+                variations = self.variations if varied else 1
                 raw.append((TrainingItem(planned.sample, len(raw), source, None, *keys,
                                          loss_weight=options.loss_weight, group=concept.display_name(),
                                          variations=variations, caption_dropout=self._caption_dropout(options)),

@@ -117,6 +117,8 @@ class WanE2VDataLoader:
         self._vae_identity, self._text_identity = identities.vae, identities.text
         self._clip_identity = identities.clip if self.uses_clip else None
         self.background = config.transparent_background
+        # random_flip mirrors a video and its VAE references together; cached as cache_variations variants
+        self.flip = config.random_flip and config.cache_variations > 0 and concept_type == ConceptType.STANDARD
         self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
                                  for d in self.datasets]
         self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
@@ -134,11 +136,14 @@ class WanE2VDataLoader:
     def _pipeline(self, dataset: E2VDatasetConfig, text: EncodeCaption) -> Pipeline:
         height, width = self._resolution(dataset)
         model = self.model
-        decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width)
+        decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip)
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
-        references = LoadReferences(dataset, height, width, self.background)
+        references = LoadReferences(dataset, height, width, self.background, self.flip)
         vae = dataset.processors.vae
         variations = 4 if vae.frame_conditioning == "random" else 1
+        if self.flip:  # the video's and the references' stages hold the same variants: flipped together
+            variations = self.config.cache_variations
+        video_variations = variations if self.flip else 1
         stages = [CacheStage([text], ["caption"], self.cache, "e2v-text", name="text")]
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
@@ -150,7 +155,8 @@ class WanE2VDataLoader:
                 name="joint"))
         else:
             stages.append(CacheStage([decode, encode_video], ["video_fp", "num_reference_frames"], self.cache,
-                                     "e2v-video", outputs=["num_frames", "video_mean", "video_std"], name="video"))
+                                     "e2v-video", video_variations, outputs=["num_frames", "video_mean", "video_std"],
+                                     name="video"))
             if self.uses_vae:
                 stages.append(CacheStage(
                     [references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
@@ -231,8 +237,12 @@ class WanE2VDataLoader:
                     for stage in self.pipelines[item.dataset].modules), default=0)
 
     def _bucket(self, item: E2VItem, skips: SkipCounter) -> bool:
+        """Encode the item (every cached variant, so no epoch runs an encoder) and set its bucket."""
+        variants = max((stage.variations for stage in self.pipelines[item.dataset].modules), default=1)
         try:
             fields = self._run(item, 0)
+            for variation in range(1, variants):
+                self._run(item, variation)
         except DataError as e:
             skips.record_error(e)
             return False

@@ -91,8 +91,10 @@ def framing_warning(name: str | Path, src_h: int, src_w: int, height: int, width
     return f"{name}: {src_w}x{src_h} trains at {width}x{height}: {' and '.join(problems)}"
 
 
-def resize_and_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Cover-resize and center-crop uint8 (F, H, W, 3) frames to exactly (F, height, width, 3).
+def resize_and_crop(frames: np.ndarray, height: int, width: int,
+                    box: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """Cover-resize and center-crop uint8 (F, H, W, 3) frames to exactly (F, height, width, 3); `box`
+    (y0, x0, h, w) replaces the centered crop (augmentation's jittered one).
 
     Uses INTER_AREA when shrinking and INTER_CUBIC when enlarging.
     """
@@ -100,7 +102,7 @@ def resize_and_crop(frames: np.ndarray, height: int, width: int) -> np.ndarray:
         raise ValueError(f"frames must be (F, H, W, 3), got {frames.shape}")
     if height < 1 or width < 1:
         raise ValueError(f"target size must be positive, got {height}x{width}")
-    y0, x0, crop_h, crop_w = crop_box(frames.shape[1], frames.shape[2], height, width)
+    y0, x0, crop_h, crop_w = box or crop_box(frames.shape[1], frames.shape[2], height, width)
     cropped = frames[:, y0 : y0 + crop_h, x0 : x0 + crop_w]
     if (crop_h, crop_w) == (height, width):
         return np.ascontiguousarray(cropped)

@@ -31,6 +31,12 @@ from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 
 
 
+def flipped(ctx: ItemContext) -> bool:
+    """random_flip's draw for an item's variant: one stream for the video and its VAE references, so both are
+    mirrored or neither (their cache stages hold the same number of variants)."""
+    return ctx.rng("e2v-flip").random() < 0.5
+
+
 class DecodeTargetVideo(PipelineModule):
     """The training video's frames that the target needs, and the clip length F (E2V_SPEC §6).
 
@@ -42,13 +48,16 @@ class DecodeTargetVideo(PipelineModule):
     inputs = ("video_path", "num_reference_frames")
     outputs = ("video_frames", "num_frames")
 
-    def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int):
+    def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int,
+                 flip: bool = False):
         self.dataset, self.fps, self.target_layout = dataset, fps, target_layout
         self.height, self.width = height, width
+        self.flip = flip  # random_flip: mirrored with its references (`flipped`)
 
     def cache_identity(self) -> Any:
         d = self.dataset
-        return [self.fps, self.target_layout, self.height, self.width, d.auto_frame_buckets, d.max_frames, d.frames]
+        identity = [self.fps, self.target_layout, self.height, self.width, d.auto_frame_buckets, d.max_frames, d.frames]
+        return identity + ["flip"] if self.flip else identity
 
     def _reserved(self, p: int, f: int | None = None) -> int:
         """Frames of F that the references take in the target: 4K (separate) or P (joint)."""
@@ -68,6 +77,8 @@ class DecodeTargetVideo(PipelineModule):
             raise DataError(path, f"{len(frames)} frames at {self.fps:g} fps are too few for {p} reference frames "
                                   f"and a {self.target_layout} target of {count} frames", TOO_FEW_FRAMES)
         clip = resize_and_crop(frames[:needed], self.height, self.width)
+        if self.flip and flipped(ctx):
+            clip = clip[:, :, ::-1]
         return {"video_frames": to_tensor(clip), "num_frames": count}
 
 
@@ -77,12 +88,15 @@ class LoadReferences(PipelineModule):
     inputs = ("element_paths",)
     outputs = ("reference_frames", "repeats")
 
-    def __init__(self, dataset: E2VDatasetConfig, height: int, width: int, background: Sequence[int] = WHITE):
+    def __init__(self, dataset: E2VDatasetConfig, height: int, width: int, background: Sequence[int] = WHITE,
+                 flip: bool = False):
         self.dataset, self.height, self.width, self.background = dataset, height, width, list(background)
+        self.flip = flip  # random_flip: mirrored with the video (`flipped`)
 
     def cache_identity(self) -> Any:
-        return [[e.name, e.vae.position, e.vae.repeat, self.dataset.vae_preprocess(e)] for e in self.dataset.elements] + \
-               [self.height, self.width, self.background]
+        identity = [[e.name, e.vae.position, e.vae.repeat, self.dataset.vae_preprocess(e)]
+                    for e in self.dataset.elements] + [self.height, self.width, self.background]
+        return identity + ["flip"] if self.flip else identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         paths = item["element_paths"]
@@ -93,7 +107,10 @@ class LoadReferences(PipelineModule):
                                self.height, self.width)
             frames.append(image_to_tensor(image))
             repeats.append(repeat)
-        return {"reference_frames": torch.stack(frames, dim=1), "repeats": repeats}
+        references = torch.stack(frames, dim=1)
+        if self.flip and flipped(ctx):
+            references = references.flip(-1)
+        return {"reference_frames": references, "repeats": repeats}
 
 
 class BuildConditionClip(PipelineModule):

@@ -48,7 +48,6 @@ SHOWN_WHEN = {
     "frame_stride": ("frame_sample_strategy", {"SLIDE"}),
     "frame_windows": ("frame_sample_strategy", {"UNIFORM", "KEYFRAME"}),
     "max_frames": ("frame_sample_strategy", {"FULL"}),
-    "cache_variations": ("frame_sample_strategy", {"RANDOM"}),
     **{key: ("ema", {"GPU", "CPU"}) for key in ("ema_decay", "ema_update_step_interval", "ema_save_raw",
                                                "sample_with_ema")},
 }
@@ -78,8 +77,8 @@ TABS: tuple[Tab, ...] = (
          ("Output", ("output_model_format", "output_model_destination", "output_dtype"))),
     _tab("data",
          ("Clips", ("resolution", "frames", "fps", "aspect_bucketing", "transparent_background")),
-         ("Frame windows", ("frame_sample_strategy", "frame_stride", "frame_windows", "max_frames",
-                            "cache_variations")),
+         ("Frame windows", ("frame_sample_strategy", "frame_stride", "frame_windows", "max_frames")),
+         ("Augmentation (cached as variants)", ("random_flip", "random_crop", "color_jitter", "cache_variations")),
          ("Caching", ("latent_caching", "clear_cache_before_training", "ram_cache_mb")),
          ("Captions", ("caption_dropout_probability",))),
     _tab("concepts"),

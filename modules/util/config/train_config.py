@@ -44,11 +44,10 @@ DEFAULT_LORA_TARGETS = [
 
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
-_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count",
-                 "cache_variations")
+_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "validate_after", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap")
+                 "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -228,7 +227,10 @@ class TrainConfig(BaseConfig):
     frame_stride: int = option(0, "SLIDE: frames between window starts (0 = the window's length: consecutive chunks).")
     frame_windows: int = option(4, "UNIFORM (and KEYFRAME without cuts): windows per clip.")
     max_frames: int = option(81, "FULL: the longest window (4k+1); a longer clip is cut at the largest 4k+1 up to it.")
-    cache_variations: int = option(4, "RANDOM windows: how many different windows per clip are cached (epoch e uses e mod N), so later epochs run no encoder.")
+    cache_variations: int = option(4, "RANDOM windows and augmentation: how many variants per clip are cached (epoch e uses e mod N), so later epochs run no encoder; 0 = augmentation off and one RANDOM window while caching.")
+    random_flip: bool = option(False, "Augmentation: mirror half of the clips' variants horizontally (every frame of a clip alike; E2V: the video and its reference images together).")
+    random_crop: float = option(0.0, "Augmentation: the crop window shrinks by up to this share (0 to 0.5) and moves within the frame, alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
+    color_jitter: float = option(0.0, "Augmentation: brightness, contrast and saturation change by up to this share (0 to 0.5, e.g. 0.1), alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
     fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1, 24 for Wan 2.2 TI2V/A14B).")
     latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
@@ -338,6 +340,9 @@ class TrainConfig(BaseConfig):
                 fail(key, f"must be at least 0 and below 1, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
+        for key in ("random_crop", "color_jitter"):
+            if not 0.0 <= getattr(self, key) <= 0.5:
+                fail(key, f"must be between 0 and 0.5, got {getattr(self, key)}")
         if not -1.0 <= self.mode_scale <= 1.75:  # outside, SD3's map is not monotone (not a distribution of σ)
             fail("mode_scale", f"must be between -1 and 1.75, got {self.mode_scale}")
         if not 0.0 < self.ema_decay < 1.0:
