@@ -89,3 +89,34 @@ def _captions(files, caption, tokenizer) -> dict[str, int | None]:
     if tokenizer is not None:
         truncated = sum(1 for s in files if caption_tokens(tokenizer, caption(s.caption)) > TEXT_SEQ_LEN)
     return {"missing": missing, "empty": empty, "truncated": truncated}
+
+
+def describe(stats: list[ConceptStatistics]) -> list[str]:
+    """The statistics as text lines (the script's table, the GUI's concepts tab)."""
+    lines = []
+    for s in stats:
+        truncated = "not counted (no tokenizer)" if s.captions["truncated"] is None else s.captions["truncated"]
+        lines += [f"{s.name} ({s.type.lower()}, {s.path})",
+                  f"  {s.files} files, {s.samples} usable samples, {s.seconds:.1f} s, {s.items} items per epoch",
+                  "  items per length: " + ", ".join(f"{k} frames: {v}" for k, v in sorted(s.items_per_length.items())),
+                  "  buckets: " + ", ".join(f"{k}: {v}" for k, v in s.buckets.items()),
+                  f"  captions: {s.captions['missing']} missing, {s.captions['empty']} empty, {truncated} cut at 512 tokens"]
+        if s.skipped:
+            lines.append("  skipped: " + ", ".join(f"{reason}: {n}" for reason, n in s.skipped.items()))
+    lines.append(f"{sum(s.items for s in stats if s.type == 'STANDARD')} training items per epoch")
+    return lines
+
+
+def model_facts(model_dir: Path, fps: float):
+    """(training fps, UMT5 tokenizer or None) from the model folder's JSON configs and tokenizer files alone:
+    the config's fps, else the variant's; no weights are read."""
+    from modules.model.WanVariant import detect_variant
+
+    if not fps:
+        fps = detect_variant(model_dir).fps
+    tokenizer = None
+    if (model_dir / "tokenizer").is_dir():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer")
+    return fps, tokenizer

@@ -180,3 +180,23 @@ def test_each_sigma_distribution_shows_its_own_parameters(make_ui):
         shown = {key for key in ("logit_mean", "logit_std", "sigmoid_scale", "mode_scale")
                  if field(ui, "training", key).visible}
         assert shown == own, name
+
+
+def test_the_concepts_tab_counts_each_concepts_clips(make_ui, tiny_model, tmp_path):
+    from modules.util.synthetic_data import write_video_dataset
+
+    clips = write_video_dataset(tmp_path / "clips", count=2, frames=9, height=32, width=32)
+    ui = make_ui()
+    ui.app.config.set("base_model_name", str(tiny_model("t2v")))
+    ui.app.config.set("cache_dir", str(tmp_path / "cache"))
+    ui.app.config.set("frames", "9")
+    ui.app.config.set("resolution", "32, 32")
+    ui.app.concepts.add(path=str(clips), frame_sample_strategy="SLIDE", frame_stride=4)
+    ui.show_tab("concepts")
+    tab = ui.tabs["concepts"]
+    tab.stats_button.invoke()
+    pump(ui, lambda: tab.stats_button.cget("state") == "normal" and tab.stats_box.get("1.0", "end").strip(),
+         60, "the concept statistics")
+    text = tab.stats_box.get("1.0", "end")
+    assert "clips (standard" in text and "2 files, 2 usable samples" in text and "9 frames: 2" in text
+    assert text.strip().endswith("2 training items per epoch")

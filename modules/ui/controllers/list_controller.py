@@ -88,6 +88,21 @@ class ConceptListController(RecordListController):
         value = self.config.data.get("concepts")
         return value if isinstance(value, str) else ""
 
+    def statistics(self) -> list[str]:
+        """What the concepts train on (scripts/dataset_stats.py's table), from the config as it is now; probes
+        the clips (cached like training does), loads no model. A config problem is the one line returned."""
+        from pathlib import Path
+
+        from modules.dataLoader.statistics import dataset_statistics, describe, model_facts
+        from modules.util.errors import UserError
+
+        try:
+            config = self.config.build()
+            fps, tokenizer = model_facts(Path(config.base_model_name), config.fps)
+            return describe(dataset_statistics(config, fps, tokenizer))
+        except UserError as e:
+            return [f"cannot count the concepts: {e}"]
+
     def set_concept_file(self, path: str) -> None:
         """A non-empty path replaces the list (kept aside); clearing it brings the list back."""
         if path.strip():

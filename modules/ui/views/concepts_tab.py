@@ -1,6 +1,7 @@
 """Concepts: the list of concept folders (or .jsonl manifests) with their options, or a concept file."""
 from __future__ import annotations
 
+import threading
 import tkinter as tk
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ import customtkinter as ctk
 
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.record_list import RecordListView
-from modules.ui.views.widgets import GRAY, pick_path, small_font
+from modules.ui.views.widgets import GRAY, button, pick_path, small_font
 
 
 def concept_summary(row: dict[str, Any]) -> str:
@@ -33,6 +34,37 @@ class ConceptsTab(BaseTab):
         self.file_var.trace_add("write", self._file_typed)
         self.list_view = self.place(RecordListView(self.body, self.app.concepts, "Concepts", "Add concept",
                                                    concept_summary))
+        stats_bar = self.place(ctk.CTkFrame(self.body, fg_color="transparent"), padx=12, pady=(10, 2))
+        self.stats_button = button(stats_bar, "Count clips", self._count, width=120)
+        self.stats_button.pack(side="left")
+        ctk.CTkLabel(stats_bar, text="files, samples, windows per length, buckets and captions of each concept "
+                     "(scripts/dataset_stats.py; probes the clips, loads no model)", text_color=GRAY,
+                     font=small_font()).pack(side="left", padx=8)
+        self.stats_box = self.place(ctk.CTkTextbox(self.body, height=180, wrap="none"), padx=12, pady=(2, 10))
+        self.stats_box.configure(state="disabled")
+
+    def _count(self) -> None:
+        """Counts on a worker thread (probing clips can take a while); the Tk thread polls for its lines (Tk
+        may only be called from its own thread)."""
+        self.stats_button.configure(state="disabled", text="Counting…")
+        result: list[list[str]] = []
+        worker = threading.Thread(target=lambda: result.append(self.app.concepts.statistics()), daemon=True)
+        worker.start()
+
+        def poll() -> None:
+            if worker.is_alive():
+                self.body.after(100, poll)
+            else:
+                self._show_statistics(result[0] if result else ["counting failed: see the log"])
+
+        self.body.after(100, poll)
+
+    def _show_statistics(self, lines: list[str]) -> None:
+        self.stats_box.configure(state="normal")
+        self.stats_box.delete("1.0", "end")
+        self.stats_box.insert("1.0", "\n".join(lines))
+        self.stats_box.configure(state="disabled")
+        self.stats_button.configure(state="normal", text="Count clips")
 
     def _pick_file(self) -> None:
         chosen = pick_path("file", self.file_var.get())
