@@ -48,6 +48,7 @@ def test_caption_prefix_and_suffix_frame_the_caption():
 
 def test_old_configs_load_unchanged_and_bad_concept_values_name_their_key():
     concept = ConceptConfig.from_dict({"path": "clips", "repeats": 2})
+    assert concept.balancing == 2 and concept.balancing_strategy.name == "REPEATS"
     assert all(getattr(concept, key) is None for key in OVERRIDABLE)
     config = TrainConfig.from_dict({})
     assert config.frames == 81 and config.frame_sample_strategy == FrameSampleStrategy.HEAD

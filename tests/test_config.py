@@ -71,12 +71,12 @@ def test_lora_training_rejects_a_full_model_format(tmp_path):
 def test_json_round_trip_is_lossless():
     config = TrainConfig.from_dict({
         "model_type": "WAN_2_2", "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS",
-        "concepts": [{"path": "a", "repeats": 3}], "samples": [{"prompt": "p", "frames": 5}],
+        "concepts": [{"path": "a", "balancing": 3}], "samples": [{"prompt": "p", "frames": 5}],
         "e2v": {"e2v_type": "dual"}, "learning_rate": 3e-5, "lora_blocks": [0, 2],
     })
     data = json.loads(json.dumps(config.to_dict()))
     assert TrainConfig.from_dict(data) == config
-    assert data["model_type"] == "WAN_2_2" and data["concepts"][0]["repeats"] == 3
+    assert data["model_type"] == "WAN_2_2" and data["concepts"][0]["balancing"] == 3
 
 
 def test_stable_top_level_keys_exist():
@@ -119,7 +119,7 @@ def test_concepts_may_be_a_concept_file(tmp_path):
     loaded = load_train_config(write(tmp_path, {"concepts": str(concepts)}))
     from modules.util.config.loading import load_concepts
 
-    assert load_concepts(loaded.concepts)[0].repeats == 2
+    assert load_concepts(loaded.concepts)[0].balancing == 2  # the old name `repeats` is read as balancing
 
 
 def test_migration_upgrades_an_old_file(tmp_path):

@@ -19,7 +19,17 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
+from modules.dataLoader.batching import (
+    ConceptSlots,
+    FieldMemo,
+    LostItems,
+    copies_for,
+    encode_caption,
+    epoch_batches,
+    epoch_members,
+    prompt_batch,
+    until_stopped,
+)
 from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, fingerprint
@@ -40,7 +50,7 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig, resolutions
 from modules.util.distributed import DistributedContext
-from modules.util.enum import ConceptType, FrameSampleStrategy
+from modules.util.enum import BalancingStrategy, ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -270,8 +280,7 @@ class WanBaseDataLoader:
 
     def _discover(self) -> list[tuple[TrainingItem, int]]:
         raw: list[tuple[TrainingItem, int]] = []
-        for concept, options in self.options:
-            repeats = concept.repeats if self.concept_type == ConceptType.STANDARD else 1
+        for number, (concept, options) in enumerate(self.options):
             for planned in self.planner.plan(concept, options, self.skips):
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
                           "caption": planned.caption, "clip": planned.clip}
@@ -281,7 +290,7 @@ class WanBaseDataLoader:
                 raw.append((TrainingItem(planned.sample, len(raw), source, None, *keys,
                                          loss_weight=options.loss_weight, group=concept.display_name(),
                                          variations=variations, caption_dropout=self._caption_dropout(options)),
-                            repeats))
+                            number))
         return raw
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
@@ -304,15 +313,16 @@ class WanBaseDataLoader:
             for item, _ in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
                 self._cache_item(item, SkipCounter())
             self.dist.barrier()
-        self.items = []
+        usable: list[list[TrainingItem]] = [[] for _ in self.options]
         self._warned: set[Path] = set()
-        for item, repeats in tqdm(until_stopped(raw, self.should_stop), total=len(raw), unit="clip",
-                                  desc="caching" if self.config.latent_caching else "scanning",
-                                  disable=not raw or not self.dist.is_main):
+        for item, number in tqdm(until_stopped(raw, self.should_stop), total=len(raw), unit="clip",
+                                 desc="caching" if self.config.latent_caching else "scanning",
+                                 disable=not raw or not self.dist.is_main):
             fields = self._cache_item(item, self.skips)
             if fields is not None:
-                self.items.extend([item] * repeats)
+                usable[number].append(item)
                 self._warn_once(item, fields)
+        self._place(usable)
         if not self.items:
             purpose = "training" if self.concept_type == ConceptType.STANDARD else "validation"
             raise UserError(f"no usable {purpose} sample in the {self.concept_type.name} concepts "
@@ -320,6 +330,21 @@ class WanBaseDataLoader:
         self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
                               self.skips)
         logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
+
+    def _place(self, usable: list[list[TrainingItem]]) -> None:
+        """The item list: per concept, its items with `copies_for` copies each (item-major, as plain repeats
+        always were), and where they sit, for `epoch_members`. Validation measures each item once."""
+        self.items, self.concept_slots = [], []
+        for (concept, _), items in zip(self.options, usable):
+            strategy, balancing = concept.balancing_strategy, concept.balancing
+            if self.concept_type != ConceptType.STANDARD:
+                strategy, balancing = BalancingStrategy.REPEATS, 1.0
+            copies = copies_for(strategy, balancing)
+            start = len(self.items)
+            for item in items:
+                self.items.extend([item] * copies)
+            self.concept_slots.append(ConceptSlots(tuple(start + j * copies for j in range(len(items))), copies,
+                                                   strategy, balancing))
 
     def _run(self, item: TrainingItem, epoch: int, stop: int | None = None) -> dict[str, Any]:
         pipeline = self.pipelines[item.variations]
@@ -366,9 +391,12 @@ class WanBaseDataLoader:
 
     # --- epochs and batches ----------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """Item indices per global batch of `epoch`, a pure function of (seed, epoch)."""
-        return epoch_batches([i.bucket for i in self.items], self.batch_size, self.config.seed, epoch,
-                             self.dist.world_size)
+        """Item indices per global batch of `epoch`, a pure function of (seed, epoch): of the items that
+        balancing puts in that epoch (all of them, with whole repeats only)."""
+        members = epoch_members(self.concept_slots, self.config.seed, epoch)
+        batches = epoch_batches([self.items[m].bucket for m in members], self.batch_size, self.config.seed, epoch,
+                                self.dist.world_size)
+        return [[members[k] for k in batch] for batch in batches]
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:
         def load(index: int) -> dict[str, Any]:

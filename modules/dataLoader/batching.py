@@ -2,6 +2,8 @@
 samples lost during training, and stopping the caching pass."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Callable, TypeVar
@@ -11,6 +13,7 @@ import torch
 from modules.dataLoader.buckets import batch_by_bucket
 from modules.dataLoader.errors import CachingStopped, DataError
 from modules.dataLoader.skips import SkipCounter
+from modules.util.enum import BalancingStrategy
 from modules.util.seeds import derive_seed
 from modules.util.errors import UserError
 
@@ -25,6 +28,50 @@ def epoch_batches(buckets: Sequence[Hashable], batch_size: int, seed: int, epoch
     rng = random.Random(derive_seed(seed, "order", epoch))
     batches = batch_by_bucket(list(enumerate(buckets)), batch_size, rng, False)
     return [b for b in batches if len(b) >= world_size]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConceptSlots:
+    """Where a concept's items sit in a loader's item list: `first[j]` is item j's first copy; `copies` copies
+    of each (REPEATS: the whole part of `balancing`, at least 1; SAMPLES: 1) follow the concept's start."""
+
+    first: tuple[int, ...]
+    copies: int
+    strategy: BalancingStrategy
+    balancing: float
+
+    @property
+    def slots(self) -> list[int]:
+        n = len(self.first)
+        return [self.first[0] + k for k in range(n * self.copies)] if n else []
+
+
+def copies_for(strategy: BalancingStrategy, balancing: float) -> int:
+    """How many copies of each item a concept keeps in the item list (`ConceptSlots.copies`)."""
+    return max(1, math.floor(balancing)) if strategy == BalancingStrategy.REPEATS else 1
+
+
+def epoch_members(concepts: Sequence[ConceptSlots], seed: int, epoch: int) -> list[int]:
+    """The item-list indices that train in `epoch` (a pure function of seed and epoch). Whole repeats are
+    every copy, as a plain item list; the fraction of REPEATS and the SAMPLES count are drawn per epoch."""
+    members: list[int] = []
+    for number, concept in enumerate(concepts):
+        n = len(concept.first)
+        if not n:
+            continue
+        if concept.strategy == BalancingStrategy.SAMPLES:
+            count = max(1, round(concept.balancing))  # walk permutations, one per pass over the concept
+            for position in range(epoch * count, (epoch + 1) * count):
+                cycle = random.Random(derive_seed(seed, "balancing", number, position // n)).sample(concept.first, n)
+                members.append(cycle[position % n])
+            continue
+        whole = math.floor(concept.balancing)
+        if whole >= 1:
+            members += concept.slots
+        extra = round((concept.balancing - whole) * n)
+        if extra:
+            members += sorted(random.Random(derive_seed(seed, "balancing", number, epoch)).sample(concept.first, extra))
+    return members
 
 
 def caption_dropped(seed: int, probability: float, epoch: int, index: int) -> bool:

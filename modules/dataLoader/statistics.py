@@ -1,10 +1,11 @@
 """What each concept of a config trains on, counted without loading any model (`scripts/dataset_stats.py`, the
-GUI's concepts tab): files, usable samples, items (windows x lengths x resolutions x repeats) per length, seconds,
+GUI's concepts tab): files, usable samples, items (windows x lengths x resolutions, balanced) per length, seconds,
 the bucket histogram, captions missing / empty / cut by the text encoder, and skipped files by reason."""
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.enum import BalancingStrategy
 
 
 @dataclasses.dataclass
@@ -27,7 +29,7 @@ class ConceptStatistics:
     type: str  # STANDARD or VALIDATION
     files: int  # media files found
     samples: int  # files that give at least one item
-    items: int  # training items per epoch: windows x lengths x resolutions x repeats
+    items: int  # training items per epoch: windows x lengths x resolutions, balanced (concepts[].balancing)
     items_per_length: dict[int, int]
     seconds: float  # length of the usable samples at the training fps
     buckets: dict[str, int]  # "FxHxW" -> items
@@ -56,20 +58,31 @@ def _concept(planner: ItemPlanner, concept: ConceptConfig, config: TrainConfig, 
     skips = SkipCounter()
     files = planner.samples(concept)
     items = planner.plan(concept, options, skips, always_probe=True)
-    repeats = concept.repeats
     per_length: collections.Counter = collections.Counter()
     buckets: collections.Counter = collections.Counter()
     for item in items:
         bucket = _bucket(item, config.aspect_bucketing)
-        per_length[bucket[0]] += repeats
-        buckets["x".join(map(str, bucket))] += repeats
+        per_length[bucket[0]] += 1
+        buckets["x".join(map(str, bucket))] += 1
+    # per epoch, as the loader's epoch_members: REPEATS b -> b per item (rounded over the concept); SAMPLES s -> s
+    scale = _epoch_items(len(items), concept) / len(items) if items else 0
+    per_length = collections.Counter({k: round(v * scale) for k, v in per_length.items()})
+    buckets = collections.Counter({k: round(v * scale) for k, v in buckets.items()})
     samples = {item.sample.media_path: item for item in items}
     seconds = sum(item.probe.frames / item.clip["fps"] for item in samples.values())
     return ConceptStatistics(
         name=concept.display_name(), path=concept.path, type=concept.type.name, files=len(files),
-        samples=len(samples), items=len(items) * repeats, items_per_length=dict(per_length), seconds=round(seconds, 3),
+        samples=len(samples), items=_epoch_items(len(items), concept), items_per_length=dict(per_length), seconds=round(seconds, 3),
         buckets=dict(sorted(buckets.items())), captions=_captions(files, options.caption, tokenizer),
         skipped=dict(collections.Counter(entry.category for entry in skips.entries)))
+
+
+def _epoch_items(count: int, concept: ConceptConfig) -> int:
+    """Items of an epoch from `count` planned ones, as `batching.epoch_members` selects them."""
+    if concept.balancing_strategy == BalancingStrategy.SAMPLES:
+        return max(1, round(concept.balancing)) if count else 0
+    whole = math.floor(concept.balancing)
+    return whole * count + round((concept.balancing - whole) * count)
 
 
 def _bucket(item: PlannedItem, aspect_bucketing: bool) -> tuple[int, int, int]:

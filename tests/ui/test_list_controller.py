@@ -30,11 +30,11 @@ def test_rows_move_duplicate_and_remove(tmp_path):
 def test_a_bad_cell_is_reported_on_its_row_and_blocks_start(tmp_path):
     app = make(tmp_path)
     app.concepts.add(path="clips")
-    app.concepts.set(0, "repeats", "many")
-    assert app.concepts.error(0, "repeats") == "must be a whole number"
-    assert app.concepts.display(0, "repeats") == "many"
-    app.concepts.set(0, "repeats", "0")
-    assert app.concepts.error(0, "repeats") == "must be at least 1, got 0"
+    app.concepts.set(0, "balancing", "many")
+    assert app.concepts.error(0, "balancing") == "must be a number"
+    assert app.concepts.display(0, "balancing") == "many"
+    app.concepts.set(0, "balancing", "0")
+    assert app.concepts.error(0, "balancing") == "must be greater than 0, got 0.0"
     app.concepts.set(0, "path", "")
     assert app.concepts.error(0, "path").startswith("is empty")
     ok, reason = app.can_start()

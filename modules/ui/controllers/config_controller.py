@@ -155,8 +155,9 @@ class ConfigController(Observable):
         """Replace a list field (`concepts`, `samples`) wholesale (rows filled up with the record's
         defaults); drops its rows' pending texts."""
         if isinstance(value, list):
-            defaults = LIST_KEYS[key]().to_dict()
-            value = [{**defaults, **row} if isinstance(row, dict) else row for row in value]
+            record = LIST_KEYS[key]
+            defaults = record().to_dict()
+            value = [{**defaults, **record.upgrade(row)} if isinstance(row, dict) else row for row in value]
         self.data[key] = copy.deepcopy(value)
         for k in [k for k in self.pending if k.startswith(f"{key}[")]:
             self.pending.pop(k)

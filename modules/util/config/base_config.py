@@ -160,9 +160,16 @@ class BaseConfig:
         return typing.get_type_hints(cls)
 
     @classmethod
+    def upgrade(cls, data: dict[str, Any], path: str = "") -> dict[str, Any]:
+        """`data` with the old names of this record's keys replaced by the current ones (a record read from any
+        source: a config, a concept file, a GUI row). Subclasses with renamed keys override it."""
+        return data
+
+    @classmethod
     def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
         if not isinstance(data, dict):
             raise ConfigError(f"config key '{path or '<root>'}' must be an object, got {data!r}")
+        data = cls.upgrade(data, path)
         hints = cls.field_types()
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         kwargs = {}

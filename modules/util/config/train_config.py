@@ -14,6 +14,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
+    BalancingStrategy,
     ConceptType,
     DataParallel,
     FrameSampleStrategy,
@@ -103,7 +104,8 @@ class ConceptConfig(BaseConfig):
     name: str = option("", "Display name (defaults to the folder name).")
     enabled: bool = option(True, "Disabled concepts are skipped.")
     include_subdirectories: bool = option(False, "Also read files in sub-folders.")
-    repeats: int = option(1, "How many times each sample is seen per epoch.")
+    balancing: float = option(1.0, "REPEATS: how many times each sample is seen per epoch (a fraction, e.g. 1.5, draws that share of the samples anew each epoch); SAMPLES: how many of the concept's samples an epoch holds. Old configs' `repeats` is read as this.")
+    balancing_strategy: BalancingStrategy = option(BalancingStrategy.REPEATS, "REPEATS or SAMPLES: how balancing is read (OneTrainer's names).")
     loss_weight: float = option(1.0, "Multiplies the loss of this concept's samples (e.g. 0.5 for a regularisation set).")
     type: ConceptType = option(ConceptType.STANDARD, "STANDARD (trained on) or VALIDATION (never trained on: its loss at fixed σ and noise is logged every validate_after units).")
     caption_prefix: str = option("", "Text put before every caption of this concept (e.g. a trigger word and a comma).")
@@ -117,6 +119,17 @@ class ConceptConfig(BaseConfig):
     frame_windows: int | None = option(None, "UNIFORM / KEYFRAME: this concept's window count (null = the run's frame_windows).")
     max_frames: int | None = option(None, "FULL: this concept's longest window (null = the run's max_frames).")
 
+    @classmethod
+    def upgrade(cls, data: dict, path: str = "") -> dict:
+        """`repeats` (before balancing existed) is read as `balancing` with the REPEATS strategy."""
+        if "repeats" not in data:
+            return data
+        if "balancing" in data:
+            raise ConfigError(f"config key '{path}.repeats' is the old name of '{path}.balancing': keep one")
+        data = dict(data)
+        data["balancing"] = data.pop("repeats")
+        return data
+
     def display_name(self) -> str:
         """The name in logs and tensorboard tags: `name`, else the folder's (or manifest's) name."""
         return self.name or Path(self.path).stem or "concept"
@@ -124,8 +137,8 @@ class ConceptConfig(BaseConfig):
     def validate(self, path: str) -> None:
         if self.enabled and not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a dataset folder or .jsonl file")
-        if self.repeats < 1:
-            raise ConfigError(f"config key '{path}.repeats' must be at least 1, got {self.repeats}")
+        if self.balancing <= 0:
+            raise ConfigError(f"config key '{path}.balancing' must be greater than 0, got {self.balancing}")
         if self.loss_weight < 0:
             raise ConfigError(f"config key '{path}.loss_weight' must not be negative, got {self.loss_weight}")
         check_clip_options(path, self)

@@ -37,6 +37,13 @@ class FrameSampleStrategy(Enum):
     FULL = "FULL"
 
 
+class BalancingStrategy(Enum):
+    """How `concepts[].balancing` is read (OneTrainer's names)."""
+
+    REPEATS = "REPEATS"  # each sample `balancing` times per epoch; a fraction is drawn anew each epoch
+    SAMPLES = "SAMPLES"  # `balancing` samples of the concept per epoch, every sample before any comes again
+
+
 class TimeUnit(Enum):
     STEP = "STEP"
     EPOCH = "EPOCH"
