@@ -57,3 +57,38 @@ def test_old_configs_load_unchanged_and_bad_concept_values_name_their_key():
                      ({"max_frames": 40}, "concepts[0].max_frames")):
         with pytest.raises(ConfigError, match=key.replace("[", "\\[").replace("]", "\\]")):
             TrainConfig.from_dict({"concepts": [{"path": "clips", **bad}]})
+
+
+def test_prompt_sources(tiny_model, tmp_path):
+    import json
+
+    from modules.dataLoader.item_plan import ItemPlanner
+    from modules.dataLoader.skips import SkipCounter
+    from modules.trainer.preflight import check_paths
+    from modules.util.errors import UserError
+    from modules.util.synthetic_data import write_video_dataset
+    from tests.conftest import train_config_dict
+
+    folder = write_video_dataset(tmp_path / "clips", count=2, frames=9, height=32, width=32)
+    (tmp_path / "trigger.txt").write_text("sks dog running\n", encoding="utf-8")
+    manifest = tmp_path / "clips.jsonl"
+    manifest.write_text("".join(json.dumps({"path": str(p), "prompt": "plain", "short": f"short {p.stem}"}) + "\n"
+                                for p in sorted(folder.glob("*.mp4"))), encoding="utf-8")
+    concepts = [{"path": str(folder), "prompt_source": "CONCEPT", "prompt_path": str(tmp_path / "trigger.txt"),
+                 "caption_prefix": "photo, "},
+                {"path": str(manifest), "prompt_source": "FIELD", "prompt_field": "short"},
+                {"path": str(manifest)}]
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), folder, tmp_path / "run", concepts=concepts))
+    planner = ItemPlanner(16.0, [255, 255, 255], None)
+    captions = [[item.caption for item in planner.plan(c, concept_options(c, config), SkipCounter())]
+                for c in config.concepts]
+    assert captions == [["photo, sks dog running"] * 2, ["short 000", "short 001"], ["plain", "plain"]]
+
+    with pytest.raises(ConfigError, match=r"concepts\[0\].prompt_path' is empty"):
+        TrainConfig.from_dict({"concepts": [{"path": "x", "prompt_source": "CONCEPT"}]})
+    with pytest.raises(ConfigError, match="FIELD, which reads a .jsonl"):
+        TrainConfig.from_dict({"concepts": [{"path": "folder", "prompt_source": "FIELD"}]})
+    missing = dict(concepts[0], prompt_path=str(tmp_path / "nope.txt"))
+    bad = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), folder, tmp_path / "run", concepts=[missing]))
+    with pytest.raises(UserError, match=r"concepts\[0\].prompt_path"):
+        check_paths(bad)

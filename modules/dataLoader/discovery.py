@@ -27,7 +27,8 @@ class RawSample:
     source: str
 
 
-def discover_concept(path: str | os.PathLike, include_subdirectories: bool) -> list[RawSample]:
+def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
+                     prompt_field: str = "prompt", warn_missing_captions: bool = True) -> list[RawSample]:
     """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
 
     Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
@@ -37,12 +38,13 @@ def discover_concept(path: str | os.PathLike, include_subdirectories: bool) -> l
     if path.is_dir():
         samples = _scan_folder(path, include_subdirectories)
     elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
-        samples = read_jsonl_manifest(path)
+        samples = read_jsonl_manifest(path, prompt_field)
     elif not path.exists():
         raise DataError(path, "concept path does not exist", MISSING_FILE)
     else:
         raise DataError(path, "concept path must be a folder or a .jsonl manifest", UNSUPPORTED_FILE)
-    _warn_missing_captions(path, samples)
+    if warn_missing_captions:  # not when the concept's captions come from elsewhere
+        _warn_missing_captions(path, samples)
     return samples
 
 
@@ -106,7 +108,7 @@ def _warn_missing_captions(concept: Path, samples: list[RawSample]) -> None:
     )
 
 
-def read_jsonl_manifest(path: str | os.PathLike) -> list[RawSample]:
+def read_jsonl_manifest(path: str | os.PathLike, prompt_field: str = "prompt") -> list[RawSample]:
     """Samples from lines `{"path": ..., "prompt": ...}`; relative paths are resolved from the manifest's folder.
 
     UTF-8, or the encoding a byte order mark names. Blank lines are ignored; `caption` is accepted instead
@@ -126,11 +128,11 @@ def read_jsonl_manifest(path: str | os.PathLike) -> list[RawSample]:
     samples = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
-            samples.append(_parse_manifest_line(path, number, line))
+            samples.append(_parse_manifest_line(path, number, line, prompt_field))
     return samples
 
 
-def _parse_manifest_line(manifest: Path, number: int, line: str) -> RawSample:
+def _parse_manifest_line(manifest: Path, number: int, line: str, prompt_field: str = "prompt") -> RawSample:
     """One manifest line as a RawSample."""
 
     def fail(reason: str) -> DataError:
@@ -145,11 +147,11 @@ def _parse_manifest_line(manifest: Path, number: int, line: str) -> RawSample:
     media = entry.get("path")
     if not isinstance(media, str) or not media:
         raise fail('missing "path" string')
-    caption = entry.get("prompt", entry.get("caption", ""))
+    caption = entry.get("prompt", entry.get("caption", "")) if prompt_field == "prompt" else entry.get(prompt_field, "")
     if caption is None:
         caption = ""
     if not isinstance(caption, str):
-        raise fail('"prompt" must be a string')
+        raise fail(f'"{prompt_field}" must be a string')
     media_path = Path(media)
     if not media_path.is_absolute():
         media_path = manifest.parent / media_path

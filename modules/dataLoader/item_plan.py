@@ -15,14 +15,14 @@ from typing import Any
 
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.concept_options import ConceptOptions
-from modules.dataLoader.discovery import RawSample, discover_concept
+from modules.dataLoader.discovery import RawSample, discover_concept, read_caption
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows
 from modules.util.config.train_config import ConceptConfig
-from modules.util.enum import FrameSampleStrategy
+from modules.util.enum import FrameSampleStrategy, PromptSource
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -79,11 +79,15 @@ class ItemPlanner:
         if not Path(concept.path).exists():
             raise UserError(f"concept path '{concept.path}' does not exist: fix concepts[].path")
         try:
-            found = discover_concept(concept.path, concept.include_subdirectories)
+            found = discover_concept(concept.path, concept.include_subdirectories, concept.prompt_field,
+                                     concept.prompt_source == PromptSource.SAMPLE)
         except DataError as e:
             raise UserError(str(e)) from None
         if not found:
             logger.warning("concept %s holds no video or image", concept.path)
+        if concept.prompt_source == PromptSource.CONCEPT:  # one caption for the whole concept
+            caption = read_caption(Path(concept.prompt_path))
+            found = [dataclasses.replace(sample, caption=caption) for sample in found]
         return found
 
     def plan(self, concept: ConceptConfig, options: ConceptOptions, skips: SkipCounter,

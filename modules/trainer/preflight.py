@@ -3,6 +3,7 @@ be and every output location can be created and written. A mistake costs a secon
 from __future__ import annotations
 
 from modules.util.config.train_config import TrainConfig
+from modules.util.enum import PromptSource
 from modules.util.errors import UserError
 from modules.util.path_checks import (
     check_input_file,
@@ -28,6 +29,10 @@ def check_paths(config: TrainConfig) -> None:
     if config.e2v.image_encoder_model_name:
         check_input_folder("e2v.image_encoder_model_name", config.e2v.image_encoder_model_name,
                            "a folder with image_encoder/ and image_processor/ (e.g. an I2V checkpoint)")
+    if isinstance(config.concepts, list):
+        for index, concept in enumerate(config.concepts):
+            if concept.enabled and concept.prompt_source == PromptSource.CONCEPT:
+                check_input_file(f"concepts[{index}].prompt_path", concept.prompt_path, "a caption .txt file")
     check_writable_folder("workspace_dir", config.workspace_dir)
     if config.latent_caching:
         check_writable_folder("cache_dir", config.cache_dir)

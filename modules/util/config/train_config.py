@@ -26,6 +26,7 @@ from modules.util.enum import (
     LossWeightFn,
     ModelFormat,
     ModelType,
+    PromptSource,
     TimestepDistribution,
     TimeUnit,
     TrainingMethod,
@@ -108,6 +109,9 @@ class ConceptConfig(BaseConfig):
     balancing_strategy: BalancingStrategy = option(BalancingStrategy.REPEATS, "REPEATS or SAMPLES: how balancing is read (OneTrainer's names).")
     loss_weight: float = option(1.0, "Multiplies the loss of this concept's samples (e.g. 0.5 for a regularisation set).")
     type: ConceptType = option(ConceptType.STANDARD, "STANDARD (trained on) or VALIDATION (never trained on: its loss at fixed σ and noise is logged every validate_after units).")
+    prompt_source: PromptSource = option(PromptSource.SAMPLE, "Where captions come from: SAMPLE (each sample's .txt; a manifest's \"prompt\"), CONCEPT (the file prompt_path for every sample) or FIELD (a .jsonl manifest's field prompt_field).")
+    prompt_path: str = option("", "prompt_source CONCEPT: the text file whose text captions every sample of the concept.")
+    prompt_field: str = option("prompt", "prompt_source FIELD: the manifest field that holds each sample's caption.")
     caption_prefix: str = option("", "Text put before every caption of this concept (e.g. a trigger word and a comma).")
     caption_suffix: str = option("", "Text put after every caption of this concept.")
     caption_dropout_probability: float | None = option(None, "This concept's caption dropout (null = the run's caption_dropout_probability).")
@@ -137,6 +141,14 @@ class ConceptConfig(BaseConfig):
     def validate(self, path: str) -> None:
         if self.enabled and not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a dataset folder or .jsonl file")
+        if self.prompt_source == PromptSource.CONCEPT and not self.prompt_path:
+            raise ConfigError(f"config key '{path}.prompt_path' is empty but prompt_source is CONCEPT: give the "
+                              "caption file")
+        if self.prompt_source == PromptSource.FIELD and self.path and not self.path.lower().endswith(".jsonl"):
+            raise ConfigError(f"config key '{path}.prompt_source' is FIELD, which reads a .jsonl manifest's field, "
+                              f"but path is '{self.path}': use SAMPLE for a folder")
+        if self.prompt_source == PromptSource.FIELD and not self.prompt_field:
+            raise ConfigError(f"config key '{path}.prompt_field' is empty: name the manifest field")
         if self.balancing <= 0:
             raise ConfigError(f"config key '{path}.balancing' must be greater than 0, got {self.balancing}")
         if self.loss_weight < 0:

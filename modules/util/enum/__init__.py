@@ -44,6 +44,14 @@ class BalancingStrategy(Enum):
     SAMPLES = "SAMPLES"  # `balancing` samples of the concept per epoch, every sample before any comes again
 
 
+class PromptSource(Enum):
+    """Where a concept's captions come from."""
+
+    SAMPLE = "SAMPLE"  # each sample's same-name .txt (a manifest: its "prompt")
+    CONCEPT = "CONCEPT"  # one text file (prompt_path) for every sample of the concept
+    FIELD = "FIELD"  # a manifest's field named prompt_field
+
+
 class TimeUnit(Enum):
     STEP = "STEP"
     EPOCH = "EPOCH"
