@@ -5,7 +5,9 @@
   LoadReferences, BuildConditionClip), no encoder and no cache;
 - cold_cache: `WanE2VDataLoader.prepare()` on an empty cache (decoding plus the tiny model's VAE, UMT5
   and CLIP encoders, writing the cache);
-- warm_epoch: `load_batch` over every batch of an epoch after `prepare()` (cache reads only).
+- warm_epoch: `load_batch` over every batch of an epoch after `prepare()` (cache reads only);
+- windows: frame windows of concept clips (benchmarks/window_throughput.py): decode + preprocess items/s of HEAD
+  against SLIDE (stride 17) on the same 10 s clips, and the cold caching cost per window (tiny t2v model).
 
 Prints one JSON object with the three rates and warm_over_cold = warm_epoch / cold_cache.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -108,6 +111,11 @@ def main() -> int:
             epochs += 1
         warm_rate = loaded / (time.perf_counter() - start)
 
+        from window_throughput import window_rates
+
+        t2v = WanModelLoader().load(str(write_tiny_model("t2v", work / "t2v")), torch.device("cpu"))
+        windows = window_rates(t2v, work / "windows")
+
     result = {
         "samples": count, "frames": args.frames, "size": args.size, "torch_threads": torch.get_num_threads(),
         "decode_preprocess_samples_per_s": round(decode_rate, 2),
@@ -115,6 +123,7 @@ def main() -> int:
         "warm_epoch_samples_per_s": round(warm_rate, 2),
         "warm_epochs_timed": epochs,
         "warm_over_cold": round(warm_rate / cold_rate, 1),
+        "windows": windows,
     }
     print(json.dumps(result, indent=2))
     return 0
