@@ -57,7 +57,8 @@ def decode_preprocess_rate(loader) -> tuple[float, int]:
     for sample in samples:
         paths = {name: str(p) for name, p in sample.element_images.items() if p is not None}
         p = sum(r for _, r in layout_elements(dataset.elements, {n: True for n in paths}))
-        items.append({"video_path": str(sample.video), "element_paths": paths, "num_reference_frames": p})
+        items.append({"video_path": str(sample.video), "element_paths": paths, "num_reference_frames": p,
+                      "window": None})
     start = time.perf_counter()
     for index, item in enumerate(items):
         fields = dict(item)

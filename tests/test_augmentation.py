@@ -102,7 +102,7 @@ def test_e2v_flips_the_video_and_its_references_together(tiny_model, tmp_path):
     plain_video = DecodeTargetVideo(dataset, 16, "separate", 32, 32)
     references = LoadReferences(dataset, 32, 32, flip=True)
     plain_references = LoadReferences(dataset, 32, 32)
-    item = {"video_path": f"{data_root}/001.mp4", "num_reference_frames": 1,
+    item = {"video_path": f"{data_root}/001.mp4", "num_reference_frames": 1, "window": None,
             "element_paths": {"subject": f"{data_root}/001_subject.png"}}
     decisions = []
     for variation in range(8):

@@ -117,3 +117,31 @@ def test_keyframe_windows_start_at_the_scene_cuts(tiny_model, tmp_path):
     data = loader(tiny_model, folder / "clips.jsonl", tmp_path / "run", frame_sample_strategy="KEYFRAME")
     assert starts(data) == [0, 40, 90]
     assert data.planner.pipeline.modules[0].misses == 1  # the cuts are cached with the latents
+
+
+def test_e2v_datasets_take_the_same_strategies_with_their_references_per_sample(tiny_model, tmp_path):
+    import torch
+
+    from modules.dataLoader.frames import resize_and_crop, to_tensor
+    from modules.dataLoader.video_io import read_video_frames
+    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+
+    data = write_e2v_dataset(tmp_path / "data", count=2, frames=41, height=32, width=32)
+    dataset = e2v_dataset_json(data, 32, 32, 17)  # F = 17: 12 frames for 9 reference frames, 5 of the video
+    dataset["datasets"][0].update(frame_sample_strategy="SLIDE", frame_stride=5)
+    (tmp_path / "dataset.json").write_text(json.dumps(dataset))
+    config = train_config_dict(tiny_model("t2v"), data, tmp_path / "run", dataset_config=str(tmp_path / "dataset.json"),
+                               concepts=[], epochs=1, e2v={"image_encoder_model_name": str(tiny_model("i2v"))})
+    trainer = GenericTrainer(TrainConfig.from_dict(config))
+    trainer.start()
+    items = trainer.data.items
+    windows = [(i.source["sample_id"], i.source["window"]["start"]) for i in items]
+    assert windows == [(s, start) for s in ("001", "002") for start in range(0, 36, 5)]  # 41 frames: 8 windows
+    assert len({i.source["element_fps"]["subject"] for i in items if i.source["sample_id"] == "001"}) == 1
+    decode = trainer.data.decoders[0]
+    item = items[3]  # sample 001, frames 15-19
+    frames = decode.process({**item.source}, None)["video_frames"]
+    video, _ = read_video_frames(item.source["video_path"], target_fps=16)
+    assert torch.equal(frames, to_tensor(resize_and_crop(video[15:20], 32, 32)))
+    trainer.train()  # 16 windows train
+    assert trainer.progress.global_step == 16

@@ -37,7 +37,9 @@ from modules.dataLoader.e2v.modules import (
 )
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
+from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.pipeline import CacheStage, Pipeline
+from modules.dataLoader.windows import WindowOptions, plan_windows
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
@@ -48,7 +50,7 @@ from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
-from modules.util.enum import ConceptType
+from modules.util.enum import ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,12 @@ def check_e2v_base(model: WanModel) -> None:
     if not (variant.channel_concat_condition or variant.expand_timesteps):
         raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V layout; the {variant.name} transformer has "
                         f"{variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
+
+
+def _windowed(dataset: E2VDatasetConfig) -> bool:
+    """Whether a dataset trains other windows than the first frames (FULL is HEAD: frame buckets already take
+    the whole video up to max_frames)."""
+    return dataset.frame_sample_strategy not in (FrameSampleStrategy.HEAD, FrameSampleStrategy.FULL)
 
 
 @dataclasses.dataclass
@@ -121,6 +129,8 @@ class WanE2VDataLoader:
         self.flip = config.random_flip and config.cache_variations > 0 and concept_type == ConceptType.STANDARD
         self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
                                  for d in self.datasets]
+        self.decoders: list[DecodeTargetVideo] = []  # per dataset: plans how many video frames a window holds
+        self.planner = ItemPlanner(self.fps, self.background, self.cache, config.seed)  # probes windowed videos
         self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
         self.visualization = self.datasets[0].visualization if self.datasets else None
         self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
@@ -137,24 +147,28 @@ class WanE2VDataLoader:
         height, width = self._resolution(dataset)
         model = self.model
         decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip)
+        self.decoders.append(decode)
+        windowed = _windowed(dataset)
+        random_window = dataset.frame_sample_strategy == FrameSampleStrategy.RANDOM
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
         references = LoadReferences(dataset, height, width, self.background, self.flip)
         vae = dataset.processors.vae
         variations = 4 if vae.frame_conditioning == "random" else 1
-        if self.flip:  # the video's and the references' stages hold the same variants: flipped together
-            variations = self.config.cache_variations
-        video_variations = variations if self.flip else 1
+        if self.flip or random_window:  # the video's and the references' stages hold the same variants
+            variations = max(1, self.config.cache_variations)
+        video_variations = variations if self.flip or random_window else 1
+        window_key = ["window"] if windowed else []  # a HEAD dataset keeps the cache keys of before
         stages = [CacheStage([text], ["caption"], self.cache, "e2v-text", name="text")]
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
                 [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
                  EncodePosterior(model, "condition_clip", "condition", self._vae_identity), BuildJointClip(),
                  EncodePosterior(model, "target_clip", "video", self._vae_identity)],
-                ["video_fp", "element_fps", "num_reference_frames"], self.cache, "e2v-joint", variations,
+                ["video_fp", "element_fps", "num_reference_frames", *window_key], self.cache, "e2v-joint", variations,
                 outputs=["num_frames", "video_mean", "video_std", "condition_mean", "condition_std", "pixel_mask"],
                 name="joint"))
         else:
-            stages.append(CacheStage([decode, encode_video], ["video_fp", "num_reference_frames"], self.cache,
+            stages.append(CacheStage([decode, encode_video], ["video_fp", "num_reference_frames", *window_key], self.cache,
                                      "e2v-video", video_variations, outputs=["num_frames", "video_mean", "video_std"],
                                      name="video"))
             if self.uses_vae:
@@ -171,7 +185,7 @@ class WanE2VDataLoader:
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
-                   "num_reference_frames", *[f"fp_{e.name}" for e in dataset.elements]]
+                   "num_reference_frames", "window", *[f"fp_{e.name}" for e in dataset.elements]]
         return Pipeline(sources, stages, self.config.seed)
 
     # --- discovery and caching -----------------------------------------------------------------------
@@ -190,9 +204,7 @@ class WanE2VDataLoader:
             for path, reason in skipped:
                 self.skips.record(path, "missing element", reason)
             for sample in samples:
-                item = self._source(index, len(raw), dataset, sample)
-                if item is not None:
-                    raw.append(item)
+                raw += self._sources(index, len(raw), dataset, sample)
         if self.dist.enabled:  # each rank fills its share of the cache first
             for item in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
                 self._bucket(item, SkipCounter())
@@ -211,21 +223,40 @@ class WanE2VDataLoader:
         logger.info("%d E2V samples in %d buckets (pathways: %s, target layout: %s)", len(self.items),
                     len({i.bucket for i in self.items}), self.e2v_type, self.layout)
 
-    def _source(self, index: int, position: int, dataset: E2VDatasetConfig, sample) -> E2VItem | None:
+    def _sources(self, index: int, position: int, dataset: E2VDatasetConfig, sample) -> list[E2VItem]:
+        """The items of a sample: one per frame window of its video (HEAD: one), the references the same."""
         try:
             caption = read_caption(sample.caption_path) if sample.caption_path else ""
             paths = {name: str(p) for name, p in sample.element_images.items() if p is not None}
             fps = {name: file_fingerprint(p) for name, p in paths.items()}
             video_fp = file_fingerprint(sample.video)
+            present = {name: True for name in paths}
+            p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
+            windows = self._windows(index, dataset, sample.video, video_fp, p)
         except OSError as e:
             self.skips.record(sample.video, "unreadable file", str(e))
-            return None
-        present = {name: True for name in paths}
-        p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
+            return []
+        except DataError as e:
+            self.skips.record_error(e)
+            return []
         source = {"sample_id": sample.id, "video_path": str(sample.video), "caption": caption, "element_paths": paths,
                   "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p,
                   **{f"fp_{e.name}": fps.get(e.name, "") for e in dataset.elements}}
-        return E2VItem(index, position, source)
+        return [E2VItem(index, position + j, {**source, "window": window}) for j, window in enumerate(windows)]
+
+    def _windows(self, index: int, dataset: E2VDatasetConfig, video, video_fp: str, p: int) -> list[dict | None]:
+        """The dataset's frame windows of a video: None for HEAD (the first frames, as always)."""
+        if not _windowed(dataset):
+            return [None]
+        strategy = dataset.frame_sample_strategy
+        probe = self.planner.probe(video, video_fp, self.fps, strategy == FrameSampleStrategy.KEYFRAME)
+        length = self.decoders[index].window_frames(probe.frames, p)
+        options = WindowOptions(strategy, dataset.frame_stride, dataset.frame_windows, dataset.max_frames)
+        windows = plan_windows(probe.frames, length, options, probe.cuts)
+        if probe.frames < length:  # too short for a window: HEAD reports it as it always did
+            return [None]
+        return [{"start": w.start, "frames": length, "total": probe.frames if w.start is None else None}
+                for w in windows]
 
     def _run(self, item: E2VItem, epoch: int) -> dict[str, Any]:
         pipeline = self.pipelines[item.dataset]
@@ -260,7 +291,8 @@ class WanE2VDataLoader:
         return [name for name, _ in layout_elements(dataset.elements, present) if name in in_clip]
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps([i.source for i in self.items], sort_keys=True).encode()).hexdigest()
+        sources = [{k: v for k, v in i.source.items() if k != "window" or v is not None} for i in self.items]
+        return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()
 
     # --- epochs and batches --------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[list[int]]:

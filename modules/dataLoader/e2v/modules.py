@@ -21,10 +21,11 @@ from modules.model.condition_layout import (
     separate_target_frames,
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
-from modules.dataLoader.errors import TOO_FEW_FRAMES, DataError
+from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
+from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 
@@ -45,7 +46,7 @@ class DecodeTargetVideo(PipelineModule):
     `max_frames`); otherwise F is `frames` and a shorter video is skipped.
     """
 
-    inputs = ("video_path", "num_reference_frames")
+    inputs = ("video_path", "num_reference_frames", "window")
     outputs = ("video_frames", "num_frames")
 
     def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int,
@@ -63,10 +64,31 @@ class DecodeTargetVideo(PipelineModule):
         """Frames of F that the references take in the target: 4K (separate) or P (joint)."""
         return 4 * reference_latent_frames(p) if self.target_layout == "separate" else p
 
-    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        path, p = item["video_path"], item["num_reference_frames"]
+    def window_frames(self, total: int, p: int) -> int:
+        """How many of a `total`-frame video's frames one window holds: what the first frames give (F of the
+        clip minus the frames its references take)."""
         limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
-        frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit)
+        reserved = self._reserved(p)
+        if self.dataset.auto_frame_buckets:
+            count = min(largest_4k1(min(total, limit) + reserved), largest_4k1(limit))
+        else:
+            count = self.dataset.frames
+        return max(count - reserved, 1)
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        path, p, window = item["video_path"], item["num_reference_frames"], item["window"]
+        limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
+        if window is None:  # HEAD: the first frames
+            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit)
+        else:  # {start (None: RANDOM), frames (the video frames the target needs), total}
+            start, length = window["start"], window["frames"]
+            if start is None:
+                start = random_start(window["total"], length, ctx.rng(self.name, "window"))
+            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=start + length)
+            if len(frames) < start + length:
+                raise DataError(path, f"changed during the run: {len(frames)} frames, planned a window at "
+                                f"{start}-{start + length}", CHANGED_FILE)
+            frames = frames[start:]
         reserved = self._reserved(p)
         if self.dataset.auto_frame_buckets:
             count = min(largest_4k1(len(frames) + reserved), largest_4k1(limit))

@@ -120,7 +120,8 @@ TABS: tuple[Tab, ...] = (
 DATASET_SECTIONS: dict[str, tuple[Section, ...]] = {
     "E2V elements": (
         Section("Dataset", ("data_root", "target_resolution", "auto_frame_buckets", "max_frames", "frames",
-                            "reshape_mode", "remove_common_llm_caption_prefixes", "dataset_type", "type")),),
+                            "reshape_mode", "remove_common_llm_caption_prefixes", "dataset_type", "type")),
+        Section("Frame windows", ("frame_sample_strategy", "frame_stride", "frame_windows")),),
     "pathways": (
         Section("VAE processor (dataset JSON)", ("processors.vae.resolution", "processors.vae.combine",
                                                  "processors.vae.default_preprocess",

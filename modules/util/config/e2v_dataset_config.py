@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 from modules.util.config.base_config import BaseConfig, ConfigError, T, option
-from modules.util.enum import ConceptType
+from modules.util.enum import ConceptType, FrameSampleStrategy
 
 PREPROCESS_METHODS = ("pad_white", "center_crop", "resize", "letterbox")
 FRAME_CONDITIONING_MODES = ("full", "index", "prefix", "first_and_last", "random")
@@ -237,6 +237,9 @@ class E2VDatasetConfig(BaseConfig):
     auto_frame_buckets: bool = option(True, "Each video uses the largest 4k+1 frame count it holds, up to max_frames.")
     max_frames: int = option(81, "Upper limit (4k+1) of the automatic frame buckets.")
     frames: int = option(81, "Fixed frame count (4k+1) when auto_frame_buckets is false.")
+    frame_sample_strategy: FrameSampleStrategy = option(FrameSampleStrategy.HEAD, "Which windows of each video train (as the train config's key; the references stay per sample): HEAD, SLIDE, UNIFORM, RANDOM, KEYFRAME or FULL (HEAD with auto_frame_buckets: the whole video up to max_frames).")
+    frame_stride: int = option(0, "SLIDE: video frames between window starts (0 = the window's length).")
+    frame_windows: int = option(4, "UNIFORM (and KEYFRAME without cuts): windows per video.")
     reshape_mode: str = option("bicubic", "bicubic (the only mode): how frames and images are resized.")
     remove_common_llm_caption_prefixes: bool = option(False, "Strip 'The video shows'-style prefixes from captions.")
     elements: list[ElementConfig] = option([], "The reference elements (1-3 in A2).")
@@ -281,6 +284,10 @@ class E2VDatasetConfig(BaseConfig):
         _check_resolution(_key(path, "target_resolution"), self.target_resolution)
         _check_frames(_key(path, "max_frames"), self.max_frames)
         _check_frames(_key(path, "frames"), self.frames)
+        if self.frame_stride < 0:
+            _fail(_key(path, "frame_stride"), f"must not be negative, got {self.frame_stride}")
+        if self.frame_windows < 1:
+            _fail(_key(path, "frame_windows"), f"must be at least 1, got {self.frame_windows}")
         _check_choice(_key(path, "reshape_mode"), self.reshape_mode, ("bicubic",))
         vae_path = _key(path, "processors.vae")
         if self.processors.vae.resolution is None:
