@@ -32,7 +32,7 @@ from modules.dataLoader.batching import (
 )
 from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
-from modules.dataLoader.cache import DiskCache, fingerprint
+from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
@@ -42,6 +42,7 @@ from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, Pipel
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
+from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, frame_mask
@@ -100,7 +101,7 @@ class DecodeClip(PipelineModule):
     composited on `background`."""
 
     inputs = ("media_path", "clip")
-    outputs = ("video_frames", "bucket", "source_size")
+    outputs = ("video_frames", "bucket", "source_size", "window_start")
 
     def __init__(self, fps: float, frames: int | list[int], resolutions: list[tuple[int, int]],
                  background: Sequence[int], aspect_bucketing: bool, augmentation: Augmentation,
@@ -139,7 +140,7 @@ class DecodeClip(PipelineModule):
         else:
             clip = resize_and_crop(frames[:bucket.frames], bucket.height, bucket.width)
         return {"video_frames": to_tensor(clip), "bucket": [bucket.frames, bucket.height, bucket.width],
-                "source_size": [frames.shape[1], frames.shape[2]]}
+                "source_size": [frames.shape[1], frames.shape[2]], "window_start": start}
 
 
 class FirstFrameCondition(PipelineModule):
@@ -243,10 +244,15 @@ class WanBaseDataLoader:
         model, counter, config = self.model, self.counter, self.config
         identities = EncoderIdentities.of(model)
         vae_identity, text_identity = identities.vae, identities.text
-        video = [DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
-                            config.aspect_bucketing, self.augmentation, per_epoch),
-                 EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
+        decode = DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
+                            config.aspect_bucketing, self.augmentation, per_epoch)
+        video = [decode, EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
+        if config.masked_training:  # cached with the latents, keyed by the mask file too
+            variant = model.variant
+            video.append(DecodeMask(variant.vae_scale_spatial, variant.vae_scale_temporal, self.augmentation,
+                                    decode.name, per_epoch))
+            outputs.append("latent_mask")
         if self.uses_image_condition:
             video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
             outputs.append("condition_mean")
@@ -255,10 +261,12 @@ class WanBaseDataLoader:
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
         text = [self.caption_encoder]
-        sources = ["media_path", "media_fp", "caption", "clip"]
+        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp"]
         if not config.latent_caching:
             return Pipeline(sources, video + text, config.seed), []
         video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
+        if config.masked_training:
+            video_key.append("mask_fp")
         stages = [CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video"),
                   CacheStage(text, ["caption"], self.cache, "text", name="text")]
         return Pipeline(sources, stages, config.seed), stages
@@ -281,9 +289,13 @@ class WanBaseDataLoader:
     def _discover(self) -> list[tuple[TrainingItem, int]]:
         raw: list[tuple[TrainingItem, int]] = []
         for number, (concept, options) in enumerate(self.options):
+            unmasked: set[Path] = set()
             for planned in self.planner.plan(concept, options, self.skips):
+                mask = self._mask(planned.sample, unmasked)
+                if mask is None:
+                    continue
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
-                          "caption": planned.caption, "clip": planned.clip}
+                          "caption": planned.caption, "clip": planned.clip, **mask}
                 keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
                 varied = planned.clip["start"] is None or self.augmentation.enabled
                 variations = self.variations if varied else 1
@@ -292,6 +304,26 @@ class WanBaseDataLoader:
                                          variations=variations, caption_dropout=self._caption_dropout(options)),
                             number))
         return raw
+
+    def _mask(self, sample: RawSample, unmasked: set[Path]) -> dict[str, str] | None:
+        """The mask fields of a sample's items; None (skipped and counted once) when masked training finds no
+        readable mask for it."""
+        if not self.config.masked_training:
+            return {"mask_path": "", "mask_fp": ""}
+        path = sample.mask_path
+        try:
+            if path is None:
+                raise DataError(sample.media_path, "masked_training is on and it has no "
+                                f"{sample.media_path.stem}-masklabel.png or .mp4 beside it", MISSING_MASK)
+            return {"mask_path": str(path), "mask_fp": file_fingerprint(path)}
+        except (OSError, DataError) as e:
+            if sample.media_path not in unmasked:
+                unmasked.add(sample.media_path)
+                if isinstance(e, DataError):
+                    self.skips.record_error(e)
+                else:
+                    self.skips.record(path, BAD_MASK, f"cannot read the mask ({e})")
+            return None
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
         """Validation measures every sample with its caption."""
@@ -416,6 +448,8 @@ class WanBaseDataLoader:
             batch["condition_mask"] = mask[None].expand(len(indices), -1, -1, -1, -1)
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])
+        if self.config.masked_training:
+            batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
         weights = [self.items[i].loss_weight for i in indices]
         if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
             batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)
@@ -440,10 +474,10 @@ class WanBaseDataLoader:
         condition = None
         if self.uses_image_condition:
             condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
-        clip = batch.get("clip_embeds")
-        weights = batch.get("loss_weight")
+        clip, weights, mask = batch.get("clip_embeds"), batch.get("loss_weight"), batch.get("loss_mask")
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
-                                   sample_weights=weights.to(device) if weights is not None else None)
+                                   sample_weights=weights.to(device) if weights is not None else None,
+                                   loss_mask=mask.to(device) if mask is not None else None)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
 
     def item_group(self, index: int) -> str:

@@ -31,6 +31,7 @@ from modules.model.condition_layout import (
 from modules.dataLoader.e2v.modules import (
     BuildConditionClip,
     BuildJointClip,
+    DecodeE2VMask,
     DecodeTargetVideo,
     EncodeClipElement,
     LoadReferences,
@@ -38,6 +39,7 @@ from modules.dataLoader.e2v.modules import (
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.item_plan import ItemPlanner
+from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.windows import WindowOptions, plan_windows
 from modules.dataLoader.skips import SkipCounter
@@ -158,18 +160,24 @@ class WanE2VDataLoader:
             variations = max(1, self.config.cache_variations)
         video_variations = variations if self.flip or random_window else 1
         window_key = ["window"] if windowed else []  # a HEAD dataset keeps the cache keys of before
+        masked = self.config.masked_training
+        mask = [DecodeE2VMask(self.layout, height, width, self.fps, model.variant.vae_scale_spatial, self.flip)] \
+            if masked else []
+        mask_key, mask_output = (["mask_fp"], ["latent_mask"]) if masked else ([], [])
         stages = [CacheStage([text], ["caption"], self.cache, "e2v-text", name="text")]
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
                 [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
                  EncodePosterior(model, "condition_clip", "condition", self._vae_identity), BuildJointClip(),
-                 EncodePosterior(model, "target_clip", "video", self._vae_identity)],
-                ["video_fp", "element_fps", "num_reference_frames", *window_key], self.cache, "e2v-joint", variations,
-                outputs=["num_frames", "video_mean", "video_std", "condition_mean", "condition_std", "pixel_mask"],
+                 EncodePosterior(model, "target_clip", "video", self._vae_identity), *mask],
+                ["video_fp", "element_fps", "num_reference_frames", *window_key, *mask_key], self.cache, "e2v-joint",
+                variations, outputs=["num_frames", "video_mean", "video_std", "condition_mean", "condition_std",
+                                     "pixel_mask", *mask_output],
                 name="joint"))
         else:
-            stages.append(CacheStage([decode, encode_video], ["video_fp", "num_reference_frames", *window_key], self.cache,
-                                     "e2v-video", video_variations, outputs=["num_frames", "video_mean", "video_std"],
+            stages.append(CacheStage([decode, encode_video, *mask], ["video_fp", "num_reference_frames", *window_key,
+                                                                     *mask_key], self.cache, "e2v-video",
+                                     video_variations, outputs=["num_frames", "video_mean", "video_std", *mask_output],
                                      name="video"))
             if self.uses_vae:
                 stages.append(CacheStage(
@@ -185,7 +193,7 @@ class WanE2VDataLoader:
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
-                   "num_reference_frames", "window", *[f"fp_{e.name}" for e in dataset.elements]]
+                   "num_reference_frames", "window", "mask_path", "mask_fp", *[f"fp_{e.name}" for e in dataset.elements]]
         return Pipeline(sources, stages, self.config.seed)
 
     # --- discovery and caching -----------------------------------------------------------------------
@@ -232,6 +240,7 @@ class WanE2VDataLoader:
             video_fp = file_fingerprint(sample.video)
             present = {name: True for name in paths}
             p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
+            mask = self._mask(sample)
             windows = self._windows(index, dataset, sample.video, video_fp, p)
         except OSError as e:
             self.skips.record(sample.video, "unreadable file", str(e))
@@ -240,9 +249,21 @@ class WanE2VDataLoader:
             self.skips.record_error(e)
             return []
         source = {"sample_id": sample.id, "video_path": str(sample.video), "caption": caption, "element_paths": paths,
-                  "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p,
+                  "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p, **mask,
                   **{f"fp_{e.name}": fps.get(e.name, "") for e in dataset.elements}}
         return [E2VItem(index, position + j, {**source, "window": window}) for j, window in enumerate(windows)]
+
+    def _mask(self, sample) -> dict[str, str]:
+        """A sample's mask fields (masked training); a missing mask is a `DataError` (skipped and counted)."""
+        if not self.config.masked_training:
+            return {"mask_path": "", "mask_fp": ""}
+        if sample.mask_path is None:
+            raise DataError(sample.video, f"masked_training is on and it has no {sample.id}-masklabel.png or .mp4 "
+                            "beside it", MISSING_MASK)
+        try:
+            return {"mask_path": str(sample.mask_path), "mask_fp": file_fingerprint(sample.mask_path)}
+        except OSError as e:
+            raise DataError(sample.mask_path, f"cannot read the mask ({e})", BAD_MASK) from None
 
     def _windows(self, index: int, dataset: E2VDatasetConfig, video, video_fp: str, p: int) -> list[dict | None]:
         """The dataset's frame windows of a video: None for HEAD (the first frames, as always)."""
@@ -314,6 +335,8 @@ class WanE2VDataLoader:
         if self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
                 batch[name] = torch.stack([f[name] for f in fields])
+        if self.config.masked_training:
+            batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([
                 torch.cat([f[f"clip_{name}"] for name in self._clip_names(item)])
@@ -366,6 +389,7 @@ class WanE2VDataLoader:
             # TI2V has no mask channels: the reference latents are clean tokens with timestep 0 (§8)
             clean_frames=k if model.variant.expand_timesteps else 0,
             loss_frame_weights=latent_loss_mask(t, k, self.config.e2v.loss_on_reference_frames),
+            loss_mask=batch["loss_mask"].to(device) if "loss_mask" in batch else None,
         )
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
 

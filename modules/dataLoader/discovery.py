@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
 from modules.util.text_io import bom_encoding
@@ -25,6 +26,7 @@ class RawSample:
     media_path: Path
     caption: str
     source: str
+    mask_path: Path | None = None  # `<name>-masklabel.png/.mp4` beside it, or a manifest line's "mask"
 
 
 def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
@@ -60,9 +62,10 @@ def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
         p
         for p in candidates
         if p.suffix.lower() in FOLDER_EXTENSIONS and not _is_hidden(p.relative_to(folder)) and p.is_file()
+        and not is_mask_file(p)  # a sample's mask is never a sample of its own
     ]
     media.sort(key=lambda p: p.relative_to(folder).as_posix())
-    return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder)) for p in media]
+    return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder), mask_path_for(p)) for p in media]
 
 
 def decode_bom(data: bytes, path: Path) -> str | None:
@@ -157,4 +160,10 @@ def _parse_manifest_line(manifest: Path, number: int, line: str, prompt_field: s
         media_path = manifest.parent / media_path
     if media_path.suffix.lower() not in MEDIA_EXTENSIONS:
         raise fail(f"unsupported file type '{media_path.suffix}' for {media}")
-    return RawSample(media_path, caption.strip(), str(manifest))
+    mask = entry.get("mask")
+    if mask is not None and (not isinstance(mask, str) or not mask):
+        raise fail('"mask" must be a path string')
+    mask_path = None
+    if mask:
+        mask_path = Path(mask) if Path(mask).is_absolute() else manifest.parent / mask
+    return RawSample(media_path, caption.strip(), str(manifest), mask_path)

@@ -30,7 +30,8 @@ class ConditionPayload:
     - CLIP branch (Wan 2.1 I2V, E2V on a CLIP base): `clip_embeds` (B, 257·N, D).
     - TI2V (per-token timesteps): `clean_frames` K, the leading latent frames that stay the clean condition.
     - every family: `loss_frame_weights` (T,) per latent frame (E2V leaves reference frames out), None = all 1;
-      `sample_weights` (B,) per sample (`concepts[].loss_weight`), None = all 1.
+      `sample_weights` (B,) per sample (`concepts[].loss_weight`), None = all 1; `loss_mask` (B, 1, T, h, w) in
+      [0, 1], the masked share of each latent cell (masked training), None = no mask.
     """
 
     condition: torch.Tensor | None = None
@@ -38,6 +39,7 @@ class ConditionPayload:
     clean_frames: int = 0
     loss_frame_weights: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from modules.model.conditioning import TRAIN_TIMESTEPS
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
-from modules.modelSetup.losses import elementwise_loss, huber_c_for, sigma_weights
+from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
@@ -252,19 +252,27 @@ class BaseWanSetup:
                 return_dict=False)[0]
         target = flow_target(x0, noise)
         loss = self.loss(predicted, target, sigmas, conditioning.loss_weights(x0.shape[2], payload, predicted.device),
-                         payload.sample_weights)
+                         payload.sample_weights, payload.loss_mask)
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
 
     def loss(self, predicted: torch.Tensor, target: torch.Tensor, sigmas: torch.Tensor, frame_weights: torch.Tensor,
-             sample_weights: torch.Tensor | None = None) -> torch.Tensor:
-        """`loss_type`'s error over the output channels, latent frames weighted (clean TI2V frames and, optionally,
-        E2V reference frames at 0), samples weighted by `loss_weight_fn` of their σ and their concept's weight."""
+             sample_weights: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`loss_type`'s error over the output channels, latent cells weighted by the mask (masked training),
+        latent frames weighted (clean TI2V frames and, optionally, E2V reference frames at 0), samples weighted
+        by `loss_weight_fn` of their σ and their concept's weight."""
         config = self.config
         error = elementwise_loss(predicted, target, config.loss_type,
                                  huber_c_for(sigmas, config.huber_c, config.huber_schedule))
+        cell_weights = None
+        if loss_mask is not None:  # none by default: the plain mean stays bit-exact
+            cell_weights = masked_weights(loss_mask.to(error.device), config.unmasked_weight)  # (B, 1, T, h, w)
+            error = error * cell_weights
         per_frame = error.mean(dim=(1, 3, 4))  # (B, T)
         per_sample = (per_frame * frame_weights).sum(dim=1).div(frame_weights.sum().clamp(min=1))
+        if cell_weights is not None and config.normalize_masked_area_loss:  # a small mask trains as hard
+            area = (cell_weights.mean(dim=(1, 3, 4)) * frame_weights).sum(dim=1).div(frame_weights.sum().clamp(min=1))
+            per_sample = per_sample / area.clamp(min=1e-6)
         for weights in (sigma_weights(sigmas, config.loss_weight_fn), sample_weights):
             if weights is not None:  # none by default: the plain mean stays bit-exact
                 per_sample = per_sample * weights.to(per_sample.device, per_sample.dtype)

@@ -37,3 +37,9 @@ def sigma_weights(sigmas: torch.Tensor, fn: LossWeightFn) -> torch.Tensor | None
     if fn == LossWeightFn.CONSTANT:
         return None
     return compute_loss_weighting_for_sd3(_WEIGHTING_SCHEMES[fn], sigmas.float())
+
+
+def masked_weights(mask: torch.Tensor, unmasked_weight: float) -> torch.Tensor:
+    """Loss weight of each latent cell from its masked share m (masked training): unmasked_weight + (1 - it)·m, so
+    1 inside the mask and `unmasked_weight` outside."""
+    return unmasked_weight + (1.0 - unmasked_weight) * mask.float()

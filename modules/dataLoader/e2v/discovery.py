@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.errors import MISSING_FILE, DataError
 from modules.dataLoader.video_io import VIDEO_EXTENSIONS
 from modules.util.config.e2v_dataset_config import ElementConfig, suffix_key
@@ -23,6 +24,7 @@ class E2VSample:
     video: Path
     caption_path: Path | None
     element_images: dict[str, Path | None] = field(default_factory=dict)
+    mask_path: Path | None = None  # `<id>-masklabel.png/.mp4` beside the video (masked training)
 
     def present(self) -> dict[str, bool]:
         return {name: path is not None for name, path in self.element_images.items()}
@@ -68,7 +70,7 @@ def discover_e2v_samples(
     skips: list[tuple[Path, str]] = []
     seen: set[str] = set()
     for (stem, ext), video in sorted(index.items(), key=lambda item: item[1].name):
-        if ext not in exts:
+        if ext not in exts or is_mask_file(video):  # `001-masklabel.mp4` is 001's mask, not a sample
             continue
         if stem in seen:
             skips.append((video, f"another video has the same base name '{stem}'"))
@@ -85,5 +87,5 @@ def discover_e2v_samples(
             tried = ", ".join(stem + s for s in missing.suffixes)
             skips.append((video, f"required element '{missing.name}' not found (looked for {tried})"))
             continue
-        samples.append(E2VSample(stem, video, caption, images))
+        samples.append(E2VSample(stem, video, caption, images, mask_path_for(video)))
     return samples, skips

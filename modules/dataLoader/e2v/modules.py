@@ -6,11 +6,15 @@ step's random streams.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 import torch
 
 from modules.model.condition_layout import (
+    TEMPORAL,
     joint_clip,
     layout_elements,
     mask_reference_clip,
@@ -24,6 +28,7 @@ from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
+from modules.dataLoader.masks import latent_grid_mask, read_mask_frames
 from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
@@ -47,7 +52,7 @@ class DecodeTargetVideo(PipelineModule):
     """
 
     inputs = ("video_path", "num_reference_frames", "window")
-    outputs = ("video_frames", "num_frames")
+    outputs = ("video_frames", "num_frames", "window_start", "source_size")
 
     def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int,
                  flip: bool = False):
@@ -78,6 +83,7 @@ class DecodeTargetVideo(PipelineModule):
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         path, p, window = item["video_path"], item["num_reference_frames"], item["window"]
         limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
+        start = 0
         if window is None:  # HEAD: the first frames
             frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit)
         else:  # {start (None: RANDOM), frames (the video frames the target needs), total}
@@ -101,7 +107,8 @@ class DecodeTargetVideo(PipelineModule):
         clip = resize_and_crop(frames[:needed], self.height, self.width)
         if self.flip and flipped(ctx):
             clip = clip[:, :, ::-1]
-        return {"video_frames": to_tensor(clip), "num_frames": count}
+        return {"video_frames": to_tensor(clip), "num_frames": count, "window_start": start,
+                "source_size": [int(frames.shape[1]), int(frames.shape[2])]}
 
 
 class LoadReferences(PipelineModule):
@@ -200,3 +207,35 @@ def video_target_frames(target_layout: str, num_frames: int, num_reference_frame
     if target_layout == "separate":
         return separate_target_frames(num_frames, reference_latent_frames(num_reference_frames))
     return num_frames - num_reference_frames
+
+
+class DecodeE2VMask(PipelineModule):
+    """The latent-grid mask of an E2V target (`latent_mask`, (1, T, h, w)): the video mask's window, crop and
+    flip as DecodeTargetVideo made them; the reference frames keep their own rule (mask 1: their weight is
+    `e2v.loss_on_reference_frames`'), as K leading latent frames (separate) or P leading pixel frames (joint)."""
+
+    inputs = ("mask_path", "num_reference_frames", "num_frames", "window_start", "source_size")
+    outputs = ("latent_mask",)
+
+    def __init__(self, target_layout: str, height: int, width: int, fps: float, spatial: int, flip: bool = False):
+        self.target_layout, self.height, self.width, self.fps = target_layout, height, width, fps
+        self.spatial, self.flip = spatial, flip
+
+    def cache_identity(self) -> Any:
+        return [1, self.target_layout, self.height, self.width, self.fps, self.spatial, self.flip]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        p, count = item["num_reference_frames"], item["num_frames"]
+        k = reference_latent_frames(p)
+        video_frames = max(count - (TEMPORAL * k if self.target_layout == "separate" else p), 1)
+        pixels = read_mask_frames(Path(item["mask_path"]), self.fps, item["window_start"], video_frames,
+                                  tuple(item["source_size"]))
+        pixels = resize_and_crop(pixels, self.height, self.width)
+        if self.flip and flipped(ctx):
+            pixels = pixels[:, :, ::-1]
+        mask = torch.from_numpy(np.ascontiguousarray(pixels[..., 0]).astype(np.float32) / 255.0)
+        if self.target_layout == "joint":  # the references lead the pixel clip
+            mask = torch.cat([torch.ones(p, *mask.shape[1:]), mask])
+            return {"latent_mask": latent_grid_mask(mask, self.spatial)}
+        latent = latent_grid_mask(mask, self.spatial)
+        return {"latent_mask": torch.cat([torch.ones(1, k, *latent.shape[2:]), latent], dim=1)}

@@ -296,6 +296,9 @@ class TrainConfig(BaseConfig):
     loss_type: LossType = option(LossType.MSE, "MSE, HUBER or PSEUDO_HUBER (robust to outlier errors; see huber_c).")
     huber_c: float = option(0.1, "HUBER / PSEUDO_HUBER: where the loss turns from quadratic to linear.")
     huber_schedule: HuberSchedule = option(HuberSchedule.CONSTANT, "CONSTANT huber_c, or EXPONENTIAL: huber_c^σ (1 at σ 0, huber_c at σ 1).")
+    masked_training: bool = option(False, "Weight the loss by each sample's mask: <name>-masklabel.png (every frame) or <name>-masklabel.mp4 (per frame) beside it (a manifest line's \"mask\"); samples without one are skipped and counted.")
+    unmasked_weight: float = option(0.1, "Masked training: the loss weight outside the mask (0 = the unmasked region does not train; 1 = as without masks).")
+    normalize_masked_area_loss: bool = option(False, "Masked training: divide each sample's loss by its mean weight, so a small mask trains as hard as a large one.")
     loss_weight_fn: LossWeightFn = option(LossWeightFn.CONSTANT, "Weight of each sample's loss by its σ: CONSTANT, SIGMA_SQRT (σ^-2) or COSMAP (SD3's).")
     timestep_distribution: TimestepDistribution = option(TimestepDistribution.UNIFORM, "How sigma is drawn: UNIFORM, LOGIT_NORMAL, SIGMOID, COSMAP or HEAVY_TAIL.")
     logit_mean: float = option(0.0, "Mean of LOGIT_NORMAL.")
@@ -365,6 +368,8 @@ class TrainConfig(BaseConfig):
                 fail(key, f"must be at least 0 and below 1, got {getattr(self, key)}")
         if not 0.0 <= self.min_sigma < self.max_sigma <= 1.0:
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
+        if not 0.0 <= self.unmasked_weight <= 1.0:
+            fail("unmasked_weight", f"must be between 0 and 1, got {self.unmasked_weight}")
         for key in ("random_crop", "color_jitter"):
             if not 0.0 <= getattr(self, key) <= 0.5:
                 fail(key, f"must be between 0 and 0.5, got {getattr(self, key)}")
