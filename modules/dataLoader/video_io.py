@@ -9,12 +9,14 @@ import logging
 import math
 import os
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, ImageSequence
 
 from modules.dataLoader.errors import (
     BAD_NPZ,
@@ -27,10 +29,12 @@ from modules.dataLoader.errors import (
 
 logger = logging.getLogger(__name__)
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi"})
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi", ".gif"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
 NPZ_EXTENSIONS = frozenset({".npz"})
 MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS | NPZ_EXTENSIONS
+ANIMATED_IMAGE_EXTENSIONS = frozenset({".webp"})  # read as a video when it holds several frames
+_DEFAULT_FRAME_MS = 100  # a frame without a duration (browsers' and FFmpeg's default)
 WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 
@@ -69,31 +73,56 @@ def read_video_frames(
     if not path.is_file():
         raise DataError(path, "file not found", MISSING_FILE)
     suffix = path.suffix.lower()
+    if suffix in ANIMATED_IMAGE_EXTENSIONS and _frame_count(path) > 1:  # animated WebP: a video
+        return _read_animated_image(path, target_fps, max_frames, background)
     if suffix in IMAGE_EXTENSIONS:
         return read_image(path, background)[None], 0.0
     if suffix in NPZ_EXTENSIONS:
         frames, fps = _read_npz(path)
         source_fps = fps if fps is not None else (target_fps or 0.0)
-        indices = resample_indices(len(frames), source_fps, target_fps, max_frames)
-        return np.ascontiguousarray(frames[indices]), source_fps
+        period = 1 / Fraction(source_fps) if source_fps else None  # no fps: every frame, as given
+        timed = ((i * period, (i + 1) * period, frame) for i, frame in enumerate(frames)) if period else None
+        picked = collect_by_time(timed, target_fps, max_frames, path) if timed else list(frames[:max_frames])
+        return np.ascontiguousarray(np.stack(picked)), source_fps
     if suffix in VIDEO_EXTENSIONS:
-        return _read_video(path, target_fps, max_frames)
+        return _read_video(path, target_fps, max_frames, background)
     raise DataError(path, f"unsupported file type '{suffix}'", UNSUPPORTED_FILE)
 
 
-def resample_indices(
-    num_frames: int, source_fps: float, target_fps: float | None, max_frames: int | None = None
-) -> list[int]:
-    """Source frame indices nearest to the timestamps k / target_fps inside the clip."""
-    if num_frames < 1:
-        return []
-    if target_fps is None or source_fps <= 0 or source_fps == target_fps:
-        indices = list(range(num_frames))
-    else:
-        ratio = source_fps / target_fps
-        count = math.ceil(num_frames / ratio - 1e-9)  # timestamps k / target_fps < duration
-        indices = [min(math.floor(k * ratio + 0.5), num_frames - 1) for k in range(count)]
-    return indices[:max_frames] if max_frames is not None else indices
+def _frame_count(path: Path) -> int:
+    """Frames of an image file (1 for a still; 0 when PIL cannot open it: read_image names the error)."""
+    try:
+        with Image.open(path) as image:
+            return int(getattr(image, "n_frames", 1))
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return 0
+
+
+def _read_animated_image(path: Path, target_fps: float | None, max_frames: int | None,
+                         background: Sequence[int]) -> tuple[np.ndarray, float]:
+    """An animated WebP as a video: PIL's frames (disposal and blending applied) shown for their own durations
+    (`info["duration"]`, ms), transparency composited on `background`, resampled by time like videos."""
+    try:
+        with Image.open(path) as image:
+            durations = []
+
+            def timed():
+                start = Fraction(0)
+                for frame in ImageSequence.Iterator(image):
+                    frame.load()  # WebP sets the frame's duration when it is decoded
+                    duration = Fraction(int(frame.info.get("duration") or 0) or _DEFAULT_FRAME_MS, 1000)
+                    durations.append(duration)
+                    yield start, start + duration, composite_alpha(np.asarray(frame.convert("RGBA")), background)
+                    start += duration
+
+            frames = collect_by_time(timed(), target_fps, max_frames, path)
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise DataError(path, f"cannot decode animated image ({e})", UNREADABLE_IMAGE) from None
+    if not frames:
+        raise DataError(path, "no frames could be decoded", UNREADABLE_IMAGE)
+    # the mean rate of the frame starts, as for videos
+    rate = (len(durations) - 1) / float(sum(durations[:-1])) if len(durations) > 1 else 0.0
+    return np.stack(frames), rate
 
 
 def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE) -> np.ndarray:
@@ -171,58 +200,111 @@ def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
     return frames, fps
 
 
-def _iter_decoded(capture: cv2.VideoCapture) -> Iterator[np.ndarray]:
-    """Yield BGR frames until the decoder stops."""
-    while True:
-        ok, frame = capture.read()
-        if not ok or frame is None:
-            return
-        yield frame
-
-
-def _read_video(path: Path, target_fps: float | None, max_frames: int | None) -> tuple[np.ndarray, float]:
-    """Decode a video with OpenCV/FFmpeg, streaming and keeping only the frames we need."""
-    capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
+                background: Sequence[int] = WHITE) -> tuple[np.ndarray, float]:
+    """Decode a video (or an animated GIF) with FFmpeg through PyAV, by presentation timestamps, streaming and
+    keeping only the frames we need; rotation metadata is applied as players do."""
     try:
-        if not capture.isOpened():
-            raise DataError(path, "cannot open video (unreadable or not a video)", UNREADABLE_VIDEO)
-        source_fps = float(capture.get(cv2.CAP_PROP_FPS) or 0.0)
-        if not (math.isfinite(source_fps) and source_fps > 0):
-            logger.warning("%s: video reports no frame rate; not resampling", path)
-            source_fps = 0.0
-        frames = _collect_frames(_iter_decoded(capture), source_fps, target_fps, max_frames)
-    except cv2.error as e:
-        raise DataError(path, f"decoder error: {str(e).strip().splitlines()[-1]}", UNREADABLE_VIDEO) from e
-    finally:
-        capture.release()
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise DataError(path, f"cannot open video ({e})", UNREADABLE_VIDEO) from None
+    with container:
+        if not container.streams.video:
+            raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        rate = stream.average_rate or stream.guessed_rate
+        source_fps = float(rate) if rate else 0.0
+        transparent = path.suffix.lower() == ".gif"  # composited like transparent images
+        seen: list[Fraction] = []  # each frame's start, as decoded; then None once the stream ended
+
+        def timed():
+            for start, end, pixels in _timed_frames(container.decode(stream), stream.time_base, rate, transparent,
+                                                    background):
+                seen.append(start)
+                yield start, end, pixels
+            seen.append(None)
+
+        try:
+            frames = collect_by_time(timed(), target_fps, max_frames, path)
+        except (av.error.FFmpegError, ValueError) as e:
+            raise DataError(path, f"decoder error ({e})", UNREADABLE_VIDEO) from None
     if not frames:
         raise DataError(path, "no frames could be decoded", UNREADABLE_VIDEO)
-    array = np.stack(frames)
-    return np.ascontiguousarray(array[..., ::-1]), source_fps  # BGR -> RGB
+    if len(seen) > 2 and seen[-1] is None and seen[-2] > 0:  # read to its end: the mean rate of its frame starts
+        source_fps = (len(seen) - 2) / float(seen[-2])  # (a last frame's duration is often a muxer's guess)
+    return np.stack(frames), source_fps
 
 
-def _collect_frames(
-    decoded: Iterator[np.ndarray], source_fps: float, target_fps: float | None, max_frames: int | None
-) -> list[np.ndarray]:
-    """Pick decoded frames at timestamps k / target_fps (nearest frame), stopping early."""
-    resample = target_fps is not None and source_fps > 0 and source_fps != target_fps
-    ratio = source_fps / target_fps if resample else 1.0
-    picked: list[np.ndarray] = []
-    k = 0
-    index = -1
-    last = None
+def _timed_frames(decoded, time_base, rate, transparent: bool, background: Sequence[int]):
+    """(start, end) in seconds (Fractions, from the first frame) and the RGB array of each decoded frame. A
+    frame's end is the next one's start; the last one's is its start plus its duration (or one frame period)."""
+    first, previous = None, None
     for index, frame in enumerate(decoded):
-        last = frame
-        while math.floor(k * ratio + 0.5) == index:
+        if frame.pts is not None and time_base is not None:
+            start = Fraction(frame.pts) * Fraction(time_base)
+        else:  # no timestamps: the stream's rate
+            start = Fraction(index) / Fraction(rate) if rate else Fraction(index)
+        if first is None:
+            first = start
+        start -= first
+        if transparent:
+            pixels = composite_alpha(frame.to_ndarray(format="rgba"), background)
+        else:
+            pixels = frame.to_ndarray(format="rgb24")
+        if frame.rotation:  # the display matrix: counter-clockwise degrees, as np.rot90 turns
+            pixels = np.ascontiguousarray(np.rot90(pixels, k=round(frame.rotation / 90) % 4))
+        if previous is not None:
+            yield previous[0], max(start, previous[0]), previous[2]
+        duration = Fraction(frame.duration) * Fraction(time_base) if frame.duration and time_base else None
+        if duration is None:
+            duration = 1 / Fraction(rate) if rate else Fraction(1)
+        previous = (start, duration, pixels)
+    if previous is not None:
+        yield previous[0], previous[0] + previous[1], previous[2]
+
+
+def collect_by_time(timed, target_fps: float | None, max_frames: int | None,
+                    name: str | os.PathLike = "") -> list[np.ndarray]:
+    """The frames shown at the timestamps k / target_fps (k = 0, 1, ... while inside the clip): for each, the
+    frame whose start is nearest (a tie goes to the later frame, as rounding half up does; for a constant rate
+    this is frame round(k · source_fps / target_fps)). Without `target_fps`, every frame. `timed` yields
+    (start, end, frame) in display order, starts from 0; decoding stops as soon as `max_frames` are picked."""
+    picked: list[np.ndarray] = []
+    step = 1 / Fraction(target_fps) if target_fps else None
+    k = 0
+    previous = None  # (start, end, frame) of the frame before
+    periods = set()
+    for start, end, frame in timed:
+        periods.add(end - start)
+        if step is None:
             picked.append(frame)
-            k += 1
-            if max_frames is not None and len(picked) >= max_frames:
-                return picked
-    # Timestamps still inside the clip whose nearest frame would be past the end: use the last one.
-    num_frames = index + 1
-    while last is not None and k * ratio < num_frames - 1e-9:
-        picked.append(last)
-        k += 1
+        elif previous is not None:  # timestamps nearer the previous frame's start than this one's
+            middle = (previous[0] + start) / 2
+            while k * step < middle:
+                picked.append(previous[2])
+                k += 1
+                if max_frames is not None and len(picked) >= max_frames:
+                    return picked
         if max_frames is not None and len(picked) >= max_frames:
-            break
+            return picked
+        previous = (start, end, frame)
+    if step is not None and previous is not None:  # the rest of the clip shows the last frame
+        while k * step < previous[1] and (max_frames is None or len(picked) < max_frames):
+            picked.append(previous[2])
+            k += 1
+    if len(periods) > 1 and max(periods) > Fraction(101, 100) * min(periods):
+        _note_variable_rate(name, float(min(periods)), float(max(periods)))
     return picked
+
+
+_VARIABLE_RATE_NOTED: set[str] = set()
+
+
+def _note_variable_rate(name: str | os.PathLike, shortest: float, longest: float) -> None:
+    """One line per file and run: a variable-frame-rate video, resampled by its timestamps."""
+    if str(name) in _VARIABLE_RATE_NOTED:
+        return
+    _VARIABLE_RATE_NOTED.add(str(name))
+    logger.info("%s: variable frame rate (frames shown %.1f to %.1f ms); resampled by its timestamps", name,
+                1000 * shortest, 1000 * longest)
