@@ -147,3 +147,13 @@ def test_gif_and_webp_train_as_multi_frame_clips(tiny_model, tmp_path):
     assert sorted((i.sample.media_path.name, i.bucket.frames) for i in trainer.data.items) == [("a.gif", 9),
                                                                                               ("b.webp", 9)]
     trainer.train()
+
+
+def test_probing_a_clip_keeps_thumbnails_only(tmp_path):
+    from modules.dataLoader.video_io import probe_video
+
+    path = tmp_path / "vfr.mp4"
+    write_coded_video(path, [30 * i for i in range(10)] + [300 + 5 * i for i in range(30)], size=128)
+    full, _ = read_video_frames(path, target_fps=16)
+    thumbnails, size = probe_video(path, 16)
+    assert size == (128, 128) and thumbnails.shape == (len(full), 64, 64, 3)  # the same frames, 1/4 the area

@@ -19,7 +19,7 @@ from modules.dataLoader.discovery import RawSample, discover_concept, read_capti
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.video_io import read_video_frames
+from modules.dataLoader.video_io import probe_video
 from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows
 from modules.util.config.train_config import ConceptConfig
 from modules.util.enum import FrameSampleStrategy, PromptSource
@@ -39,12 +39,12 @@ class ProbeClip(PipelineModule):
         self.background = list(background)
 
     def cache_identity(self) -> Any:
-        return 1
+        return 2  # 2: cuts found on 64 px thumbnails
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        frames, _ = read_video_frames(item["media_path"], target_fps=item["probe"]["fps"], background=self.background)
-        return {"clip_frames": len(frames), "source_size": [int(frames.shape[1]), int(frames.shape[2])],
-                "cuts": detect_cuts(frames) if item["probe"]["cuts"] else []}
+        thumbnails, size = probe_video(item["media_path"], item["probe"]["fps"], self.background)
+        return {"clip_frames": len(thumbnails), "source_size": [int(size[0]), int(size[1])],
+                "cuts": detect_cuts(thumbnails) if item["probe"]["cuts"] else []}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -89,6 +89,26 @@ def read_video_frames(
     raise DataError(path, f"unsupported file type '{suffix}'", UNSUPPORTED_FILE)
 
 
+def probe_video(path: str | os.PathLike, target_fps: float, background: Sequence[int] = WHITE,
+                width: int = 64) -> tuple[np.ndarray, tuple[int, int]]:
+    """Thumbnails `width` pixels wide of the frames `read_video_frames(path, target_fps)` returns, and the
+    source's (H, W): a clip's length and content, holding one full-size frame at a time."""
+    size: list[tuple[int, int]] = []
+
+    def shrink(pixels: np.ndarray) -> np.ndarray:
+        height, source_width = pixels.shape[:2]
+        if not size:
+            size.append((height, source_width))
+        return cv2.resize(pixels, (width, max(1, round(height * width / source_width))), interpolation=cv2.INTER_AREA)
+
+    path = Path(path)
+    if path.suffix.lower() in VIDEO_EXTENSIONS and path.is_file():
+        frames, _ = _read_video(path, target_fps, None, background, shrink)
+        return frames, size[0]
+    frames, _ = read_video_frames(path, target_fps=target_fps, background=background)  # images, .npz, WebP
+    return np.stack([shrink(frame) for frame in frames]), size[0]
+
+
 def _frame_count(path: Path) -> int:
     """Frames of an image file (1 for a still; 0 when PIL cannot open it: read_image names the error)."""
     try:
@@ -201,7 +221,7 @@ def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
 
 
 def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
-                background: Sequence[int] = WHITE) -> tuple[np.ndarray, float]:
+                background: Sequence[int] = WHITE, shrink=None) -> tuple[np.ndarray, float]:
     """Decode a video (or an animated GIF) with FFmpeg through PyAV, by presentation timestamps, streaming and
     keeping only the frames we need; rotation metadata is applied as players do."""
     try:
@@ -220,7 +240,7 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
 
         def timed():
             for start, end, pixels in _timed_frames(container.decode(stream), stream.time_base, rate, transparent,
-                                                    background):
+                                                    background, shrink):
                 seen.append(start)
                 yield start, end, pixels
             seen.append(None)
@@ -236,9 +256,10 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
     return np.stack(frames), source_fps
 
 
-def _timed_frames(decoded, time_base, rate, transparent: bool, background: Sequence[int]):
-    """(start, end) in seconds (Fractions, from the first frame) and the RGB array of each decoded frame. A
-    frame's end is the next one's start; the last one's is its start plus its duration (or one frame period)."""
+def _timed_frames(decoded, time_base, rate, transparent: bool, background: Sequence[int], shrink=None):
+    """(start, end) in seconds (Fractions, from the first frame) and the RGB array of each decoded frame (passed
+    through `shrink` when given). A frame's end is the next one's start; the last one's is its start plus its
+    duration (or one frame period)."""
     first, previous = None, None
     for index, frame in enumerate(decoded):
         if frame.pts is not None and time_base is not None:
@@ -254,6 +275,8 @@ def _timed_frames(decoded, time_base, rate, transparent: bool, background: Seque
             pixels = frame.to_ndarray(format="rgb24")
         if frame.rotation:  # the display matrix: counter-clockwise degrees, as np.rot90 turns
             pixels = np.ascontiguousarray(np.rot90(pixels, k=round(frame.rotation / 90) % 4))
+        if shrink is not None:
+            pixels = shrink(pixels)
         if previous is not None:
             yield previous[0], max(start, previous[0]), previous[2]
         duration = Fraction(frame.duration) * Fraction(time_base) if frame.duration and time_base else None
