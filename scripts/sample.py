@@ -61,6 +61,7 @@ def main() -> int:
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.video_output import check_video_output
     from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.modelSampler.e2v_options import e2v_sampling_options
     from modules.util.config.train_config import SampleConfig
     from modules.util.path_checks import check_input_file
 
@@ -84,28 +85,10 @@ def main() -> int:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if lora is not None:
         attach_lora_for_inference(model, lora, args.lora_scale)
-    path = WanModelSampler(model, e2v_options(args, model)).sample_to_file(sample, args.output)
+    options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "")
+    path = WanModelSampler(model, options).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0
-
-
-def e2v_options(args: argparse.Namespace, model):
-    from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
-    from modules.util.errors import UserError
-
-    has_clip = model.variant.has_clip_branch and model.image_encoder is not None
-    e2v_type = ("dual" if has_clip else "vae") if args.e2v_type == "auto" else args.e2v_type
-    if e2v_type in ("dual", "clip") and not has_clip:
-        raise UserError(f"--e2v-type {e2v_type} needs a model with a CLIP branch and image encoder")
-    options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=args.target_layout)
-    if args.dataset_config:
-        from modules.util.config.e2v_dataset_config import load_dataset_config
-
-        d = load_dataset_config(args.dataset_config).datasets[0]
-        options.layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
-                          for e in d.layout_order()]
-        options.clip_resolution = tuple(d.processors.clip.resolution)
-    return options
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 
 LAYERS = {"util": 0, "optimizer": 0, "adapter": 0, "model": 1, "dataLoader": 2, "modelSetup": 2, "modelSaver": 3, "modelLoader": 3,
-          "modelSampler": 3, "trainer": 4, "ui": 5}
+          "modelSampler": 3, "trainer": 4, "evaluation": 4, "ui": 5}
 SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
 
 PENDING: dict[tuple[str, str], str] = {}  # (importing file, imported module): what removes it

@@ -109,6 +109,11 @@ class WanModelSampler:
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:
         """Generate and write `output` (.mp4, .gif or .webp, checked before generating) and a PNG strip beside it."""
+        return self.sample_frames_to_file(sample, output, show_progress)[0]
+
+    def sample_frames_to_file(self, sample: SampleConfig, output: str | Path,
+                              show_progress: bool = True) -> tuple[Path, np.ndarray]:
+        """`sample_to_file`, also returning the generated frames (F, H, W, 3) (scripts/evaluate.py measures them)."""
         output = check_video_output(output, "sample output")
         write_strip: Callable[[Path], None]
         if sample.elements:
@@ -123,7 +128,7 @@ class WanModelSampler:
         except OSError as e:
             raise UserError(f"cannot write sample output '{output}': {write_failure(e)}") from e
         logger.info("sample written to %s", output)
-        return output
+        return output, frames
 
 
 def atomic_save_png(path: Path, image: np.ndarray) -> None:

@@ -1,0 +1,1 @@
+"""Evaluation of trained models: video metrics, the encoders they use, the report (scripts/evaluate.py)."""

@@ -1,0 +1,24 @@
+"""The E2V sampling options a command line asks for (sample.py, evaluate.py): pathways, target layout and,
+from a dataset JSON, the element layout."""
+from __future__ import annotations
+
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
+from modules.model.WanModel import WanModel
+from modules.util.errors import UserError
+
+
+def e2v_sampling_options(model: WanModel, e2v_type: str = "auto", target_layout: str = "separate",
+                         dataset_config: str = "") -> E2VSamplingOptions:
+    has_clip = model.variant.has_clip_branch and model.image_encoder is not None
+    e2v_type = ("dual" if has_clip else "vae") if e2v_type == "auto" else e2v_type
+    if e2v_type in ("dual", "clip") and not has_clip:
+        raise UserError(f"--e2v-type {e2v_type} needs a model with a CLIP branch and image encoder")
+    options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=target_layout)
+    if dataset_config:
+        from modules.util.config.e2v_dataset_config import load_dataset_config
+
+        d = load_dataset_config(dataset_config).datasets[0]
+        options.layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
+                          for e in d.layout_order()]
+        options.clip_resolution = tuple(d.processors.clip.resolution)
+    return options

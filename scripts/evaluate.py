@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Evaluate a trained model: generate every prompt x seed (and with the base model, --compare-base), measure each
+video and write REPORT_DIR/metrics.json and REPORT_DIR/index.html (base and trained side by side).
+
+python scripts/evaluate.py --model DIR [--lora F] --prompts FILE.txt|.json [--elements IMG ...] [--seeds N]
+    --output REPORT_DIR [--compare-base] [--clip-model DIR] [--dino-model DIR]
+
+Metrics (docs/evaluation.md): motion (optical flow), temporal consistency (CLIP: the checkpoint's image encoder,
+else --clip-model's), text alignment (--clip-model), E2V element fidelity (CLIP, and DINOv2 with --dino-model).
+Everything is read from local folders; nothing is downloaded.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
+
+
+def parse_args(argv: list[str] | None = None):
+    from modules.util.config.train_config import SAMPLE_SCHEDULERS
+
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
+    parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
+    parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--force", action="store_true", help="apply a LoRA whose metadata names another variant")
+    parser.add_argument("--compare-base", action="store_true",
+                        help="also generate with the base model: --model without --lora, or --base-model")
+    parser.add_argument("--base-model", help="the base folder to compare a full fine-tune (--model) with")
+    parser.add_argument("--prompts", required=True, help=".txt (one prompt per line) or .json list")
+    parser.add_argument("--elements", nargs="+", metavar="IMG", help="E2V reference images for every prompt")
+    parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for E2V on bases "
+                                                "without them")
+    parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
+    parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1 per prompt (default 1)")
+    parser.add_argument("--output", required=True, help="report folder")
+    parser.add_argument("--clip-model", help="local CLIP folder (vision + text): text alignment")
+    parser.add_argument("--dino-model", help="local DINOv2 folder: element fidelity on DINO features")
+    parser.add_argument("--frames", type=int, default=33)
+    parser.add_argument("--height", type=int, default=480)
+    parser.add_argument("--width", type=int, default=832)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--cfg-scale", type=float, default=5.0)
+    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS)
+    parser.add_argument("--shift", type=float, default=0.0)
+    parser.add_argument("--device", default="auto")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    from modules.evaluation import encoders as enc
+    from modules.evaluation.report import write_report
+    from modules.evaluation.run import Encoders, Run, Settings, evaluate, read_prompts, write_metrics
+    from modules.model.WanVariant import detect_variant
+    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+    from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.util.errors import UserError
+    from modules.util.path_checks import check_writable_folder
+
+    # every check that needs no weights, before any loads
+    if args.seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {args.seeds}")
+    prompts = read_prompts(args.prompts, args.elements)
+    settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
+                        args.seeds)
+    settings.sample(prompts[0], 0)
+    variant = detect_variant(args.model)
+    lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
+    if args.compare_base and lora is None and not args.base_model:
+        raise UserError("--compare-base needs --lora (the base is --model without it) or --base-model (for a full "
+                        "fine-tune)")
+    if args.base_model:
+        detect_variant(args.base_model)
+    output = Path(args.output)
+    check_writable_folder("--output", str(output))
+    device = resolve_device(args.device)
+
+    encoders = Encoders()
+    if args.clip_model:
+        encoders.clip_pair = enc.clip_model(args.clip_model, device)
+    if args.dino_model:
+        encoders.dino = enc.dino_model(args.dino_model, device)
+    encoders.clip_image = enc.checkpoint_clip(args.model, device) or (encoders.clip_pair[0] if encoders.clip_pair
+                                                                       else None)
+
+    def load(folder: str):
+        model = WanModelLoader().load(folder, device)
+        if args.image_encoder and model.image_encoder is None:
+            model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, device)
+        return model
+
+    runs = []
+    if args.compare_base and lora is None:
+        runs.append(Run("base", lambda: load(args.base_model)))
+        runs.append(Run("trained", lambda: load(args.model)))
+    else:
+        loaded = {}
+
+        def base():
+            loaded["model"] = load(args.model)
+            return loaded["model"]
+
+        def trained():
+            model = loaded.pop("model", None) or load(args.model)
+            if lora is not None:
+                attach_lora_for_inference(model, lora, args.lora_scale)
+            return model
+
+        if args.compare_base:
+            runs.append(Run("base", base))
+        runs.append(Run("trained", trained))
+    results = evaluate(runs, prompts, settings, encoders, output,
+                       lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout))
+    write_metrics(results, output)
+    report = write_report(results, output)
+    for model, means in results["means"].items():
+        print(f"{model}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(means.items())))
+    for note in results["notes"]:
+        print(f"note: {note}")
+    print(f"report written to {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

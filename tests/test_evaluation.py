@@ -1,0 +1,145 @@
+"""The evaluation tool: each metric on constructed input with a known answer, the encoders from local folders,
+and scripts/evaluate.py --compare-base end to end (metrics.json, index.html whose links all exist)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+import torch
+
+from modules.evaluation import metrics
+from tests.conftest import REPO_ROOT, train_config_dict
+
+
+def moving_square(frames: int = 9, speed: int = 2, size: int = 48) -> np.ndarray:
+    video = np.full((frames, size, size, 3), 40, np.uint8)
+    for i in range(frames):
+        x = 6 + speed * i
+        video[i, 18:30, x:x + 12] = (220, 180, 60)
+    return video
+
+
+def pixel_embeddings(video: np.ndarray) -> torch.Tensor:
+    """A transparent 'encoder': the centred pixels (so unrelated frames are near-orthogonal)."""
+    flat = torch.from_numpy(video.reshape(len(video), -1).astype(np.float32))
+    return flat - flat.mean()
+
+
+def test_a_static_video_has_no_motion_and_full_consistency():
+    still = np.repeat(moving_square()[:1], 9, axis=0)
+    assert metrics.motion(still) == 0.0
+    assert metrics.temporal_consistency(pixel_embeddings(still)) == pytest.approx(1.0)
+    assert metrics.motion(still[:1]) is None and metrics.temporal_consistency(pixel_embeddings(still[:1])) is None
+
+
+def test_motion_grows_with_speed_and_shuffling_lowers_consistency():
+    slow, fast = moving_square(speed=1), moving_square(speed=3)
+    assert 0 < metrics.motion(slow) < metrics.motion(fast)
+    smooth = moving_square(frames=12, speed=2)
+    shuffled = smooth[[0, 7, 2, 11, 4, 9, 1, 6, 3, 10, 5, 8]]
+    assert metrics.temporal_consistency(pixel_embeddings(shuffled)) < metrics.temporal_consistency(
+        pixel_embeddings(smooth))
+
+
+def test_element_fidelity_and_text_alignment():
+    video = moving_square()
+    element = video[4]
+    unrelated = np.random.default_rng(0).integers(0, 255, video[0].shape, dtype=np.uint8)
+    frames = pixel_embeddings(np.concatenate([video, element[None], unrelated[None]]))
+    assert metrics.element_fidelity(frames[-2], frames[:-2]) == pytest.approx(1.0)  # it appears in frame 4
+    assert metrics.element_fidelity(frames[-1], frames[:-2]) < 0.5
+    text = torch.tensor([1.0, 0.0])
+    assert metrics.text_alignment(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), text) == pytest.approx(100 / 3)
+
+
+def test_local_clip_and_dino_folders_embed_frames_and_text(tmp_path):
+    from modules.evaluation.encoders import clip_model, dino_model
+    from modules.util.tiny_eval_models import write_tiny_clip, write_tiny_dino
+
+    image, text = clip_model(write_tiny_clip(tmp_path / "clip"), torch.device("cpu"))
+    dino = dino_model(write_tiny_dino(tmp_path / "dino"), torch.device("cpu"))
+    video = moving_square()
+    for encoder in (image, dino):
+        frames = encoder.embed(list(video))
+        assert frames.shape[0] == 9 and torch.isfinite(frames).all()
+        same = encoder.embed([video[4]])[0]
+        assert metrics.element_fidelity(same, frames) == pytest.approx(1.0, abs=1e-5)  # an exact frame: 1
+    score = metrics.text_alignment(image.embed(list(video)), text.embed(["a red square moving right"])[0])
+    assert 0 <= score <= 100
+    from modules.util.errors import UserError
+
+    with pytest.raises(UserError, match="--clip-model"):
+        clip_model(tmp_path / "missing", torch.device("cpu"))
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links = []
+
+    def handle_starttag(self, tag, attrs):
+        self.links += [value for key, value in attrs if key in ("src", "href")]
+
+
+@pytest.mark.slow
+def test_evaluate_compare_base_writes_metrics_and_a_report_whose_files_exist(tiny_model, tmp_path):
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.config.train_config import TrainConfig
+    from modules.util.synthetic_data import write_video_dataset
+    from modules.util.tiny_eval_models import write_tiny_clip, write_tiny_dino
+
+    data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
+    trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), data, tmp_path / "train",
+                                                                     frames=5, max_steps=1)))
+    trainer.start()
+    trainer.train()
+    lora = trainer.end()[0]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# two prompts\na red cube moving left\n\na blue ball\n", encoding="utf-8")
+    output = tmp_path / "report"
+    command = [sys.executable, str(REPO_ROOT / "scripts" / "evaluate.py"), "--model", str(tiny_model("t2v")),
+               "--lora", str(lora), "--prompts", str(prompts), "--seeds", "2", "--output", str(output),
+               "--compare-base", "--clip-model", str(write_tiny_clip(tmp_path / "clip")),
+               "--dino-model", str(write_tiny_dino(tmp_path / "dino")), "--frames", "5", "--height", "32",
+               "--width", "32", "--steps", "2", "--device", "cpu"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((output / "metrics.json").read_text())
+    assert len(report["videos"]) == 2 * 2 * 2  # models x prompts x seeds
+    for video in report["videos"]:
+        assert {"motion", "temporal_consistency", "text_alignment"} <= set(video["metrics"])
+    assert set(report["means"]) == {"base", "trained"}
+    assert report["means"]["base"]["motion"] >= 0
+    parser = _Links()
+    parser.feed((output / "index.html").read_text())
+    assert len(parser.links) == 2 * len(report["videos"])  # a video and a strip each
+    assert all((output / link).is_file() for link in parser.links)
+    base = [v for v in report["videos"] if v["model"] == "base"][0]
+    trained = [v for v in report["videos"] if v["model"] == "trained"][0]
+    assert base["prompt"] == trained["prompt"] and base["seed"] == trained["seed"]
+    assert (output / base["video"]).read_bytes() != (output / trained["video"]).read_bytes()  # the LoRA acts
+
+
+@pytest.mark.slow
+def test_evaluate_e2v_elements_on_an_i2v_checkpoint_uses_its_image_encoder(tiny_model, tmp_path):
+    from PIL import Image
+
+    element = tmp_path / "subject.png"
+    Image.fromarray(moving_square()[0]).save(element)
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"prompt": "a cube", "elements": [str(element)]}]))
+    output = tmp_path / "report"
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "evaluate.py"), "--model",
+                             str(tiny_model("i2v")), "--prompts", str(prompts), "--output", str(output), "--frames",
+                             "17", "--height", "32", "--width", "32", "--steps", "2", "--device", "cpu"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((output / "metrics.json").read_text())
+    values = report["videos"][0]["metrics"]
+    assert {"motion", "temporal_consistency", "element_0_clip"} <= set(values) and "text_alignment" not in values
+    assert any("text alignment skipped" in note for note in report["notes"])
+    assert report["encoders"]["clip_image"].startswith("checkpoint CLIP")
