@@ -143,3 +143,28 @@ def test_evaluate_e2v_elements_on_an_i2v_checkpoint_uses_its_image_encoder(tiny_
     assert {"motion", "temporal_consistency", "element_0_clip"} <= set(values) and "text_alignment" not in values
     assert any("text alignment skipped" in note for note in report["notes"])
     assert report["encoders"]["clip_image"].startswith("checkpoint CLIP")
+
+
+def test_samples_during_training_log_their_metrics(tiny_model, tmp_path):
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.config.train_config import TrainConfig
+    from modules.util.synthetic_data import write_video_dataset
+
+    data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
+    first = tmp_path / "first.png"
+    Image.fromarray(moving_square(size=32)[0]).save(first)
+    config = train_config_dict(tiny_model("i2v"), data, tmp_path / "run", frames=5, max_steps=1, tensorboard=True,
+                               sample_at_end=True,
+                               sample_metrics=True, samples=[{"prompt": "a cube", "image": str(first), "frames": 5,
+                                                              "height": 32, "width": 32, "steps": 2}])
+    trainer = GenericTrainer(TrainConfig.from_dict(config))
+    trainer.start()
+    trainer.train()
+    trainer.end()
+    events = EventAccumulator(str(tmp_path / "run" / "workspace" / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"sample_metrics/0/motion", "sample_metrics/0/temporal_consistency"} <= tags

@@ -21,9 +21,11 @@ def _output(value) -> torch.Tensor:
 class ImageEncoder:
     """`embed(images)` -> (N, D) float32 on the CPU."""
 
-    def __init__(self, name: str, model: torch.nn.Module, processor, features, device: torch.device):
-        self.name, self.model, self.processor, self.features = name, model.eval().to(device), processor, features
-        self.device = device
+    def __init__(self, name: str, model: torch.nn.Module, processor, features, device: torch.device | None):
+        """`device` None: the model stays where it is (a model the trainer placed)."""
+        self.name, self.model, self.processor, self.features = name, model.eval(), processor, features
+        self.device = device or next(model.parameters()).device
+        self.model.to(self.device)
 
     @torch.no_grad()
     def embed(self, images: list[np.ndarray]) -> torch.Tensor:
@@ -57,6 +59,14 @@ def checkpoint_clip(model_dir: str | Path, device: torch.device) -> ImageEncoder
     processor = CLIPImageProcessor.from_pretrained(folder / "image_processor")
     return ImageEncoder(f"checkpoint CLIP ({folder.name}/image_encoder)", model, processor,
                         lambda m, pixels: m(pixel_values=pixels).pooler_output, device)
+
+
+def loaded_clip(image_encoder: torch.nn.Module | None, image_processor) -> ImageEncoder | None:
+    """The CLIP image tower a loaded WanModel holds (None when it has none), used where it is."""
+    if image_encoder is None or image_processor is None:
+        return None
+    return ImageEncoder("checkpoint CLIP", image_encoder, image_processor,
+                        lambda m, pixels: m(pixel_values=pixels).pooler_output, None)
 
 
 def clip_model(folder: str | Path, device: torch.device) -> tuple[ImageEncoder, TextEncoder]:

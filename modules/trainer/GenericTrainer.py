@@ -531,7 +531,8 @@ class GenericTrainer:
                 continue
             output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"
             try:
-                paths.append(sampler.sample_to_file(sample, output, show_progress=False))
+                path, frames = sampler.sample_frames_to_file(sample, output, show_progress=False)
+                paths.append(path)
             except Exception as e:  # a bad sample setting or a full disk must not end a run
                 if not isinstance(e, UserError) and not is_write_failure(e):
                     raise
@@ -543,12 +544,32 @@ class GenericTrainer:
 
                 strip = np.asarray(Image.open(output.with_suffix(".png")).convert("RGB"))
                 self.tensorboard.add_image(f"sample/{index}", strip, self.progress.global_step, dataformats="HWC")
+                if self.config.sample_metrics:
+                    self._log_sample_metrics(index, sample, frames)
         if self.config.latent_caching:  # sampling moved the encoders to the GPU
             for module in (self.model.text_encoder, self.model.image_encoder):
                 if module is not None:
                     module.to("cpu")
         self.sample_paths.extend(paths)
         return paths
+
+    def _log_sample_metrics(self, index: int, sample, frames) -> None:
+        """scripts/evaluate.py's metrics of a training sample, to tensorboard as sample_metrics/<index>/<metric>:
+        motion always; temporal consistency and E2V element fidelity with the checkpoint's CLIP image encoder
+        (text alignment needs evaluate.py's --clip-model)."""
+        from modules.dataLoader.video_io import read_image
+        from modules.evaluation.encoders import loaded_clip
+        from modules.evaluation.run import Encoders, Prompt, measure
+
+        encoders = Encoders(clip_image=loaded_clip(self.model.image_encoder, self.model.image_processor))
+        elements = [read_image(path, self.config.transparent_background) for path in sample.elements]
+        values = measure(frames, Prompt(sample.prompt, elements=tuple(sample.elements)), encoders,
+                         elements if encoders.clip_image is not None else [])
+        for name, value in values.items():
+            self.tensorboard.add_scalar(f"sample_metrics/{index}/{name}", value, self.progress.global_step)
+        if encoders.clip_image is None and not getattr(self, "_noted_sample_metrics", False):
+            self._noted_sample_metrics = True
+            logger.info("sample_metrics: the checkpoint has no CLIP image encoder, so only motion is logged")
 
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""

@@ -102,7 +102,7 @@ TABS: tuple[Tab, ...] = (
          ("Wan 2.2 experts", ("train_expert", "learning_rate_high_noise", "learning_rate_low_noise",
                               "expert_step_share"))),
     _tab("sampling",
-         ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end"))),
+         ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end", "sample_metrics"))),
     _tab("backup",
          ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
          ("Resume", ("continue_last_backup",)),

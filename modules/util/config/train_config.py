@@ -328,6 +328,7 @@ class TrainConfig(BaseConfig):
     sample_after: int = option(0, "Sample every N units (0 = never).")
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
+    sample_metrics: bool = option(False, "Log each sample's metrics to tensorboard (sample_metrics/<index>/...): motion, and with the checkpoint's CLIP image encoder temporal consistency and E2V element fidelity (docs/evaluation.md).")
     save_every: int = option(0, "Write a snapshot of the output model to workspace_dir/save/ every N units (0 = never); separate from resumable backups.")
     save_every_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     save_skip_first: int = option(0, "No snapshot during the first N units (of save_every_unit).")
