@@ -145,3 +145,35 @@ def test_e2v_datasets_take_the_same_strategies_with_their_references_per_sample(
     assert torch.equal(frames, to_tensor(resize_and_crop(video[15:20], 32, 32)))
     trainer.train()  # 16 windows train
     assert trainer.progress.global_step == 16
+
+
+@pytest.mark.slow
+def test_windows_balancing_and_augmentation_resume_bit_identically(tiny_model, tmp_path):
+    """RANDOM and SLIDE windows, a fractional balancing, cached augmentation variants and validation all draw from
+    (seed, epoch, item) streams: a run stopped after step 3 and resumed ends with the uninterrupted run's weights."""
+    import torch
+
+    from modules.util.synthetic_data import write_video_dataset
+    from tests.conftest import stop_and_resume
+
+    clips = write_video_dataset(tmp_path / "clips", count=3, frames=21, height=32, width=32, seed=4)
+    held = write_video_dataset(tmp_path / "held", count=1, frames=9, height=32, width=32, seed=5)
+    concepts = [{"path": str(clips), "frame_sample_strategy": "RANDOM", "balancing": 1.5},
+                {"path": str(clips), "name": "slide", "frame_sample_strategy": "SLIDE", "frame_stride": 6,
+                 "caption_prefix": "sks, "},
+                {"path": str(held), "type": "VALIDATION"}]
+
+    def make(**overrides):
+        config = train_config_dict(tiny_model("t2v"), clips, tmp_path / "run", frames=9, epochs=3, concepts=concepts,
+                                   random_flip=True, random_crop=0.2, cache_variations=2, backup_after=0,
+                                   validate_after=2, validate_after_unit="STEP", **overrides)
+        return GenericTrainer(TrainConfig.from_dict(config))
+
+    whole = make(workspace_dir=str(tmp_path / "whole"))
+    whole.start()
+    whole.train()
+    resumed = stop_and_resume(lambda **o: make(workspace_dir=str(tmp_path / "split"), **o), step=3)
+    resumed.train()
+    expected = whole.setup.trainable_state()
+    assert resumed.progress.global_step == whole.progress.global_step
+    assert all(torch.equal(value, expected[name]) for name, value in resumed.setup.trainable_state().items())
