@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates ./.venv (if missing) and installs WanTrainer's requirements into it. Safe to run again.
-#   TORCH_SPEC   what to install for torch when the venv has none (default: torch==2.13.0).
-#                CUDA:  TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
-#                ROCm:  TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/rocm6.4"
+# When the venv has no torch, scripts/torch_spec.sh picks the build for this machine and says which: CUDA
+# wheels with an NVIDIA GPU, ROCm wheels with ROCm, else PyPI's.
+#   TORCH_SPEC   install exactly this instead, e.g.
+#                TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -18,9 +19,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV_PY" -c "import t
 fi
 "$VENV_PY" -m pip install --quiet --upgrade pip
 if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
-  echo "installing ${TORCH_SPEC:-torch==2.13.0}"
+  spec=$(bash scripts/torch_spec.sh)
   # shellcheck disable=SC2086
-  "$VENV_PY" -m pip install ${TORCH_SPEC:-torch==2.13.0}
+  "$VENV_PY" -m pip install $spec
+else
+  echo "torch: keeping the installed $("$VENV_PY" -c 'import torch; print(torch.__version__)')"
 fi
 echo "installing requirements.txt"
 "$VENV_PY" -m pip install -r requirements.txt
