@@ -26,4 +26,5 @@ def _adafactor(params, lr: float, weight_decay: float, o: AdafactorOptions) -> t
                                  weight_decay=weight_decay)
 
 
-ADAFACTOR = OptimizerSpec("ADAFACTOR", AdafactorOptions, _adafactor, "Adafactor (torch): factored, small state.")
+ADAFACTOR = OptimizerSpec("ADAFACTOR", AdafactorOptions, _adafactor, "Adafactor (torch): factored, small state.",
+                         state_bytes=0.5)  # row and column statistics of each matrix (about 0 for large ones)

@@ -34,4 +34,5 @@ ADAMW = OptimizerSpec("ADAMW", AdamWOptions, _adamw, "AdamW (torch).", shards=Tr
 ADAMW_8BIT = OptimizerSpec(
     "ADAMW_8BIT", AdamWOptions, _adamw_8bit, "AdamW with 8-bit states (bitsandbytes; CUDA): about a quarter of "
     "AdamW's state memory.", module="bitsandbytes",
-    install="pip install bitsandbytes==0.50.2 (a CUDA build of torch is needed), or choose ADAMW")
+    install="pip install bitsandbytes==0.50.2 (a CUDA build of torch is needed), or choose ADAMW",
+    state_bytes=2.0)  # two 8-bit moments

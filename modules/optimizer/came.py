@@ -31,4 +31,5 @@ def _came(params, lr: float, weight_decay: float, o: CameOptions) -> torch.optim
 
 
 CAME = OptimizerSpec("CAME", CameOptions, _came, "CAME (pytorch-optimizer): Adafactor's memory, Adam's stability.",
-                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0")
+                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0",
+                     state_bytes=4.5)  # one full fp32 moment and factored statistics

@@ -25,4 +25,5 @@ def _lion(params, lr: float, weight_decay: float, o: LionOptions) -> torch.optim
 
 
 LION = OptimizerSpec("LION", LionOptions, _lion, "Lion (pytorch-optimizer): one moment, sign updates.",
-                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0")
+                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0",
+                     state_bytes=4.0)  # one fp32 moment

@@ -45,4 +45,5 @@ def _muon(params, lr: float, weight_decay: float, o: MuonOptions) -> torch.optim
 
 MUON = OptimizerSpec("MUON", MuonOptions, _muon,
                      "Muon (pytorch-optimizer): orthogonalised matrix updates; AdamW for the rest.",
-                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0")
+                     module="pytorch_optimizer", install="pip install pytorch-optimizer==4.1.0",
+                     state_bytes=4.0)  # the momentum of matrices (AdamW's two moments for the few others)

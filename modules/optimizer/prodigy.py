@@ -36,4 +36,5 @@ def _prodigy(params, lr: float, weight_decay: float, o: ProdigyOptions) -> torch
 
 PRODIGY = OptimizerSpec("PRODIGY", ProdigyOptions, _prodigy,
                         "Prodigy (prodigyopt): estimates the step size; use learning_rate 1.0.",
-                        module="prodigyopt", install="pip install prodigyopt==1.1.2")
+                        module="prodigyopt", install="pip install prodigyopt==1.1.2",
+                        state_bytes=16.0)  # two moments, s and the initial weights, fp32

@@ -38,4 +38,5 @@ def _schedule_free(params, lr: float, weight_decay: float, o: ScheduleFreeOption
 ADAMW_SCHEDULE_FREE = OptimizerSpec(
     "ADAMW_SCHEDULE_FREE", ScheduleFreeOptions, _schedule_free,
     "Schedule-free AdamW (schedulefree): no LR decay needed; saves and samples use its averaged weights.",
-    module="schedulefree", install="pip install schedulefree==1.4.1", schedule_free=True)
+    module="schedulefree", install="pip install schedulefree==1.4.1", schedule_free=True,
+    state_bytes=8.0)  # z and the second moment, fp32

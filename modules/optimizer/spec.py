@@ -25,6 +25,7 @@ class OptimizerSpec:
     install: str = ""  # what to tell a user who lacks it
     schedule_free: bool = False  # keeps y (trained) and x (averaged) weights: eval() before saving/sampling
     shards: bool = False  # its state is shaped like the weights, so FSDP can shard it
+    state_bytes: float = 8.0  # optimizer state per trained parameter, for the VRAM estimate (AdamW: 2 fp32 moments)
 
     def missing(self) -> str | None:
         """Why this optimizer cannot be built here (None: it can)."""

@@ -200,3 +200,14 @@ def test_the_concepts_tab_counts_each_concepts_clips(make_ui, tiny_model, tmp_pa
     text = tab.stats_box.get("1.0", "end")
     assert "clips (standard" in text and "2 files, 2 usable samples" in text and "9 frames: 2" in text
     assert text.strip().endswith("2 training items per epoch")
+
+
+def test_the_vram_estimate_is_shown_beside_start(make_ui, tmp_path):
+    from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
+
+    ui = make_ui()
+    ui.app.vram.detect = False
+    ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
+    label = ui.bottom_bar.vram_label
+    pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, "the VRAM estimate")
+    assert "GiB" in label.cget("text")

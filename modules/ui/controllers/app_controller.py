@@ -11,6 +11,7 @@ from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
 from modules.ui.controllers.training_controller import TrainingController
+from modules.ui.controllers.vram_controller import VramEstimate
 from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
 
@@ -26,6 +27,7 @@ class AppController:
         self.samples = RecordListController(self.config, "samples")
         self.dataset = DatasetController()
         self.training = TrainingController(trainer_factory)
+        self.vram = VramEstimate(self.config)
 
     # --- what blocks Start ------------------------------------------------------------------------
     def uses_dataset(self) -> bool:

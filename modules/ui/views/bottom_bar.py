@@ -29,6 +29,9 @@ class BottomBar(ctk.CTkFrame):
         self.loss_label.pack(side="left", padx=4)
         self.eta_label = ctk.CTkLabel(stats, text="", width=100, anchor="w")
         self.eta_label.pack(side="left", padx=4)
+        # the estimated peak GPU memory of the config as it is (scripts/estimate_vram.py's figure)
+        self.vram_label = ctk.CTkLabel(stats, text="", anchor="w", font=small_font(), text_color=GRAY)
+        self.vram_label.pack(side="left", padx=8)
         buttons = ctk.CTkFrame(self, fg_color="transparent")
         buttons.grid(row=0, column=2, rowspan=2, padx=8, pady=6, sticky="e")
         self.load_button = button(buttons, "Load config…", self.ui.load_config, width=110)
@@ -71,6 +74,11 @@ class BottomBar(ctk.CTkFrame):
         self.stop_button.configure(state="normal" if can_stop else "disabled",
                                    fg_color=STOP_COLOR if can_stop else IDLE_COLOR)
         self.load_button.configure(state="disabled" if state.running else "normal")
+
+    def refresh_vram(self) -> None:
+        text = self.app.vram.text()
+        if self.vram_label.cget("text") != text:
+            self.vram_label.configure(text=text)
 
     @property
     def status_text(self) -> str:

@@ -131,6 +131,7 @@ class TrainUI(ctk.CTk):
             self._handle(event)
         if events:
             self.refresh_status()
+        self.bottom_bar.refresh_vram()
         if self._closing and not self.app.training.running:
             self.destroy()
             return

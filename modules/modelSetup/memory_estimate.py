@@ -1,0 +1,272 @@
+"""Peak GPU memory of a training config, estimated from the checkpoint's JSON configs alone (no weights are read):
+what `scripts/estimate_vram.py` prints and the GUI shows beside Start.
+
+The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of a run:
+- caching (`prepare()`): the text encoder, VAE and CLIP weights, plus the VAE's working set while it encodes
+  the largest clip (a 4-frame chunk at a time: 8 feature maps of 96 channels at full resolution, fp32);
+- training: the transformer weights (parameter counts of the real classes built on the meta device; fp8 base
+  weights 1 byte per block Linear weight; swapped blocks' frozen weights off the GPU but for 2), the trained
+  parameters (the real adapter injected on the meta device), their gradients, the optimizer's state
+  (`OptimizerSpec.state_bytes`), the EMA copy on the GPU, the VAE (it stays for sampling), the text encoder when
+  latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
+  2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
+  x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
+  bucket, times the batch size.
+The peak is the larger phase. It is a model, not a measurement: it leaves out allocator fragmentation and
+CUDA's own context (about 0.5 GiB), which `headroom_gib` stands for.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+import torch
+
+from modules.util.config.train_config import TrainConfig, frame_lengths, resolutions
+from modules.util.enum import DataType, EmaMode, TrainingMethod, WanExpert
+from modules.util.errors import UserError
+
+GIB = 2 ** 30
+HEADROOM_GIB = 0.5  # CUDA context and allocator slack
+VAE_CHUNK_FRAMES = 4
+VAE_BASE_CHANNELS = 96
+VAE_LIVE_MAPS = 8  # feature maps alive at once while a chunk passes the encoder's first (full-resolution) stage
+BLOCK_WORKING_SET = (10, 2)  # (x dim, x ffn_dim) values per token held by one block in its backward pass
+SWAP_RESIDENT_BLOCKS = 2
+
+
+def _bytes(dtype: DataType, on_gpu: bool = True) -> int:
+    if dtype == DataType.AUTO:
+        return 2 if on_gpu else 4
+    return {DataType.FLOAT32: 4, DataType.BFLOAT16: 2, DataType.FLOAT16: 2}.get(dtype, 2)
+
+
+@dataclasses.dataclass
+class Estimate:
+    phases: dict[str, dict[str, float]]  # phase -> term -> GiB
+    gpu_gib: float | None
+    suggestions: list[str]
+
+    @property
+    def peak_gib(self) -> float:
+        return max(sum(terms.values()) for terms in self.phases.values()) + HEADROOM_GIB
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=lambda p: sum(self.phases[p].values()))
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_gib is None else self.peak_gib <= self.gpu_gib
+
+    def terms(self) -> dict[str, float]:
+        return {**{f"{phase}.{k}": round(v, 3) for phase, terms in self.phases.items() for k, v in terms.items()},
+                "headroom": HEADROOM_GIB}
+
+    def to_json(self) -> dict:
+        return {"peak_gib": round(self.peak_gib, 2), "peak_phase": self.peak_phase, "terms": self.terms(),
+                "gpu_gib": self.gpu_gib, "fits": self.fits, "suggestions": self.suggestions}
+
+
+def _config(folder: Path, name: str) -> dict | None:
+    path = folder / name / "config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _meta_model(cls, config: dict) -> torch.nn.Module:
+    with torch.device("meta"):
+        return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+
+
+def transformer_counts(config: dict) -> dict[str, int]:
+    """Cached by the config's JSON: the GUI re-estimates on every edit."""
+    return dict(_transformer_counts(json.dumps(config, sort_keys=True)))
+
+
+@functools.lru_cache(maxsize=8)
+def _transformer_counts(config_json: str) -> tuple:
+    return tuple(_count_transformer(json.loads(config_json)).items())
+
+
+def _count_transformer(config: dict) -> dict[str, int]:
+    """Parameters of a WanTransformer3DModel built from its config on the meta device: all, the blocks' Linear
+    weights (what fp8 storage and block swap move), one block's."""
+    from diffusers import WanTransformer3DModel
+
+    model = _meta_model(WanTransformer3DModel, config)
+    linear = sum(m.weight.numel() for n, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and n.startswith("blocks."))
+    block = sum(p.numel() for p in model.blocks[0].parameters())
+    return {"total": sum(p.numel() for p in model.parameters()), "block_linear": linear, "block": block,
+            "layers": len(model.blocks)}
+
+
+def adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
+    """Trained parameters of one expert: the real adapter (peft) injected into a meta-device transformer."""
+    from diffusers import WanTransformer3DModel
+
+    from modules.adapter.registry import adapter_for
+    from modules.modelSetup.lora_targets import select_lora_targets
+
+    model = _meta_model(WanTransformer3DModel, transformer_config)
+    targets = select_lora_targets(model, train.lora_target_modules, train.lora_blocks, train.lora_layer_filter)
+    spec = adapter_for(train.peft_type, train.lora_decompose)
+    with torch.device("meta"):
+        model.add_adapter(spec.peft_config(train, targets), adapter_name="estimate")
+    names = spec.trainable_names(model, "estimate")
+    return sum(p.numel() for n, p in model.named_parameters() if n in names)
+
+
+def largest_tokens(transformer: dict, vae: dict, train: TrainConfig) -> tuple[int, int, int, int]:
+    """(tokens, latent frames, pixel height, pixel width) of the largest bucket: the longest window at the
+    largest resolution (aspect buckets keep the area)."""
+    spatial = 16 if vae.get("z_dim", 16) == 48 else 8
+    _, ph, pw = transformer.get("patch_size", [1, 2, 2])
+    frames = max(frame_lengths(train.frames))
+    height, width = max(resolutions(train.resolution), key=lambda r: r[0] * r[1])
+    latent_frames = (frames - 1) // 4 + 1
+    return latent_frames * (height // spatial // ph) * (width // spatial // pw), latent_frames, height, width
+
+
+def _text_encoder_parameters(config: dict | None) -> int:
+    return _cached_text_encoder(json.dumps(config, sort_keys=True)) if config else 0
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_text_encoder(config_json: str) -> int:
+    config = json.loads(config_json)
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    return _count(lambda: UMT5EncoderModel(UMT5Config(**{k: v for k, v in config.items() if not k.startswith("_")})))
+
+
+def _count(build) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in build().parameters())
+
+
+def _vae_parameters(config: dict | None) -> int:
+    if not config:
+        return 0
+    from diffusers import AutoencoderKLWan
+
+    return _count(lambda: AutoencoderKLWan.from_config(config))
+
+
+def _clip_parameters(config: dict | None) -> int:
+    if not config:
+        return 0
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    return _count(lambda: CLIPVisionModel(CLIPVisionConfig(**{k: v for k, v in config.items()
+                                                              if not k.startswith("_")})))
+
+
+def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
+    """The estimate of `train`'s peak GPU memory, from `base_model_name`'s JSON configs."""
+    folder = Path(train.base_model_name)
+    transformers = [c for c in (_config(folder, "transformer"), _config(folder, "transformer_2")) if c]
+    if not transformers:
+        raise UserError(f"config key 'base_model_name': '{folder}' has no transformer/config.json to estimate from")
+    vae, text, clip = _config(folder, "vae") or {}, _config(folder, "text_encoder"), _config(folder, "image_encoder")
+    counts = [transformer_counts(c) for c in transformers]
+    trained = list(range(len(transformers)))
+    if len(transformers) == 2 and train.train_expert != WanExpert.BOTH:
+        trained = [0 if train.train_expert == WanExpert.HIGH else 1]
+    weight_bytes = _bytes(train.transformer_dtype)
+    lora = train.training_method == TrainingMethod.LORA
+
+    weights = 0.0
+    for index, count in enumerate(counts):
+        linear_bytes = 1 if lora and train.fp8_base_weights else weight_bytes
+        weights += count["block_linear"] * linear_bytes + (count["total"] - count["block_linear"]) * weight_bytes
+        if lora and train.blocks_to_swap and index in trained:  # swapped blocks' frozen weights live on the CPU
+            per_block = (count["block_linear"] * linear_bytes / count["layers"]
+                         + (count["block"] - count["block_linear"] / count["layers"]) * weight_bytes)
+            weights -= max(0, train.blocks_to_swap - SWAP_RESIDENT_BLOCKS) * per_block
+
+    if lora:
+        trainable = sum(adapter_parameters(transformers[i], train) for i in trained)
+        trainable_bytes = 4  # adapters train in fp32
+    else:
+        trainable = sum(counts[i]["total"] for i in trained)
+        trainable_bytes = weight_bytes
+    from modules.optimizer.registry import spec_of
+
+    tokens, latent_frames, height, width = largest_tokens(transformers[0], vae, train)
+    dim = transformers[0]["num_attention_heads"] * transformers[0]["attention_head_dim"]
+    ffn = transformers[0]["ffn_dim"]
+    layers = counts[0]["layers"]
+    batch = train.batch_size
+    activation_bytes = 2 if _bytes(train.train_dtype) == 2 else 4
+    working_set = tokens * (BLOCK_WORKING_SET[0] * dim + BLOCK_WORKING_SET[1] * ffn) * activation_bytes * batch
+    saved_inputs = tokens * dim * activation_bytes * layers * batch
+    if train.gradient_checkpointing:
+        activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
+                       "activations.one_block": working_set}
+    else:
+        activations = {"activations.all_blocks": working_set * layers}
+
+    text_bytes = _bytes(train.text_encoder_dtype)
+    text_weights = _text_encoder_parameters(text) * text_bytes
+    vae_weights = _vae_parameters(vae) * _bytes(train.vae_dtype)
+    clip_weights = _clip_parameters(clip) * _bytes(train.image_encoder_dtype)
+    vae_chunk = VAE_CHUNK_FRAMES * height * width * VAE_BASE_CHANNELS * VAE_LIVE_MAPS * 4 * (
+        0.25 if train.vae_tiling else 1)
+    training = {
+        "transformer_weights": weights,
+        "trained_parameters": trainable * trainable_bytes if lora else 0.0,  # full fine-tunes: inside the weights
+        "gradients": trainable * trainable_bytes,
+        "optimizer_state": trainable * spec_of(train.optimizer).state_bytes,
+        "ema": trainable * 4 if train.ema == EmaMode.GPU else 0.0,
+        "vae_weights": vae_weights,
+        "text_encoder_weights": 0.0 if train.latent_caching else text_weights,
+        **activations,
+    }
+    caching = {"text_encoder_weights": text_weights, "vae_weights": vae_weights, "clip_weights": clip_weights,
+               "vae_encode": vae_chunk}
+    phases = {"training": {k: v / GIB for k, v in training.items()},
+              "caching": {k: v / GIB for k, v in caching.items()}}
+    result = Estimate(phases, gpu_gib, [])
+    result.suggestions = suggestions(train, result)
+    return result
+
+
+def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
+    """What would make the run fit, cheapest in speed first, each with the GiB it saves (empty when it fits)."""
+    if current.fits is not False:
+        return []
+    training, caching = current.phases["training"], current.phases["caching"]
+    out = []
+    if current.peak_phase == "caching":  # the encoders' phase is the peak: what shrinks it first
+        if not train.vae_tiling:
+            out.append(f"vae_tiling: true (the VAE encodes in tiles: about a quarter of its "
+                       f"{caching['vae_encode']:.1f} GiB working set; slower caching, once)")
+        out.append(f"the text encoder holds {caching['text_encoder_weights']:.1f} GiB while captions are encoded: "
+                   "cache once on a larger GPU (the cache is reused), then train here")
+    lora = train.training_method == TrainingMethod.LORA
+    if not train.gradient_checkpointing:
+        out.append(f"gradient_checkpointing: true (keeps one block's activations of the "
+                   f"{training['activations.all_blocks']:.1f} GiB, and each block's input; about 30% slower)")
+    if train.ema == EmaMode.GPU:
+        out.append(f"ema: CPU (saves {training['ema']:.1f} GiB; no speed cost)")
+    if lora and not train.fp8_base_weights:
+        out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost)")
+    if train.gradient_checkpointing and not train.activation_offload:
+        out.append(f"activation_offload: true (saves {training.get('activations.block_inputs', 0):.1f} GiB; "
+                   "host copies each step)")
+    if lora and not train.blocks_to_swap:
+        out.append("blocks_to_swap: N (moves N blocks' frozen weights to the CPU; slower the larger N)")
+    if not train.latent_caching:
+        out.append(f"latent_caching: true (frees {training['text_encoder_weights']:.1f} GiB of text encoder)")
+    out.append("lower resolution or frames (activations grow with tokens)")
+    return out
+
+
+def detected_gpu_gib() -> float | None:
+    """The total memory of the first CUDA/ROCm GPU, or None without one."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / GIB

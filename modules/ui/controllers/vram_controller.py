@@ -1,0 +1,64 @@
+"""The VRAM estimate beside Start, kept current as fields change: each new config is estimated on a worker
+thread (the first estimate of a model folder takes a few seconds; later ones are cached), and the view polls
+`text()`."""
+from __future__ import annotations
+
+import json
+import threading
+
+from modules.ui.controllers.config_controller import ConfigController
+from modules.util.errors import UserError
+
+ESTIMATING = "VRAM: estimating…"
+
+
+class VramEstimate:
+    def __init__(self, config: ConfigController, gpu_gib: float | None = None, detect: bool = True):
+        self.config = config
+        self.gpu_gib = gpu_gib
+        self.detect = detect  # take the GPU's size from torch when gpu_gib is not given
+        self._lock = threading.Lock()
+        self._result: tuple[str, str] = ("", "")  # (config key, text)
+        self._running: str | None = None
+
+    def text(self) -> str:
+        """The estimate of the config as it is now, '' while the config is invalid."""
+        try:
+            train = self.config.build()
+        except UserError:
+            return ""
+        key = json.dumps(train.to_dict(), sort_keys=True, default=str)
+        with self._lock:
+            if self._result[0] == key:
+                return self._result[1]
+            if self._running != key:
+                self._running = key
+                threading.Thread(target=self._estimate, args=(train, key), daemon=True).start()
+        return ESTIMATING
+
+    def wait(self, timeout: float = 60.0) -> str:
+        """Blocks until the current config's estimate is in (tests, scripts)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            text = self.text()
+            if text != ESTIMATING:
+                return text
+            time.sleep(0.05)
+        raise TimeoutError("the VRAM estimate took too long")
+
+    def _estimate(self, train, key: str) -> None:
+        from modules.modelSetup.memory_estimate import detected_gpu_gib, estimate
+
+        try:
+            gpu = self.gpu_gib if self.gpu_gib is not None else (detected_gpu_gib() if self.detect else None)
+            result = estimate(train, gpu)
+            verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
+                                                      else f", over {gpu:.0f} GiB: {result.suggestions[0]}")
+            text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({result.peak_phase}){verdict}"
+        except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # configs the estimate cannot read
+            text = f"VRAM: no estimate ({e})"
+        with self._lock:
+            if self._running == key:
+                self._result, self._running = (key, text), None

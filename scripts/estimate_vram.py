@@ -1,0 +1,41 @@
+#!/usr/bin/env python
+"""Estimate the peak GPU memory of a training config before starting it, from the model folder's JSON configs
+alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [--gpu-gib N] [--json]
+
+The model behind the figures is in modules/modelSetup/memory_estimate.py and docs/performance.md."""
+from __future__ import annotations
+
+import json
+
+from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
+
+
+def main() -> int:
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-path", required=True, help="training config JSON")
+    parser.add_argument("--preset-path", help="a preset layered under the config")
+    parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
+    parser.add_argument("--json", action="store_true", help='print {"peak_gib", "terms", "fits", "suggestions"}')
+    args = parser.parse_args()
+    from modules.modelSetup.memory_estimate import detected_gpu_gib, estimate
+    from modules.util.config.loading import load_train_config
+
+    config = load_train_config(args.config_path, args.preset_path)
+    result = estimate(config, args.gpu_gib if args.gpu_gib is not None else detected_gpu_gib())
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0
+    for phase, terms in result.phases.items():
+        print(f"{phase}: {sum(terms.values()):.2f} GiB")
+        for name, gib in terms.items():
+            if gib:
+                print(f"  {name:<28} {gib:8.2f} GiB")
+    verdict = "" if result.fits is None else (" — fits" if result.fits else f" — does NOT fit {result.gpu_gib:g} GiB")
+    print(f"peak: {result.peak_gib:.2f} GiB in the {result.peak_phase} phase (with {0.5:g} GiB headroom){verdict}")
+    for line in result.suggestions:
+        print(f"  to fit: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,107 @@
+"""The VRAM estimate's terms against hand-computed values for the real Wan 2.1 1.3B and 14B configs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from modules.modelSetup.memory_estimate import GIB, adapter_parameters, estimate, transformer_counts
+from modules.util.config.train_config import TrainConfig
+from tests.conftest import REPO_ROOT
+from tests.fixtures.wan_configs import TRANSFORMER_1_3B, TRANSFORMER_14B, write_config_folder
+
+TOKENS_832x480x81 = 21 * (480 // 16) * (832 // 16)  # latent frames x h/8/2 x w/8/2 = 32760
+
+
+def block_parameters(d: int, f: int) -> int:
+    """A Wan T2V block: two attentions (q, k, v, out with biases; RMS q/k norms), the cross-attention LayerNorm,
+    the FFN and the 6 x d modulation table."""
+    return 2 * (4 * (d * d + d) + 2 * d) + 2 * d + (d * f + f + f * d + d) + 6 * d
+
+
+def embedding_parameters(d: int) -> int:
+    patch = 16 * d * 4 + d
+    time = 256 * d + d + d * d + d + 6 * d * d + 6 * d
+    text = 4096 * d + d + d * d + d
+    return patch + time + text + (d * 64 + 64) + 2 * d
+
+
+@pytest.mark.parametrize("config, d, f, layers", [(TRANSFORMER_1_3B, 1536, 8960, 30),
+                                                   (TRANSFORMER_14B, 5120, 13824, 40)])
+def test_parameter_counts_of_the_real_configs(config, d, f, layers):
+    expected = layers * block_parameters(d, f) + embedding_parameters(d)
+    assert transformer_counts(config)["total"] == expected
+    assert expected in (1_418_996_800, 14_288_491_584)  # Wan 2.1 1.3B and 14B
+
+
+def test_lora_r32_on_the_default_targets_of_the_1_3b():
+    train = TrainConfig.from_dict({"lora_rank": 32})
+    d, f = 1536, 8960
+    per_block = 8 * 32 * (d + d) + 32 * (d + f) + 32 * (f + d)  # 8 attention Linears, the 2 FFN Linears
+    assert adapter_parameters(TRANSFORMER_1_3B, train) == 30 * per_block
+
+
+def test_terms_of_a_1_3b_lora_at_832x480x81(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
+    train = TrainConfig.from_dict({"base_model_name": str(folder), "lora_rank": 32, "resolution": [480, 832],
+                                   "frames": 81, "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"})
+    result = estimate(train, gpu_gib=24)
+    terms = result.phases["training"]
+    assert terms["transformer_weights"] == pytest.approx(1_418_996_800 * 2 / GIB)
+    lora = 30 * (8 * 32 * 3072 + 2 * 32 * (1536 + 8960))
+    assert terms["trained_parameters"] == pytest.approx(lora * 4 / GIB)
+    assert terms["gradients"] == pytest.approx(lora * 4 / GIB)
+    assert terms["optimizer_state"] == pytest.approx(lora * 8 / GIB)  # AdamW: two fp32 moments
+    assert terms["activations.block_inputs"] == pytest.approx(TOKENS_832x480x81 * 1536 * 2 * 30 / GIB)
+    assert terms["activations.one_block"] == pytest.approx(TOKENS_832x480x81 * (10 * 1536 + 2 * 8960) * 2 / GIB)
+    assert result.phases["caching"]["text_encoder_weights"] == pytest.approx(5_680_910_336 * 2 / GIB)
+    assert result.fits and result.suggestions == []
+
+
+def test_a_14b_lora_that_does_not_fit_gets_suggestions_and_the_memory_features_shrink_it(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    common = {"base_model_name": str(folder), "lora_rank": 32, "resolution": [480, 832], "frames": 81,
+              "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16", "ema": "GPU"}
+    plain = estimate(TrainConfig.from_dict(common), gpu_gib=24)
+    assert not plain.fits and plain.peak_phase == "training"
+    assert any(s.startswith("fp8_base_weights") for s in plain.suggestions)
+    assert any(s.startswith("ema: CPU") for s in plain.suggestions)
+    light = estimate(TrainConfig.from_dict({**common, "ema": "OFF", "fp8_base_weights": True, "blocks_to_swap": 30,
+                                            "activation_offload": True}), gpu_gib=24)
+    weights = light.phases["training"]["transformer_weights"]
+    assert weights < plain.phases["training"]["transformer_weights"] / 2
+    assert light.phases["training"]["activations.block_inputs"] == 0
+    assert light.peak_gib < plain.peak_gib
+
+
+def test_the_script_prints_json(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832]}))
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "estimate_vram.py"), "--config-path",
+                             str(config), "--gpu-gib", "80", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["fits"] is True and report["peak_gib"] > 2 and "training.transformer_weights" in report["terms"]
+
+
+def test_the_gui_estimate_follows_the_config(tmp_path):
+    from modules.ui.controllers.app_controller import AppController
+
+    folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
+    app = AppController(tmp_path / "presets")
+    app.vram.detect = False
+    app.vram.gpu_gib = 12.0
+    app.config.set("base_model_name", str(folder))
+    app.config.set("frames", "81")
+    app.config.set("resolution", "480, 832")
+    first = app.vram.wait()
+    assert first.startswith("VRAM ≈ ") and "over 12 GiB" in first
+    assert "vae_tiling: true" in first  # the caching phase peaks here: the suggestion for it comes first
+    app.config.set("resolution", "240, 416")
+    smaller = app.vram.wait()
+    assert smaller != first and float(smaller.split("≈ ")[1].split()[0]) < float(first.split("≈ ")[1].split()[0])
+    app.config.set("base_model_name", str(tmp_path / "nowhere"))
+    assert app.vram.wait().startswith("VRAM: no estimate")
