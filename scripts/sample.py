@@ -49,6 +49,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--e2v-posterior", default="mode", choices=E2V_POSTERIORS,
                         help="E2V condition: the VAE posterior's mode, or a sample drawn with the seed right after "
                              "the noise (SkyReels-A2)")
+    parser.add_argument("--attention-backend", default="AUTO",
+                        choices=["AUTO", "NATIVE", "FLASH", "CUDNN", "FLEX", "SAGE"],
+                        help="attention kernel (diffusers' dispatcher); AUTO: the first available of FLASH, CUDNN, "
+                             "NATIVE on a GPU")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--output", required=True, help="output .mp4, .gif or .webp (a .png strip is written beside it)")
     return parser.parse_args()
@@ -62,6 +66,9 @@ def main() -> int:
     from modules.modelSampler.video_output import check_video_output
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.util.attention_backends import apply_attention_backend, unavailable
+    from modules.util.enum import AttentionBackend
+    from modules.util.errors import UserError
     from modules.util.config.train_config import SampleConfig
     from modules.util.path_checks import check_input_file
 
@@ -85,6 +92,11 @@ def main() -> int:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if lora is not None:
         attach_lora_for_inference(model, lora, args.lora_scale)
+    backend = AttentionBackend[args.attention_backend]
+    problem = unavailable(backend, model.train_device.type, training=False) if backend != AttentionBackend.AUTO else None
+    if problem:
+        raise UserError(f"--attention-backend {backend.name} {problem}: choose AUTO or NATIVE")
+    apply_attention_backend(model.transformers(), backend, model.train_device.type, training=False, what="sampling")
     options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "")
     path = WanModelSampler(model, options).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")

@@ -19,6 +19,7 @@ from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weig
 from modules.modelSetup.memory import BlockSwapper, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
+from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext
 from modules.util.enum import DataParallel, WanExpert
 
@@ -101,6 +102,7 @@ class BaseWanSetup:
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
         self.swappers, self.ddp = [], {}
         device = self.model.train_device
+        apply_attention_backend(self.model.transformers(), self.config.attention_backend, device.type, training=True)
         for expert, transformer in self.trained_transformers():
             if self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()

@@ -60,6 +60,7 @@ from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
+from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
@@ -510,8 +511,14 @@ class GenericTrainer:
         return result
 
     def sample(self) -> list[Path]:
-        with self._averaged_weights(sampling=True):
-            return self._sample()
+        device = self.model.train_device.type
+        apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
+                                training=False, what="sampling")
+        try:
+            with self._averaged_weights(sampling=True):
+                return self._sample()
+        finally:  # back to the training kernel
+            apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)
 
     def _sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""

@@ -209,5 +209,5 @@ def test_the_vram_estimate_is_shown_beside_start(make_ui, tmp_path):
     ui.app.vram.detect = False
     ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
     label = ui.bottom_bar.vram_label
-    pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, "the VRAM estimate")
+    pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, f"the VRAM estimate ({ui.app.vram.text()!r})")
     assert "GiB" in label.cget("text")

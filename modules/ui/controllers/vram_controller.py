@@ -3,13 +3,19 @@ thread (the first estimate of a model folder takes a few seconds; later ones are
 `text()`."""
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import threading
+import time
 
 from modules.ui.controllers.config_controller import ConfigController
 from modules.util.errors import UserError
 
+logger = logging.getLogger(__name__)
+
 ESTIMATING = "VRAM: estimating…"
+SETTLE_S = 0.3
 
 
 class VramEstimate:
@@ -20,6 +26,7 @@ class VramEstimate:
         self._lock = threading.Lock()
         self._result: tuple[str, str] = ("", "")  # (config key, text)
         self._running: str | None = None
+        self._pending: tuple[str, float] = ("", 0.0)  # the newest config key and when it appeared
 
     def text(self) -> str:
         """The estimate of the config as it is now, '' while the config is invalid."""
@@ -31,15 +38,19 @@ class VramEstimate:
         with self._lock:
             if self._result[0] == key:
                 return self._result[1]
-            if self._running != key:
+            now = time.monotonic()
+            if self._pending[0] != key:  # typing: wait until the config stays the same a moment
+                self._pending = (key, now)
+            elif self._running != key and now - self._pending[1] >= SETTLE_S:
                 self._running = key
+                # Garbage of destroyed widgets must be freed here, on the Tk thread: a collection in the worker
+                # would run Tk objects' __del__ there, which Tk refuses or stalls on.
+                gc.collect()
                 threading.Thread(target=self._estimate, args=(train, key), daemon=True).start()
         return ESTIMATING
 
     def wait(self, timeout: float = 60.0) -> str:
         """Blocks until the current config's estimate is in (tests, scripts)."""
-        import time
-
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             text = self.text()
@@ -57,8 +68,11 @@ class VramEstimate:
             verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
                                                       else f", over {gpu:.0f} GiB: {result.suggestions[0]}")
             text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({result.peak_phase}){verdict}"
-        except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # configs the estimate cannot read
+        except UserError as e:  # e.g. a base_model_name without configs
             text = f"VRAM: no estimate ({e})"
+        except Exception as e:  # noqa: BLE001 - a config the model cannot read must not leave it "estimating"
+            logger.warning("VRAM estimate failed: %s: %s", type(e).__name__, e)
+            text = f"VRAM: no estimate ({type(e).__name__}: {e})"
         with self._lock:
             if self._running == key:
                 self._result, self._running = (key, text), None

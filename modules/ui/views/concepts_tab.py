@@ -1,6 +1,7 @@
 """Concepts: the list of concept folders (or .jsonl manifests) with their options, or a concept file."""
 from __future__ import annotations
 
+import gc
 import threading
 import tkinter as tk
 from pathlib import Path
@@ -48,6 +49,7 @@ class ConceptsTab(BaseTab):
         may only be called from its own thread)."""
         self.stats_button.configure(state="disabled", text="Counting…")
         result: list[list[str]] = []
+        gc.collect()  # on the Tk thread: a collection in the worker would run Tk objects' __del__ there
         worker = threading.Thread(target=lambda: result.append(self.app.concepts.statistics()), daemon=True)
         worker.start()
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
+from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
+    AttentionBackend,
     BalancingStrategy,
     ConceptType,
     DataParallel,
@@ -282,6 +284,8 @@ class TrainConfig(BaseConfig):
     weight_decay: float = option(0.01, "Weight decay (decoupled where the optimizer supports it).")
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
+    attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
+    sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
@@ -371,6 +375,12 @@ class TrainConfig(BaseConfig):
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
         if not 0.0 <= self.unmasked_weight <= 1.0:
             fail("unmasked_weight", f"must be between 0 and 1, got {self.unmasked_weight}")
+        device = device_type_of(self.train_device)
+        for key, training in (("attention_backend", True), ("sample_attention_backend", False)):
+            problem = unavailable(getattr(self, key), device, training) if getattr(self, key) != AttentionBackend.AUTO \
+                else None
+            if problem:
+                fail(key, f"is {getattr(self, key).name}, which {problem}: choose AUTO or NATIVE")
         for key in ("random_crop", "color_jitter"):
             if not 0.0 <= getattr(self, key) <= 0.5:
                 fail(key, f"must be between 0 and 0.5, got {getattr(self, key)}")

@@ -52,6 +52,17 @@ class PromptSource(Enum):
     FIELD = "FIELD"  # a manifest's field named prompt_field
 
 
+class AttentionBackend(Enum):
+    """diffusers' attention dispatcher backends a run may use (modules/modelSetup/attention.py)."""
+
+    AUTO = "AUTO"  # the fastest one installed for the device (logged)
+    NATIVE = "NATIVE"  # torch's scaled_dot_product_attention (picks its own kernel)
+    FLASH = "FLASH"  # flash-attn 2 (package flash_attn, CUDA)
+    CUDNN = "CUDNN"  # torch SDPA forced to the cuDNN kernel (CUDA)
+    FLEX = "FLEX"  # torch flex_attention (its backward needs a GPU)
+    SAGE = "SAGE"  # SageAttention (package sageattention, CUDA): no backward pass, sampling only
+
+
 class TimeUnit(Enum):
     STEP = "STEP"
     EPOCH = "EPOCH"

@@ -1,0 +1,78 @@
+"""Which attention kernel the transformer runs, through diffusers' own dispatcher (`set_attention_backend`):
+`attention_backend` for training (backends with a backward pass only), `sample_attention_backend` for samples.
+AUTO takes the first available of FLASH, CUDNN, NATIVE on a CUDA device (NATIVE elsewhere) and logs it."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+
+import torch
+
+from modules.util.enum import AttentionBackend
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    dispatcher_name: str  # diffusers' AttentionBackendName value
+    package: str | None = None  # the module it needs
+    cuda_only: bool = False
+    backward: bool = True  # has a backward pass (can train)
+    backward_on_cpu: bool = True
+
+
+BACKENDS = {
+    AttentionBackend.NATIVE: Backend("native"),
+    AttentionBackend.FLASH: Backend("flash", "flash_attn", cuda_only=True),
+    AttentionBackend.CUDNN: Backend("_native_cudnn", cuda_only=True),
+    AttentionBackend.FLEX: Backend("flex", backward_on_cpu=False),
+    AttentionBackend.SAGE: Backend("sage", "sageattention", cuda_only=True, backward=False),
+}
+AUTO_ORDER = (AttentionBackend.FLASH, AttentionBackend.CUDNN, AttentionBackend.NATIVE)
+_LOGGED: set = set()  # what AUTO chose, said once per process
+
+
+def unavailable(backend: AttentionBackend, device_type: str, training: bool) -> str | None:
+    """Why `backend` cannot run here (None: it can)."""
+    spec = BACKENDS[backend]
+    if spec.package and importlib.util.find_spec(spec.package) is None:
+        return f"needs the '{spec.package}' package, which is not installed"
+    if spec.cuda_only and device_type != "cuda":
+        return "needs a CUDA (or ROCm) GPU"
+    if training and not spec.backward:
+        return "has no backward pass: it can sample (sample_attention_backend) but not train"
+    if training and device_type != "cuda" and not spec.backward_on_cpu:
+        return "has no backward pass on the CPU: train with NATIVE there"
+    return None
+
+
+def resolve(backend: AttentionBackend, device_type: str, training: bool) -> AttentionBackend:
+    if backend != AttentionBackend.AUTO:
+        return backend
+    return next(b for b in AUTO_ORDER if unavailable(b, device_type, training) is None)
+
+
+def apply_attention_backend(transformers, backend: AttentionBackend, device_type: str, training: bool,
+                            what: str = "training") -> AttentionBackend:
+    """Set `backend` (AUTO resolved) on every transformer; returns what was set."""
+    chosen = resolve(backend, device_type, training)
+    if backend == AttentionBackend.AUTO and (what, chosen) not in _LOGGED:
+        _LOGGED.add((what, chosen))
+        logger.info("attention backend for %s: %s (AUTO on %s)", what, chosen.name, device_type)
+    previous = logging.getLogger("diffusers.models.modeling_utils").level
+    logging.getLogger("diffusers.models.modeling_utils").setLevel(logging.ERROR)  # its "experimental" notice
+    try:
+        for transformer in transformers:
+            transformer.set_attention_backend(BACKENDS[chosen].dispatcher_name)
+    finally:
+        logging.getLogger("diffusers.models.modeling_utils").setLevel(previous)
+    return chosen
+
+
+def device_type_of(train_device: str) -> str:
+    """The device type a config's train_device gives (auto: cuda when torch sees a GPU)."""
+    if train_device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return train_device.split(":")[0]

@@ -1,0 +1,69 @@
+"""Speed options on the CPU (issue #17): the attention backend through diffusers' dispatcher and AdamW's fused
+step give the training step's results of the plain path; unusable choices are one-line errors at start-up."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util import attention_backends
+from modules.util.attention_backends import apply_attention_backend, resolve
+from modules.util.config.base_config import ConfigError
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import AttentionBackend as A
+from tests.conftest import train_config_dict
+
+
+def trained(tiny_model, video_dataset, work, **overrides):
+    trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, work,
+                                                                     max_steps=3, **overrides)))
+    trainer.start()
+    trainer.train()
+    return trainer
+
+
+def test_native_and_auto_attention_train_alike_on_the_cpu(tiny_model, video_dataset, tmp_path):
+    assert resolve(A.AUTO, "cpu", training=True) == A.NATIVE
+    auto = trained(tiny_model, video_dataset, tmp_path / "auto")
+    native = trained(tiny_model, video_dataset, tmp_path / "native", attention_backend="NATIVE")
+    processors = {getattr(m.processor, "_attention_backend", None) for m in native.model.transformer.modules()
+                  if hasattr(m, "processor")}
+    assert processors == {"native"}  # set through diffusers' dispatcher
+    state, other = auto.setup.trainable_state(), native.setup.trainable_state()
+    assert all(torch.equal(value, other[name]) for name, value in state.items())
+
+
+def test_auto_prefers_flash_then_cudnn_on_a_gpu(monkeypatch):
+    installed = {"flash_attn"}
+    monkeypatch.setattr(attention_backends.importlib.util, "find_spec", lambda name: name in installed or None)
+    assert resolve(A.AUTO, "cuda", training=True) == A.FLASH
+    installed.clear()
+    assert resolve(A.AUTO, "cuda", training=True) == A.CUDNN
+    assert resolve(A.AUTO, "cpu", training=False) == A.NATIVE
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"attention_backend": "CUDNN"}, "attention_backend' is CUDNN, which needs a CUDA"),
+    ({"attention_backend": "FLEX"}, "attention_backend' is FLEX, which has no backward pass on the CPU"),
+    ({"attention_backend": "FLASH"}, "attention_backend' is FLASH, which needs the 'flash_attn' package"),
+    ({"sample_attention_backend": "SAGE"}, "sample_attention_backend' is SAGE, which needs the 'sageattention'"),
+])
+def test_unusable_backends_are_refused_at_start_up(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.from_dict({"train_device": "cpu", **settings})
+
+
+def test_a_backend_without_backward_is_refused_for_training(monkeypatch):
+    monkeypatch.setattr(attention_backends.importlib.util, "find_spec", lambda name: True)
+    assert "no backward pass" in attention_backends.unavailable(A.SAGE, "cuda", training=True)
+    assert attention_backends.unavailable(A.SAGE, "cuda", training=False) is None
+
+
+def test_fused_adamw_trains_as_the_unfused_step(tiny_model, video_dataset, tmp_path):
+    options = lambda fused: {"optimizer_options": {"ADAMW": {"fused": fused}}}  # noqa: E731
+    fused = trained(tiny_model, video_dataset, tmp_path / "fused", **options("on"))
+    plain = trained(tiny_model, video_dataset, tmp_path / "plain", **options("off"))
+    assert fused.optimizer.defaults["fused"] is True and not plain.optimizer.defaults["fused"]
+    state, other = fused.setup.trainable_state(), plain.setup.trainable_state()
+    assert max(float((value - other[name]).abs().max()) for name, value in state.items()) < 1e-6
+    assert max(float(value.abs().max()) for name, value in state.items() if "lora_B" in name) > 0  # it trained
