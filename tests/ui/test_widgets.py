@@ -211,3 +211,33 @@ def test_the_vram_estimate_is_shown_beside_start(make_ui, tmp_path):
     label = ui.bottom_bar.vram_label
     pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, f"the VRAM estimate ({ui.app.vram.text()!r})")
     assert "GiB" in label.cget("text")
+
+
+def test_the_tensorboard_button_serves_the_runs_logs_on_localhost(make_ui, tmp_path):
+    import urllib.request
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    workspace = tmp_path / "workspace"
+    with SummaryWriter(str(workspace / "tensorboard")) as writer:
+        writer.add_scalar("loss", 0.5, 1)
+    ui = make_ui()
+    opened = []
+    ui.app.tensorboard.open_browser = opened.append
+    ui.app.config.set("workspace_dir", str(workspace))
+    try:
+        ui.bottom_bar.tensorboard_button.invoke()
+        assert opened and opened[0].startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(opened[0], timeout=10) as response:
+            assert response.status == 200
+        assert ui.bottom_bar.status_text.startswith("tensorboard serves http://127.0.0.1:")
+    finally:
+        ui.app.tensorboard.stop()
+    assert ui.app.tensorboard.process is None
+
+
+def test_the_tensorboard_button_without_logs_says_so(make_ui, tmp_path):
+    ui = make_ui()
+    ui.app.config.set("workspace_dir", str(tmp_path / "fresh"))
+    ui.bottom_bar.tensorboard_button.invoke()
+    assert "no tensorboard logs yet" in ui.last_dialog.message

@@ -11,6 +11,7 @@ from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
 from modules.ui.controllers.training_controller import TrainingController
+from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.vram_controller import VramEstimate
 from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
@@ -28,6 +29,11 @@ class AppController:
         self.dataset = DatasetController()
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)
+        self.tensorboard = TensorboardLauncher()
+
+    def open_tensorboard(self) -> str:
+        """TensorBoard on the run's tensorboard folder (workspace_dir/tensorboard), in the browser; its URL."""
+        return self.tensorboard.open(Path(str(self.config.value("workspace_dir"))) / "tensorboard")
 
     # --- what blocks Start ------------------------------------------------------------------------
     def uses_dataset(self) -> bool:

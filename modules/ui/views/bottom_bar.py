@@ -38,6 +38,8 @@ class BottomBar(ctk.CTkFrame):
         self.load_button.pack(side="left", padx=3)
         self.export_button = button(buttons, "Export config…", self.ui.export_config, width=120)
         self.export_button.pack(side="left", padx=3)
+        self.tensorboard_button = button(buttons, "TensorBoard", self.ui.open_tensorboard, width=110)
+        self.tensorboard_button.pack(side="left", padx=3)
         self.start_button = button(buttons, "Start", self.ui.start_training, width=90, fg_color=START_COLOR,
                                    hover_color="#1b5e20")
         self.start_button.pack(side="left", padx=3)

@@ -181,6 +181,12 @@ class TrainUI(ctk.CTk):
             self.guard(lambda: self.app.load(path))
             self.refresh()
 
+    def open_tensorboard(self) -> None:
+        self.set_status("starting tensorboard…")
+        self.update_idletasks()
+        url = self.guard(self.app.open_tensorboard)
+        self.set_status(f"tensorboard serves {url}" if url else "")
+
     def on_close(self) -> None:
         if self.app.training.running:  # stop cleanly (a backup is written), then close
             self._closing = True
@@ -190,6 +196,7 @@ class TrainUI(ctk.CTk):
             self.destroy()
 
     def destroy(self) -> None:
+        self.app.tensorboard.stop()
         if self._poll_job is not None:
             self.after_cancel(self._poll_job)
             self._poll_job = None
