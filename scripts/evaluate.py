@@ -66,7 +66,8 @@ def main() -> int:
     prompts = read_prompts(args.prompts, args.elements)
     settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
                         args.seeds)
-    settings.sample(prompts[0], 0)
+    for prompt in prompts:
+        settings.sample(prompt, 0)
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     if args.compare_base and lora is None and not args.base_model:
@@ -83,8 +84,10 @@ def main() -> int:
         encoders.clip_pair = enc.clip_model(args.clip_model, device)
     if args.dino_model:
         encoders.dino = enc.dino_model(args.dino_model, device)
-    encoders.clip_image = enc.checkpoint_clip(args.model, device) or (encoders.clip_pair[0] if encoders.clip_pair
-                                                                       else None)
+    # the checkpoint's own CLIP tower (or --image-encoder's, which the sampler uses in its place), else --clip-model's
+    encoders.clip_image = enc.checkpoint_clip(args.model, device) or \
+        (enc.checkpoint_clip(args.image_encoder, device) if args.image_encoder else None) or \
+        (encoders.clip_pair[0] if encoders.clip_pair else None)
 
     def load(folder: str):
         model = WanModelLoader().load(folder, device)

@@ -56,6 +56,71 @@ def test_element_fidelity_and_text_alignment():
     assert metrics.text_alignment(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), text) == pytest.approx(100 / 3)
 
 
+def test_an_element_pasted_into_frames_scores_higher_than_an_unrelated_image():
+    checker = np.kron(np.indices((4, 4)).sum(0) % 2, np.ones((4, 4), int))[..., None] * np.array([250, 30, 200])
+    element = np.full((48, 48, 3), 40, np.uint8)
+    element[30:46, 16:32] = checker  # the reference: the element alone on a plain ground
+    video = moving_square()
+    pasted = video.copy()
+    pasted[3:6, 30:46, 16:32] = checker  # beside the moving square, in frames 3-5 only
+    unrelated = np.full_like(element, 40)
+    unrelated[4:20, 28:44] = (30, 200, 90)
+
+    def fidelity(image, frames):
+        embeddings = pixel_embeddings(np.stack([image, *frames]))  # one centring for the image and its frames
+        return metrics.element_fidelity(embeddings[0], embeddings[1:])
+
+    scores = {"element": fidelity(element, pasted), "unrelated": fidelity(unrelated, pasted)}
+    assert scores["element"] > 0.6 > scores["unrelated"]
+    # the maximum over frames: without the frames that show it, the element scores as low as the unrelated image
+    absent = fidelity(element, video)
+    assert absent < 0.1
+
+
+def test_measure_skips_text_alignment_with_a_note_without_a_clip_model(tmp_path):
+    from modules.evaluation.encoders import clip_model
+    from modules.evaluation.run import Encoders, Prompt, measure
+    from modules.util.tiny_eval_models import write_tiny_clip
+
+    video, prompt = moving_square(), Prompt("a red square moving right")
+    bare = Encoders()
+    assert set(measure(video, prompt, bare, [])) == {"motion"}
+    assert any("text alignment skipped" in note and "--clip-model" in note for note in bare.notes())
+    image, text = clip_model(write_tiny_clip(tmp_path / "clip"), torch.device("cpu"))
+    clip = Encoders(clip_image=image, clip_pair=(image, text))  # --clip-model's tower for every CLIP metric
+    values = measure(video, prompt, clip, [video[2]])
+    assert {"motion", "temporal_consistency", "text_alignment", "element_0_clip"} == set(values)
+    assert all(np.isfinite(v) for v in values.values()) and 0 <= values["text_alignment"] <= 100
+    assert not any("text alignment" in note for note in clip.notes())
+
+
+def test_prompt_files_are_checked_before_any_model_loads(tmp_path):
+    from modules.evaluation.run import read_prompts
+    from modules.util.errors import UserError
+
+    listed = tmp_path / "prompts.json"
+    listed.write_text(json.dumps(["a cat", {"prompt": "a dog", "elements": [str(tmp_path / "gone.png")]}]))
+    with pytest.raises(UserError, match=r"--prompts .* prompt 1: image .*gone\.png' does not exist"):
+        read_prompts(listed)
+    listed.write_text(json.dumps([{"prompt": "a dog", "seed": 3}]))
+    with pytest.raises(UserError, match="entry 0 must be"):
+        read_prompts(listed)
+    text = tmp_path / "prompts.txt"
+    text.write_text("# only a comment\n\n")
+    with pytest.raises(UserError, match="holds no prompt"):
+        read_prompts(text)
+
+
+def test_sample_metrics_need_tensorboard(tmp_path):
+    from modules.util.config.base_config import ConfigError
+    from modules.util.config.train_config import TrainConfig
+
+    values = train_config_dict(tmp_path / "model", tmp_path / "data", tmp_path, sample_metrics=True)
+    with pytest.raises(ConfigError, match="'sample_metrics' writes to tensorboard"):
+        TrainConfig.from_dict({**values, "tensorboard": False})
+    assert TrainConfig.from_dict({**values, "tensorboard": True}).sample_metrics
+
+
 def test_local_clip_and_dino_folders_embed_frames_and_text(tmp_path):
     from modules.evaluation.encoders import clip_model, dino_model
     from modules.util.tiny_eval_models import write_tiny_clip, write_tiny_dino

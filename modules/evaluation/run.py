@@ -63,6 +63,11 @@ def read_prompts(path: str | Path, elements: list[str] | None = None) -> list[Pr
                    if line.strip() and not line.strip().startswith("#")]
     if not prompts:
         raise UserError(f"--prompts '{path}' holds no prompt")
+    for index, prompt in enumerate(prompts):  # before any model loads, not after the first videos
+        for image in filter(None, (prompt.image, *prompt.elements)):
+            if not Path(image).is_file():
+                raise UserError(f"--prompts '{path}' prompt {index}: image '{image}' does not exist (paths are "
+                                "relative to the current folder)")
     return prompts
 
 
@@ -123,8 +128,9 @@ def measure(frames: np.ndarray, prompt: Prompt, encoders: Encoders, element_imag
                                                                        embeddings)
     if encoders.clip_pair is not None:
         image_tower, text_tower = encoders.clip_pair
-        values["text_alignment"] = metrics.text_alignment(image_tower.embed(list(frames)),
-                                                          text_tower.embed([prompt.prompt])[0])
+        # without a checkpoint encoder the image tower is this one: its frame embeddings are already made
+        frame_embeddings = embeddings if image_tower is encoders.clip_image else image_tower.embed(list(frames))
+        values["text_alignment"] = metrics.text_alignment(frame_embeddings, text_tower.embed([prompt.prompt])[0])
     if encoders.dino is not None and element_images:
         frame_embeddings = encoders.dino.embed(list(frames))
         for index, image in enumerate(element_images):

@@ -44,20 +44,14 @@ def write_tiny_clip(folder: str | Path, seed: int = 0) -> Path:
 
 
 def write_tiny_dino(folder: str | Path, seed: int = 0) -> Path:
-    """A Dinov2Model (28 px, patch 14) with its image processor."""
+    """A Dinov2Model (28 px, patch 14) with its image processor (BitImageProcessor, as facebook/dinov2-* ship)."""
     import torch
-    from transformers import AutoImageProcessor, Dinov2Config, Dinov2Model
+    from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
 
     folder = Path(folder)
     torch.manual_seed(seed)
     Dinov2Model(Dinov2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                              image_size=28, patch_size=14)).save_pretrained(folder)
-    processor = AutoImageProcessor.for_model("dinov2", size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28}) \
-        if hasattr(AutoImageProcessor, "for_model") else None
-    if processor is None:
-        from transformers import BitImageProcessor
-
-        processor = BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28},
-                                      image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
-    processor.save_pretrained(folder)
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 28, "width": 28},
+                      image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(folder)
     return folder

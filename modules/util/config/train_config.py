@@ -397,6 +397,8 @@ class TrainConfig(BaseConfig):
                         "its own average of the weights: set ema OFF")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
+        if self.sample_metrics and not self.tensorboard:  # tensorboard is where they go: else it would do nothing
+            fail("sample_metrics", "writes to tensorboard: set tensorboard true (or sample_metrics false)")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:
             fail("lora_plus_ratio", f"applies to adapters with up (B) matrices: LORA, DoRA or LOHA, not {self.peft_type.name}")
         if len(self.transparent_background) != 3 or any(not 0 <= v <= 255 for v in self.transparent_background):
