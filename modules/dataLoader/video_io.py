@@ -33,8 +33,13 @@ VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".mkv", ".webm", ".avi", ".gif"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
 NPZ_EXTENSIONS = frozenset({".npz"})
 MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS | NPZ_EXTENSIONS
-ANIMATED_IMAGE_EXTENSIONS = frozenset({".webp"})  # read as a video when it holds several frames
-_DEFAULT_FRAME_MS = 100  # a frame without a duration (browsers' and FFmpeg's default)
+# GIF and WebP are read with PIL: a video when they hold several frames, else an image. (FFmpeg decodes no
+# animated WebP, and one reader gives both formats the same delay rule and transparency as images.)
+ANIMATED_IMAGE_EXTENSIONS = frozenset({".gif", ".webp"})
+_DEFAULT_FRAME_MS = 100  # a frame without a delay, or with one of at most _SHORTEST_FRAME_MS
+# Browsers play a GIF/WebP delay of 0 or 10 ms as 100 ms, and so does ffprobe 5.1; the FFmpeg 8.1 in PyAV keeps 10 ms.
+_SHORTEST_FRAME_MS = 10
+_FFMPEG_EXTENSIONS = VIDEO_EXTENSIONS - ANIMATED_IMAGE_EXTENSIONS
 WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 
@@ -73,9 +78,9 @@ def read_video_frames(
     if not path.is_file():
         raise DataError(path, "file not found", MISSING_FILE)
     suffix = path.suffix.lower()
-    if suffix in ANIMATED_IMAGE_EXTENSIONS and _frame_count(path) > 1:  # animated WebP: a video
+    if suffix in ANIMATED_IMAGE_EXTENSIONS and _frame_count(path) > 1:  # animated GIF / WebP: a video
         return _read_animated_image(path, target_fps, max_frames, background)
-    if suffix in IMAGE_EXTENSIONS:
+    if suffix in IMAGE_EXTENSIONS or suffix in ANIMATED_IMAGE_EXTENSIONS:  # a one-frame GIF is a still
         return read_image(path, background)[None], 0.0
     if suffix in NPZ_EXTENSIONS:
         frames, fps = _read_npz(path)
@@ -102,10 +107,10 @@ def probe_video(path: str | os.PathLike, target_fps: float, background: Sequence
         return cv2.resize(pixels, (width, max(1, round(height * width / source_width))), interpolation=cv2.INTER_AREA)
 
     path = Path(path)
-    if path.suffix.lower() in VIDEO_EXTENSIONS and path.is_file():
+    if path.suffix.lower() in _FFMPEG_EXTENSIONS and path.is_file():
         frames, _ = _read_video(path, target_fps, None, background, shrink)
         return frames, size[0]
-    frames, _ = read_video_frames(path, target_fps=target_fps, background=background)  # images, .npz, WebP
+    frames, _ = read_video_frames(path, target_fps=target_fps, background=background)  # images, .npz, GIF, WebP
     return np.stack([shrink(frame) for frame in frames]), size[0]
 
 
@@ -120,8 +125,9 @@ def _frame_count(path: Path) -> int:
 
 def _read_animated_image(path: Path, target_fps: float | None, max_frames: int | None,
                          background: Sequence[int]) -> tuple[np.ndarray, float]:
-    """An animated WebP as a video: PIL's frames (disposal and blending applied) shown for their own durations
-    (`info["duration"]`, ms), transparency composited on `background`, resampled by time like videos."""
+    """An animated GIF or WebP as a video: PIL's frames (disposal and blending applied) shown for their own delays
+    (`info["duration"]`, ms; <= 10 ms is 100 ms, as browsers play them), transparency composited on
+    `background`, resampled by time like videos."""
     try:
         with Image.open(path) as image:
             durations = []
@@ -130,12 +136,13 @@ def _read_animated_image(path: Path, target_fps: float | None, max_frames: int |
                 start = Fraction(0)
                 for frame in ImageSequence.Iterator(image):
                     frame.load()  # WebP sets the frame's duration when it is decoded
-                    duration = Fraction(int(frame.info.get("duration") or 0) or _DEFAULT_FRAME_MS, 1000)
+                    delay = int(frame.info.get("duration") or 0)
+                    duration = Fraction(delay if delay > _SHORTEST_FRAME_MS else _DEFAULT_FRAME_MS, 1000)
                     durations.append(duration)
                     yield start, start + duration, composite_alpha(np.asarray(frame.convert("RGBA")), background)
                     start += duration
 
-            frames = collect_by_time(timed(), target_fps, max_frames, path)
+            frames = collect_by_time(timed(), target_fps, max_frames, path, Fraction(1, 1000))
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(path, f"cannot decode animated image ({e})", UNREADABLE_IMAGE) from None
     if not frames:
@@ -222,8 +229,8 @@ def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
 
 def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
                 background: Sequence[int] = WHITE, shrink=None) -> tuple[np.ndarray, float]:
-    """Decode a video (or an animated GIF) with FFmpeg through PyAV, by presentation timestamps, streaming and
-    keeping only the frames we need; rotation metadata is applied as players do."""
+    """Decode a video with FFmpeg through PyAV, by presentation timestamps, streaming and keeping only the frames
+    we need; rotation metadata is applied as players do, an alpha channel composited like images'."""
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, ValueError) as e:
@@ -235,18 +242,18 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
         stream.thread_type = "AUTO"
         rate = stream.average_rate or stream.guessed_rate
         source_fps = float(rate) if rate else 0.0
-        transparent = path.suffix.lower() == ".gif"  # composited like transparent images
         seen: list[Fraction] = []  # each frame's start, as decoded; then None once the stream ended
 
         def timed():
-            for start, end, pixels in _timed_frames(container.decode(stream), stream.time_base, rate, transparent,
-                                                    background, shrink):
+            for start, end, frame in _timed_frames(container.decode(stream), stream.time_base, rate):
                 seen.append(start)
-                yield start, end, pixels
+                yield start, end, frame
             seen.append(None)
 
         try:
-            frames = collect_by_time(timed(), target_fps, max_frames, path)
+            tick = Fraction(stream.time_base) if stream.time_base else Fraction(0)
+            frames = collect_by_time(timed(), target_fps, max_frames, path, tick,
+                                     lambda frame: _frame_pixels(frame, background, shrink))
         except (av.error.FFmpegError, ValueError) as e:
             raise DataError(path, f"decoder error ({e})", UNREADABLE_VIDEO) from None
     if not frames:
@@ -256,56 +263,68 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
     return np.stack(frames), source_fps
 
 
-def _timed_frames(decoded, time_base, rate, transparent: bool, background: Sequence[int], shrink=None):
-    """(start, end) in seconds (Fractions, from the first frame) and the RGB array of each decoded frame (passed
-    through `shrink` when given). A frame's end is the next one's start; the last one's is its start plus its
-    duration (or one frame period)."""
+def _timed_frames(decoded, time_base, rate):
+    """(start, end) in seconds (Fractions, from the first frame) and each decoded frame. A frame's end is the next
+    one's start; the last one's is its start plus its duration (or one frame period). A frame without a timestamp
+    starts where the one before ended."""
     first, previous = None, None
-    for index, frame in enumerate(decoded):
+    for frame in decoded:
         if frame.pts is not None and time_base is not None:
             start = Fraction(frame.pts) * Fraction(time_base)
-        else:  # no timestamps: the stream's rate
-            start = Fraction(index) / Fraction(rate) if rate else Fraction(index)
-        if first is None:
-            first = start
-        start -= first
-        if transparent:
-            pixels = composite_alpha(frame.to_ndarray(format="rgba"), background)
+            if first is None:
+                first = start
+            start -= first
         else:
-            pixels = frame.to_ndarray(format="rgb24")
-        if frame.rotation:  # the display matrix: counter-clockwise degrees, as np.rot90 turns
-            pixels = np.ascontiguousarray(np.rot90(pixels, k=round(frame.rotation / 90) % 4))
-        if shrink is not None:
-            pixels = shrink(pixels)
-        if previous is not None:
-            yield previous[0], max(start, previous[0]), previous[2]
+            start = previous[0] + previous[1] if previous is not None else Fraction(0)
+        if previous is not None:  # a broken file's timestamps may step back: never before the frame shown
+            start = max(start, previous[0])
+            yield previous[0], start, previous[2]
         duration = Fraction(frame.duration) * Fraction(time_base) if frame.duration and time_base else None
         if duration is None:
             duration = 1 / Fraction(rate) if rate else Fraction(1)
-        previous = (start, duration, pixels)
+        previous = (start, duration, frame)
     if previous is not None:
         yield previous[0], previous[0] + previous[1], previous[2]
 
 
+def _frame_pixels(frame: av.VideoFrame, background: Sequence[int], shrink=None) -> np.ndarray:
+    """RGB uint8 of a decoded frame: alpha composited on `background`, the display matrix's rotation applied,
+    passed through `shrink` when given."""
+    if frame.format.has_palette or any(c.is_alpha for c in frame.format.components):  # rgba, yuva, ProRes 4444
+        pixels = composite_alpha(frame.to_ndarray(format="rgba"), background)
+    else:
+        pixels = frame.to_ndarray(format="rgb24")
+    if frame.rotation:  # the display matrix: counter-clockwise degrees, as np.rot90 turns
+        pixels = np.ascontiguousarray(np.rot90(pixels, k=round(frame.rotation / 90) % 4))
+    return shrink(pixels) if shrink is not None else pixels
+
+
 def collect_by_time(timed, target_fps: float | None, max_frames: int | None,
-                    name: str | os.PathLike = "") -> list[np.ndarray]:
+                    name: str | os.PathLike = "", tick: Fraction = Fraction(0), load=None) -> list[np.ndarray]:
     """The frames shown at the timestamps k / target_fps (k = 0, 1, ... while inside the clip): for each, the
     frame whose start is nearest (a tie goes to the later frame, as rounding half up does; for a constant rate
     this is frame round(k · source_fps / target_fps)). Without `target_fps`, every frame. `timed` yields
-    (start, end, frame) in display order, starts from 0; decoding stops as soon as `max_frames` are picked."""
+    (start, end, frame) in display order, starts from 0; decoding stops as soon as `max_frames` are picked.
+    Gaps between starts that differ by more than 1 % and one `tick` (the timestamps' unit) are noted once per
+    file as a variable frame rate. `load` turns a picked frame into its array, once, and only if it is picked
+    (a decoded video frame's colour conversion is then skipped for the frames a lower rate drops)."""
+    load = load or (lambda frame: frame)
     picked: list[np.ndarray] = []
     step = 1 / Fraction(target_fps) if target_fps else None
     k = 0
     previous = None  # (start, end, frame) of the frame before
     periods = set()
     for start, end, frame in timed:
-        periods.add(end - start)
+        if previous is not None:  # a last frame's end is often a muxer's guess: starts only
+            periods.add(start - previous[0])
         if step is None:
-            picked.append(frame)
+            picked.append(load(frame))
         elif previous is not None:  # timestamps nearer the previous frame's start than this one's
             middle = (previous[0] + start) / 2
+            pixels = None
             while k * step < middle:
-                picked.append(previous[2])
+                pixels = load(previous[2]) if pixels is None else pixels
+                picked.append(pixels)
                 k += 1
                 if max_frames is not None and len(picked) >= max_frames:
                     return picked
@@ -313,10 +332,12 @@ def collect_by_time(timed, target_fps: float | None, max_frames: int | None,
             return picked
         previous = (start, end, frame)
     if step is not None and previous is not None:  # the rest of the clip shows the last frame
+        pixels = None
         while k * step < previous[1] and (max_frames is None or len(picked) < max_frames):
-            picked.append(previous[2])
+            pixels = load(previous[2]) if pixels is None else pixels
+            picked.append(pixels)
             k += 1
-    if len(periods) > 1 and max(periods) > Fraction(101, 100) * min(periods):
+    if len(periods) > 1 and max(periods) > Fraction(101, 100) * min(periods) + tick:
         _note_variable_rate(name, float(min(periods)), float(max(periods)))
     return picked
 

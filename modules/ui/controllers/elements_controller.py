@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from modules.ui.controllers.e2v_dataset import DatasetController
 
 DEFAULT, OFF = "default", "off"
-VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".webm", ".avi")
 
 _ELEMENT_DOCS = field_specs(ElementConfig)  # docs and defaults come from the typed dataset config
 
@@ -138,6 +137,8 @@ def scan_dataset(folder: str | os.PathLike, elements: list[dict[str, Any]]) -> P
     Used for rows the typed config cannot parse yet; otherwise `preview_with_loader` asks the E2V data
     loader's own discovery.
     """
+    from modules.dataLoader.video_io import VIDEO_EXTENSIONS  # the loader's list (.gif too); imports FFmpeg
+
     folder = Path(folder)
     names = [str(e.get("name", "")) for e in elements]
     if not folder.is_dir():
