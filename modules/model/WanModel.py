@@ -16,6 +16,7 @@ from transformers import CLIPImageProcessor, CLIPVisionModel, PreTrainedTokenize
 
 from modules.model.conditioning import VariantConditioning
 from modules.model.registry import family_for
+from modules.model.text_embedding import WanModelEmbedding, encode_with_embedding
 from modules.model.WanVariant import WanVariant
 
 TEXT_SEQ_LEN = 512  # the transformer splits image from text context at "length - 512"
@@ -38,6 +39,8 @@ class WanModel:
     # Where a component's weights came from when not `model_dir/<name>` (an override file, another
     # checkpoint's image encoder): what cache entries encoded by it are keyed on.
     component_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
+    # A textual-inversion embedding (trained, or loaded with --embedding): prompts holding its placeholder get it.
+    text_embedding: WanModelEmbedding | None = None
 
     def component_source(self, name: str) -> Path:
         return self.component_sources.get(name, self.model_dir / name)
@@ -88,13 +91,23 @@ class WanModel:
 
     # --- encoders ------------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_prompts(self, prompts: list[str]) -> torch.Tensor:
-        """UMT5 embeddings (B, 512, D), zero-padded after the real tokens, as diffusers builds them."""
+    def encode_prompts(self, prompts: list[str], with_embedding: bool = True) -> torch.Tensor:
+        """UMT5 embeddings (B, 512, D), zero-padded after the real tokens, as diffusers builds them. Prompts that
+        hold `text_embedding`'s placeholder get its vectors (unless `with_embedding` is false: the text cache
+        holds plain text's embeddings only)."""
+        embedding = self.text_embedding if with_embedding else None
+        if embedding is not None and any(embedding.applies_to(p) for p in prompts):
+            return torch.cat([self.encode_with_embedding([p], embedding) for p in prompts])
         device = next(self.text_encoder.parameters()).device
         pipe = WanPipeline(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=None, scheduler=None)
         embeds = pipe._get_t5_prompt_embeds(prompt=prompts, max_sequence_length=TEXT_SEQ_LEN, device=device,
                                             dtype=torch.float32)
         return embeds
+
+    def encode_with_embedding(self, prompts: list[str], embedding: WanModelEmbedding) -> torch.Tensor:
+        """(B, 512, D) of prompts holding `embedding`'s placeholder; differentiable in its vectors (the training
+        step calls it with gradients on)."""
+        return encode_with_embedding(self.tokenizer, self.text_encoder, prompts, embedding, TEXT_SEQ_LEN)
 
     @torch.no_grad()
     def encode_video(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -60,7 +60,10 @@ class WanModelSampler:
         pipe.set_progress_bar_config(disable=not show_progress, leave=False)
         device = self.model.train_device
         self._move(device)
-        kwargs = dict(prompt=sample.prompt, negative_prompt=sample.negative_prompt or None,
+        # Our own text encoding (one place, WanModel.encode_prompts): a loaded or trained embedding applies to
+        # prompts holding its placeholder. Equal to the pipeline's own for plain prompts.
+        negative = self.model.encode_prompts([sample.negative_prompt or ""]) if sample.cfg_scale > 1 else None
+        kwargs = dict(prompt_embeds=self.model.encode_prompts([sample.prompt]), negative_prompt_embeds=negative,
                       num_frames=sample.frames, height=sample.height, width=sample.width,
                       num_inference_steps=sample.steps, guidance_scale=sample.cfg_scale,
                       generator=torch.Generator("cpu").manual_seed(sample.seed), output_type="np")
