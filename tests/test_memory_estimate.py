@@ -105,3 +105,20 @@ def test_the_gui_estimate_follows_the_config(tmp_path):
     assert smaller != first and float(smaller.split("≈ ")[1].split()[0]) < float(first.split("≈ ")[1].split()[0])
     app.config.set("base_model_name", str(tmp_path / "nowhere"))
     assert app.vram.wait().startswith("VRAM: no estimate")
+
+
+def test_an_embedding_run_keeps_umt5_on_the_gpu_and_trains_a_few_vectors(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
+    common = {"base_model_name": str(folder), "resolution": [480, 832], "frames": 81,
+              "transformer_dtype": "BFLOAT16", "text_encoder_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"}
+    embedding = estimate(TrainConfig.from_dict({**common, "training_method": "EMBEDDING", "fp8_base_weights": True,
+                                                "embedding": {"placeholder": "<sks>", "token_count": 4}}))
+    terms = embedding.phases["training"]
+    assert terms["text_encoder_weights"] == pytest.approx(5_680_910_336 * 2 / GIB)  # UMT5 runs in each step
+    assert terms["trained_parameters"] == pytest.approx(4 * 4096 * 4 / GIB)  # 4 fp32 vectors of width 4096
+    assert terms["optimizer_state"] == pytest.approx(4 * 4096 * 8 / GIB)
+    counts = transformer_counts(TRANSFORMER_1_3B)  # frozen: fp8 storage applies as under a LoRA
+    assert terms["transformer_weights"] == pytest.approx(
+        (counts["block_linear"] + (counts["total"] - counts["block_linear"]) * 2) / GIB)
+    lora = estimate(TrainConfig.from_dict(common)).phases["training"]
+    assert lora["text_encoder_weights"] == 0.0  # cached captions: UMT5 leaves the GPU

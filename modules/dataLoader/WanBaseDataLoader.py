@@ -27,6 +27,7 @@ from modules.dataLoader.batching import (
     encode_caption,
     epoch_batches,
     epoch_members,
+    dropped_captions,
     prompt_batch,
     until_stopped,
 )
@@ -437,9 +438,11 @@ class WanBaseDataLoader:
 
         indices, fields = self.lost.load(indices, epoch, load)
         batch = {name: torch.stack([f[name] for f in fields]) for name in ("latent_mean", "latent_std")}
-        batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
-                                              [self.items[i].caption_dropout for i in indices],
-                                              self._empty_prompt_embeds)
+        dropped = dropped_captions(indices, epoch, self.config.seed, [self.items[i].caption_dropout for i in indices])
+        batch["prompt_embeds"] = prompt_batch([f["prompt_embeds"] for f in fields], dropped, self._empty_prompt_embeds)
+        # the texts the rows were encoded from: a trained embedding re-encodes those holding its placeholder
+        batch["captions"] = ["" if drop else self.caption_encoder.text(self.items[i].source["caption"])
+                             for i, drop in zip(indices, dropped)]
         if self.uses_image_condition:
             batch["condition_latents"] = self.model.normalize_latents(torch.stack([f["condition_mean"] for f in fields]))
             bucket = self.items[indices[0]].bucket
@@ -478,7 +481,12 @@ class WanBaseDataLoader:
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
                                    sample_weights=weights.to(device) if weights is not None else None,
                                    loss_mask=mask.to(device) if mask is not None else None)
-        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
+                          captions=batch.get("captions"))
+
+    def encoded_captions(self) -> list[str]:
+        """The text each item's caption is encoded from (after prepare())."""
+        return [self.caption_encoder.text(item.source["caption"]) for item in self.items]
 
     def item_group(self, index: int) -> str:
         """The concept an item came from (its display name)."""

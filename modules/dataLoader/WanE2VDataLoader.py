@@ -17,7 +17,15 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.batching import FieldMemo, LostItems, encode_caption, epoch_batches, prompt_batch, until_stopped
+from modules.dataLoader.batching import (
+    FieldMemo,
+    LostItems,
+    dropped_captions,
+    encode_caption,
+    epoch_batches,
+    prompt_batch,
+    until_stopped,
+)
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
@@ -324,13 +332,16 @@ class WanE2VDataLoader:
         indices, fields = self.lost.load(indices, epoch, lambda i: self.memo.get(
             (self.items[i].position, self._variation(self.items[i], epoch)), lambda: self._run(self.items[i], epoch)))
         first = self.items[indices[0]]
+        dropped = dropped_captions(indices, epoch, self.config.seed, self.caption_dropout)
         batch: dict[str, Any] = {
             "num_frames": int(fields[0]["num_frames"]),
             "reference_latents": first.bucket[2],
             "video_mean": torch.stack([f["video_mean"] for f in fields]),
             "video_std": torch.stack([f["video_std"] for f in fields]),
-            "prompt_embeds": prompt_batch([f["prompt_embeds"] for f in fields], indices, epoch, self.config.seed,
-                                          self.caption_dropout, self._empty_prompt_embeds),
+            "prompt_embeds": prompt_batch([f["prompt_embeds"] for f in fields], dropped, self._empty_prompt_embeds),
+            # the texts the rows were encoded from: a trained embedding re-encodes those holding its placeholder
+            "captions": ["" if drop else self.caption_encoders[self.items[i].dataset].text(self.items[i].source["caption"])
+                         for i, drop in zip(indices, dropped)],
         }
         if self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
@@ -347,6 +358,10 @@ class WanE2VDataLoader:
     def caption_dropout(self) -> float:
         """Validation measures every sample with its caption."""
         return self.config.caption_dropout_probability if self.concept_type == ConceptType.STANDARD else 0.0
+
+    def encoded_captions(self) -> list[str]:
+        """The text each item's caption is encoded from (after prepare())."""
+        return [self.caption_encoders[item.dataset].text(item.source["caption"]) for item in self.items]
 
     def item_group(self, index: int) -> str:
         """The dataset an item came from, by its data_root's folder name."""
@@ -391,7 +406,8 @@ class WanE2VDataLoader:
             loss_frame_weights=latent_loss_mask(t, k, self.config.e2v.loss_on_reference_frames),
             loss_mask=batch["loss_mask"].to(device) if "loss_mask" in batch else None,
         )
-        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload)
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
+                          captions=batch.get("captions"))
 
     def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""

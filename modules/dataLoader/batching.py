@@ -79,18 +79,23 @@ def caption_dropped(seed: int, probability: float, epoch: int, index: int) -> bo
     return probability > 0 and random.Random(derive_seed(seed, "caption_dropout", epoch, index)).random() < probability
 
 
-def prompt_batch(embeds: list[torch.Tensor], indices: list[int], epoch: int, seed: int,
-                 probability: float | Sequence[float], empty: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """(B, 512, D): each item's real-token embeddings (or the empty caption's), zero-padded to 512.
-    `probability`: the caption dropout of every item, or of each (a concept's own)."""
+def dropped_captions(indices: list[int], epoch: int, seed: int, probability: float | Sequence[float]) -> list[bool]:
+    """Per item of a batch, whether it trains with the empty caption this epoch. `probability`: the caption
+    dropout of every item, or of each (a concept's own)."""
     chances = [probability] * len(indices) if isinstance(probability, (int, float)) else list(probability)
-    rows = [empty() if caption_dropped(seed, p, epoch, i) else e for e, i, p in zip(embeds, indices, chances)]
+    return [caption_dropped(seed, p, epoch, i) for i, p in zip(indices, chances)]
+
+
+def prompt_batch(embeds: list[torch.Tensor], dropped: list[bool], empty: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """(B, 512, D): each item's real-token embeddings (or the empty caption's, where `dropped`), zero-padded."""
+    rows = [empty() if drop else e for e, drop in zip(embeds, dropped)]
     return torch.stack([torch.cat([e, e.new_zeros(TEXT_LENGTH - e.shape[0], e.shape[1])]) for e in rows])
 
 
 def encode_caption(model, caption: str) -> torch.Tensor:
-    """UMT5 embeddings of the caption's real tokens only (seq, D); batches pad them back to 512."""
-    embeds = model.encode_prompts([caption])[0]
+    """UMT5 embeddings of the caption's real tokens only (seq, D); batches pad them back to 512. Plain text
+    always: a trained embedding changes every step, so captions holding its placeholder are encoded in the step."""
+    embeds = model.encode_prompts([caption], with_embedding=False)[0]
     nonzero = (embeds.abs().sum(-1) > 0).nonzero()
     length = int(nonzero.max()) + 1 if len(nonzero) else 1
     return embeds[:length].clone()

@@ -40,3 +40,5 @@ class StepInputs:
     x0: torch.Tensor  # clean normalised latents, (B, C, T, h, w)
     prompt_embeds: torch.Tensor  # (B, 512, D)
     payload: ConditionPayload = dataclasses.field(default_factory=ConditionPayload)  # what the family reads
+    # The text each row of prompt_embeds was encoded from ("" where the caption was dropped); None when unknown.
+    captions: list[str] | None = None

@@ -1,4 +1,5 @@
-"""Final model output: LoRA files (one per trained expert) or a full diffusers folder."""
+"""Final model output: LoRA files (one per trained expert), a full diffusers folder, or an embedding file (alone, or
+beside a LoRA)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +13,14 @@ from huggingface_hub import save_torch_state_dict
 
 from modules.model.WanModel import WanModel
 from modules.modelSaver.diffusers_folder import copy_base_components
+from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
 from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
 from modules.util.config.train_config import TrainConfig
 from modules.util.dtypes import torch_dtype
-from modules.util.enum import ModelFormat
+from modules.util.enum import ModelFormat, TrainingMethod
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -54,11 +56,26 @@ class WanModelSaver:
         """`transformer_weights`: full weights per expert gathered from an FSDP-sharded run (whose modules
         hold only shards); None reads the modules. `trained` goes into LoRA headers. `exports` False
         writes the output format alone (snapshots), without derived exports."""
+        if self.config.training_method == TrainingMethod.EMBEDDING:
+            return [self.save_embedding(destination, trained)]
         if self.config.output_model_format.is_lora():
             written = self.save_lora(destination, self.config.output_model_format, trained)
         else:
             written = [self.save_diffusers(destination, transformer_weights)]
-        return written + (self.export_i2v(destination, written) if exports else [])
+        if self.setup.embedding_training is not None:  # LoRA + embedding: both files
+            written.append(self.save_embedding(embedding_path_beside(destination), trained))
+        return written + (self.export_i2v(destination, written[:1]) if exports else [])
+
+    def save_embedding(self, destination: str | Path, trained: TrainedAmount | None = None) -> Path:
+        """The trained embedding as `<name>.safetensors` (key umt5xxl), for ComfyUI's models/embeddings."""
+        metadata = {"wantrainer.steps": str(trained.steps) if trained else "",
+                    "wantrainer.epochs": str(trained.epochs) if trained else "",
+                    "wantrainer.weights": trained.weights if trained else "", "wantrainer.variant": variant_tag(self.model)}
+        path = save_embedding(self.setup.embedding_training.embedding, destination, str(self.config.base_model_name),
+                              metadata)
+        logger.info("embedding %s written to %s (in ComfyUI: models/embeddings, prompt 'embedding:%s')",
+                    self.setup.embedding_training.embedding.placeholder, path, path.stem)
+        return path
 
     def export_i2v(self, destination: str | Path, written: list[Path]) -> list[Path]:
         """E2V on a T2V base (`e2v.export_i2v`): the trained model also as a Wan I2V model beside the output,

@@ -14,6 +14,7 @@ from diffusers import WanTransformer3DModel
 from modules.model.conditioning import TRAIN_TIMESTEPS
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
+from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY, EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, activation_offload
@@ -47,6 +48,8 @@ class BaseWanSetup:
         self.swappers: list[BlockSwapper] = []
         # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
         self.full_train = full_train or {}
+        # a textual-inversion embedding (EMBEDDING, or LORA with embedding.placeholder)
+        self.embedding_training = EmbeddingTraining(model, config) if config.trains_embedding() else None
         self.sigma_sampler = SigmaSampler(
             distribution=config.timestep_distribution, logit_mean=config.logit_mean, logit_std=config.logit_std,
             sigmoid_scale=config.sigmoid_scale, mode_scale=config.mode_scale, shift=config.timestep_shift,
@@ -68,14 +71,49 @@ class BaseWanSetup:
         return pairs
 
     def setup_trainable(self) -> list[torch.nn.Parameter]:
+        """Make what this method trains trainable and return it: the transformers' part, then the embedding's."""
+        params = self.setup_transformers()
+        if self.embedding_training is not None:
+            params += self.embedding_training.setup()
+        return params
+
+    def setup_transformers(self) -> list[torch.nn.Parameter]:
         raise NotImplementedError
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """Everything that training changed, by stable names (for backups)."""
-        raise NotImplementedError
+        state = self.transformer_state()
+        if self.embedding_training is not None and self.embedding_training.embedding is not None:
+            state.update(self.embedding_training.state())
+        return state
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        state = dict(state)
+        if self.embedding_training is not None:
+            self.embedding_training.load_state(state)  # takes its key out
+        self.load_transformer_state(state)
+
+    def transformer_state(self) -> dict[str, torch.Tensor]:
+        """What training changed in the transformers, by `{expert name}.{parameter}`."""
         raise NotImplementedError
+
+    def load_transformer_state(self, state: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def named_trained_parameters(self) -> dict[str, torch.nn.Parameter]:
+        """Every trained parameter by a stable name (`{expert}.{name}`, `embedding`): what EMA averages."""
+        params = {f"{expert}.{name}": p for expert, transformer in self.trained_transformers()
+                  for name, p in transformer.named_parameters() if p.requires_grad and self._trains(expert, name)}
+        if self.embedding_training is not None and self.embedding_training.embedding is not None:
+            params["embedding"] = self.embedding_training.parameter
+        return params
+
+    def prompt_embeds(self, inputs: StepInputs) -> torch.Tensor:
+        """The step's text conditioning: the batch's (cached) embeddings, with a trained embedding's captions
+        encoded anew."""
+        if self.embedding_training is None:
+            return inputs.prompt_embeds
+        return self.embedding_training.prompt_embeds(inputs)
 
     def _trains(self, expert: int, name: str) -> bool:
         """Whether parameter `name` of `expert` is in trainable_state() (a full fine-tune trains them all)."""
@@ -83,8 +121,11 @@ class BaseWanSetup:
 
     def trainable_shapes(self) -> dict[str, torch.Size]:
         """The names and (whole, also when sharded) shapes of trainable_state(), without copying or gathering."""
-        return {f"{EXPERT_NAMES[expert]}.{name}": param.shape for expert, transformer in self.trained_transformers()
-                for name, param in transformer.named_parameters() if self._trains(expert, name)}
+        shapes = {f"{EXPERT_NAMES[expert]}.{name}": param.shape for expert, transformer in self.trained_transformers()
+                  for name, param in transformer.named_parameters() if self._trains(expert, name)}
+        if self.embedding_training is not None and self.embedding_training.embedding is not None:
+            shapes[EMBEDDING_STATE_KEY] = self.embedding_training.parameter.shape
+        return shapes
 
     def trained_root(self) -> torch.nn.ModuleDict:
         """The trained transformers under their model names (the keys of backups and sharded states)."""
@@ -115,7 +156,8 @@ class BaseWanSetup:
             else:
                 transformer.to(device)
             transformer.train()
-            if dist.enabled and not self._sharded:  # the bare transformer stays in the model for sampling
+            trains = any(p.requires_grad for p in transformer.parameters())  # not under EMBEDDING: DDP needs some
+            if dist.enabled and not self._sharded and trains:  # the bare transformer stays in the model for sampling
                 from torch.nn.parallel import DistributedDataParallel
 
                 self.ddp[expert] = DistributedDataParallel(
@@ -127,7 +169,7 @@ class BaseWanSetup:
         plain list, as before (so older backups' single group still loads)."""
         names = {id(p): (expert, name) for expert, transformer in self.trained_transformers()
                  for name, p in transformer.named_parameters()}
-        rates = [self.peak_rate(*names[id(p)]) for p in params]
+        rates = [self.peak_rate(*names[id(p)]) if id(p) in names else self.embedding_rate() for p in params]
         if set(rates) == {self.config.learning_rate}:
             return params
         groups: dict[float, list[torch.nn.Parameter]] = {}
@@ -143,13 +185,30 @@ class BaseWanSetup:
             rate = (config.learning_rate_high_noise if expert == 0 else config.learning_rate_low_noise) or rate
         return rate * self._rate_factor(name)
 
+    def embedding_rate(self) -> float:
+        """The embedding vectors' peak learning rate (`embedding.learning_rate`, else `learning_rate`)."""
+        return self.config.embedding.learning_rate or self.config.learning_rate
+
     def _rate_factor(self, name: str) -> float:
         """A parameter's multiplier of its expert's rate (LoRA+ in the adapter setup)."""
         return 1.0
 
     def trained_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer steps, in a stable order (sharding replaces the objects)."""
-        return [p for _, t in self.trained_transformers() for p in t.parameters() if p.requires_grad]
+        params = [p for _, t in self.trained_transformers() for p in t.parameters() if p.requires_grad]
+        if self.embedding_training is not None and self.embedding_training.embedding is not None:
+            params.append(self.embedding_training.parameter)
+        return params
+
+    def average_other_gradients(self, dist: DistributedContext) -> None:
+        """Average over the ranks the gradients that no DDP wrapper holds (a trained embedding's), as DDP does;
+        every rank takes part, with zeros where its batch had no caption holding the placeholder."""
+        if not dist.enabled or self.embedding_training is None or self.embedding_training.embedding is None:
+            return
+        param = self.embedding_training.parameter
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        dist.average_(param.grad)
 
     def gradient_sync(self, sync: bool):
         """No gradient all-reduce / reduce-scatter on accumulation micro steps before the last one."""
@@ -248,9 +307,10 @@ class BaseWanSetup:
         sigmas, noise = sigmas.to(device), noise.to(device)
         x_t = conditioning.keep_clean(add_noise(x0, noise, sigmas), x0, payload.clean_frames)
         transformer = self.forward_module(expert)
+        prompt_embeds = self.prompt_embeds(inputs)  # outside autocast: UMT5 runs in its own dtype, as at inference
         with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = transformer(
-                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, inputs.prompt_embeds, payload, dtype),
+                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, prompt_embeds, payload, dtype),
                 return_dict=False)[0]
         target = flow_target(x0, noise)
         loss = self.loss(predicted, target, sigmas, conditioning.loss_weights(x0.shape[2], payload, predicted.device),

@@ -9,21 +9,21 @@ from modules.modelSetup.WanLoRASetup import EXPERT_PREFIX, load_named_parameters
 
 
 class WanFineTuneSetup(BaseWanSetup):
-    def setup_trainable(self) -> list[torch.nn.Parameter]:
+    def setup_transformers(self) -> list[torch.nn.Parameter]:
         params = []
         for _, transformer in self.trained_transformers():
             transformer.requires_grad_(True)
             params.extend(transformer.parameters())
         return params
 
-    def trainable_state(self) -> dict[str, torch.Tensor]:
+    def transformer_state(self) -> dict[str, torch.Tensor]:
         """Collective when sharded: rank 0 gets the full weights, the other ranks {}."""
         if self.sharded:
             return sharding.gather_parameters(self.trained_root())
         return {EXPERT_PREFIX[expert] + name: p.detach().clone()
                 for expert, transformer in self.trained_transformers() for name, p in transformer.named_parameters()}
 
-    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_transformer_state(self, state: dict[str, torch.Tensor]) -> None:
         """Sharded: rank 0 passes the backup's weights, the other ranks {} (they receive their shards)."""
         if not self.sharded:
             load_named_parameters(self, state, lambda expert, name: True)

@@ -18,7 +18,7 @@ EXPERT_PREFIX = tuple(f"{name}." for name in EXPERT_NAMES)  # keys of backups: "
 
 
 class WanLoRASetup(BaseWanSetup):
-    def setup_trainable(self) -> list[torch.nn.Parameter]:
+    def setup_transformers(self) -> list[torch.nn.Parameter]:
         config = self.config
         spec = adapter_for(config.peft_type, config.lora_decompose)
         self.trained_names: dict[int, set[str]] = {}
@@ -50,7 +50,7 @@ class WanLoRASetup(BaseWanSetup):
     def _trains(self, expert: int, name: str) -> bool:
         return name in self.trained_names[expert]
 
-    def trainable_state(self) -> dict[str, torch.Tensor]:
+    def transformer_state(self) -> dict[str, torch.Tensor]:
         state = {}
         for expert, transformer in self.trained_transformers():
             for name, param in transformer.named_parameters():
@@ -58,7 +58,7 @@ class WanLoRASetup(BaseWanSetup):
                     state[EXPERT_PREFIX[expert] + name] = param.detach().clone()
         return state
 
-    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_transformer_state(self, state: dict[str, torch.Tensor]) -> None:
         load_named_parameters(self, state, self._trains)
 
 

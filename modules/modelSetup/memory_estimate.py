@@ -176,7 +176,8 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     if len(transformers) == 2 and train.train_expert != WanExpert.BOTH:
         trained = [0 if train.train_expert == WanExpert.HIGH else 1]
     weight_bytes = _bytes(train.transformer_dtype)
-    lora = train.training_method == TrainingMethod.LORA
+    # frozen base weights (LoRA, embedding): fp8 storage and block swap apply
+    lora = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
 
     weights = 0.0
     for index, count in enumerate(counts):
@@ -188,8 +189,11 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
             weights -= max(0, train.blocks_to_swap - SWAP_RESIDENT_BLOCKS) * per_block
 
     if lora:
-        trainable = sum(adapter_parameters(transformers[i], train) for i in trained)
-        trainable_bytes = 4  # adapters train in fp32
+        trainable = sum(adapter_parameters(transformers[i], train) for i in trained
+                        if train.training_method == TrainingMethod.LORA)
+        if train.trains_embedding():  # the embedding's vectors (a few KB)
+            trainable += train.embedding.token_count * (text or {}).get("d_model", 0)
+        trainable_bytes = 4  # adapters and embeddings train in fp32
     else:
         trainable = sum(counts[i]["total"] for i in trained)
         trainable_bytes = weight_bytes
@@ -222,7 +226,8 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
         "optimizer_state": trainable * spec_of(train.optimizer).state_bytes,
         "ema": trainable * 4 if train.ema == EmaMode.GPU else 0.0,
         "vae_weights": vae_weights,
-        "text_encoder_weights": 0.0 if train.latent_caching else text_weights,
+        # a trained embedding keeps UMT5 on the GPU: captions holding its placeholder are encoded in each step
+        "text_encoder_weights": 0.0 if train.latent_caching and not train.trains_embedding() else text_weights,
         **activations,
     }
     caching = {"text_encoder_weights": text_weights, "vae_weights": vae_weights, "clip_weights": clip_weights,
@@ -246,7 +251,8 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
                        f"{caching['vae_encode']:.1f} GiB working set; slower caching, once)")
         out.append(f"the text encoder holds {caching['text_encoder_weights']:.1f} GiB while captions are encoded: "
                    "cache once on a larger GPU (the cache is reused), then train here")
-    lora = train.training_method == TrainingMethod.LORA
+    # frozen base weights (LoRA, embedding): fp8 storage and block swap apply
+    lora = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
     if not train.gradient_checkpointing:
         out.append(f"gradient_checkpointing: true (keeps one block's activations of the "
                    f"{training['activations.all_blocks']:.1f} GiB, and each block's input; about 30% slower)")

@@ -45,6 +45,7 @@ from modules.trainer.backup import (
     write_sharded_backup,
 )
 from modules.dataLoader.prefetch import BatchPrefetcher
+from modules.trainer.initial_weights import continue_from_embedding
 from modules.trainer.preflight import check_paths
 from modules.trainer.resume_check import (
     STRUCTURAL_KEYS,
@@ -138,14 +139,15 @@ class GenericTrainer:
         except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
             self._status(str(stopped))
             raise TrainingStopped(None, reason=str(stopped)) from None
-        if config.latent_caching:  # encoders are not needed until sampling: free the GPU for training
-            for module in (self.model.text_encoder, self.model.image_encoder):
-                if module is not None:
-                    module.to("cpu")
+        self._park_encoders()
 
         params = self.setup.setup_trainable()
         if config.lora_weight_path:
             method.continue_from(self.model, self.setup, config.lora_weight_path)
+        if self.setup.embedding_training is not None:
+            if config.embedding_weight_path:
+                continue_from_embedding(self.model, self.setup, config.embedding_weight_path)
+            self.setup.embedding_training.check_captions(self.data.encoded_captions())
         self.setup.prepare_device(self.dist)
         self.params = self.setup.trained_parameters() if self.setup.sharded else params  # sharding swaps them
         self.optimizer = create_optimizer(self.setup.parameter_groups(self.params), config)
@@ -165,13 +167,21 @@ class GenericTrainer:
             self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
 
     def _make_ema(self) -> WeightEMA | None:
-        """The moving average of the trained weights, by `{expert}.{name}` (the key of its backup file)."""
+        """The moving average of the trained weights, by `{expert}.{name}` / `embedding` (its backup's keys)."""
         if self.config.ema == EmaMode.OFF:
             return None
-        trained = {id(p) for p in self.params}
-        params = {f"{expert}.{name}": p for expert, transformer in self.setup.trained_transformers()
-                  for name, p in transformer.named_parameters() if id(p) in trained}
-        return WeightEMA(params, self.config.ema_decay, on_host=self.config.ema == EmaMode.CPU)
+        return WeightEMA(self.setup.named_trained_parameters(), self.config.ema_decay,
+                         on_host=self.config.ema == EmaMode.CPU)
+
+    def _park_encoders(self) -> None:
+        """With latent caching the encoders are not needed until sampling: off the GPU, to free it for training.
+        A trained embedding keeps UMT5 there: captions holding its placeholder are encoded in each step."""
+        if not self.config.latent_caching:
+            return
+        keep_text = self.setup is not None and self.setup.embedding_training is not None
+        for module in (None if keep_text else self.model.text_encoder, self.model.image_encoder):
+            if module is not None:
+                module.to("cpu")
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"
@@ -348,12 +358,14 @@ class GenericTrainer:
             finite = self.dist.all_true(bool(torch.isfinite(output.loss)))
             if not finite:  # every rank skips together; the backward keeps DDP/FSDP hooks in step, its
                 self._nonfinite(float(output.loss.detach()))  # gradients are dropped by _optimizer_step
-                output.loss.backward()
+                if output.loss.requires_grad:
+                    output.loss.backward()
                 self.skip_update = True
                 return float("nan")
             # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
             weight = size * self.dist.world_size / global_size / self.config.gradient_accumulation_steps
-            (output.loss * weight).backward()
+            if output.loss.requires_grad:  # not when nothing trained is in the batch (an EMBEDDING run's caption
+                (output.loss * weight).backward()  # without the placeholder): its parameters get no gradient
         if self.tensorboard is not None:  # σ histogram over the last SIGMA_HISTOGRAM_STEPS steps
             self.sigma_log.append(output.sigmas.detach().float().cpu())
             if len(self.sigma_log) >= SIGMA_HISTOGRAM_STEPS:
@@ -376,6 +388,7 @@ class GenericTrainer:
             self.skip_update = False
             self.optimizer.zero_grad(set_to_none=True)
             return
+        self.setup.average_other_gradients(self.dist)
         if micro_batches != self.config.gradient_accumulation_steps:  # short tail of an epoch: rescale
             for p in self.params:
                 if p.grad is not None:
@@ -553,10 +566,7 @@ class GenericTrainer:
                 self.tensorboard.add_image(f"sample/{index}", strip, self.progress.global_step, dataformats="HWC")
                 if self.config.sample_metrics:
                     self._log_sample_metrics(index, sample, frames)
-        if self.config.latent_caching:  # sampling moved the encoders to the GPU
-            for module in (self.model.text_encoder, self.model.image_encoder):
-                if module is not None:
-                    module.to("cpu")
+        self._park_encoders()  # sampling moved the encoders to the GPU
         self.sample_paths.extend(paths)
         return paths
 

@@ -1,4 +1,5 @@
-"""What `lora_weight_path` does for each training method (looked up in trainer/registry.py `SETUPS`)."""
+"""What `lora_weight_path` does for each training method (looked up in trainer/registry.py `SETUPS`), and what
+`embedding_weight_path` does."""
 from __future__ import annotations
 
 import logging
@@ -7,6 +8,7 @@ from pathlib import Path
 from modules.model.WanModel import WanModel
 from modules.modelLoader.lora_inference import check_lora_file, expert_files
 from modules.modelLoader.WanLoRALoader import load_lora_file
+from modules.modelSaver.embedding_file import read_embedding
 from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.errors import UserError
@@ -33,3 +35,11 @@ def continue_from_lora(model: WanModel, setup: BaseWanSetup, path: str) -> None:
 def no_adapter_to_continue(model: WanModel, setup: BaseWanSetup, path: str) -> None:
     """A full fine-tune trains no adapter, so a LoRA file has nowhere to go (as before: not read)."""
     return None
+
+
+def continue_from_embedding(model: WanModel, setup: BaseWanSetup, path: str) -> None:
+    """Start the trained embedding from a file's vectors (ours or ComfyUI's)."""
+    option = "config key 'embedding_weight_path'"
+    loaded = read_embedding(path, model.text_encoder.config.d_model, option, placeholder=setup.config.embedding.placeholder)
+    setup.embedding_training.continue_from(loaded, option)
+    logger.info("continuing the embedding from %s", path)

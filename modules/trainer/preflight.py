@@ -3,7 +3,7 @@ be and every output location can be created and written. A mistake costs a secon
 from __future__ import annotations
 
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import PromptSource
+from modules.util.enum import PromptSource, TrainingMethod
 from modules.util.errors import UserError
 from modules.util.path_checks import (
     check_input_file,
@@ -24,6 +24,8 @@ def check_paths(config: TrainConfig) -> None:
             check_input_file(key, getattr(config, key), f"a .safetensors {key.removesuffix('_override')} file")
     if config.lora_weight_path:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
+    if config.embedding_weight_path:
+        check_input_file("embedding_weight_path", config.embedding_weight_path, "an embedding .safetensors file")
     if config.dataset_config:
         check_input_file("dataset_config", config.dataset_config, "an E2V dataset .json file")
     if config.e2v.image_encoder_model_name:
@@ -36,7 +38,7 @@ def check_paths(config: TrainConfig) -> None:
     check_writable_folder("workspace_dir", config.workspace_dir)
     if config.latent_caching:
         check_writable_folder("cache_dir", config.cache_dir)
-    if config.output_model_format.is_lora():
+    if config.output_model_format.is_lora() or config.training_method == TrainingMethod.EMBEDDING:
         check_writable_file("output_model_destination", config.output_model_destination)
     else:  # a folder is swapped in beside it
         check_writable_folder("output_model_destination", config.output_model_destination)

@@ -13,6 +13,7 @@ from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_c
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import prepare_e2v_model
+from modules.modelSetup.WanEmbeddingSetup import WanEmbeddingSetup
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.initial_weights import continue_from_lora, no_adapter_to_continue
@@ -29,6 +30,7 @@ class Method:
 SETUPS: dict[TrainingMethod, Method] = {
     TrainingMethod.LORA: Method(WanLoRASetup, continue_from_lora),
     TrainingMethod.FINE_TUNE: Method(WanFineTuneSetup, no_adapter_to_continue),
+    TrainingMethod.EMBEDDING: Method(WanEmbeddingSetup, no_adapter_to_continue),  # the config refuses a LoRA file
 }
 
 

@@ -27,7 +27,7 @@ def raw_destination(destination: str | Path) -> Path:
 
 def list_snapshots(folder: Path, stem: str) -> dict[int, list[Path]]:
     """Step -> the files/folders of that snapshot (both experts' files for two-expert models, raw weights too)."""
-    pattern = re.compile(rf"^{re.escape(stem)}-step(\d+)(?:-raw)?(?:_high_noise|_low_noise)?(?:\.[^.]+)?$")
+    pattern = re.compile(rf"^{re.escape(stem)}-step(\d+)(?:-raw)?(?:_high_noise|_low_noise|_embedding)?(?:\.[^.]+)?$")
     snapshots: dict[int, list[Path]] = {}
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
         match = pattern.match(entry.name)

@@ -54,6 +54,13 @@ class DistributedContext:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.tolist()
 
+    def average_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """In place: the mean of `tensor` over every rank (as DDP averages the gradients it holds)."""
+        if self.enabled:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            tensor.div_(self.world_size)
+        return tensor
+
     def broadcast_object(self, value):
         if not self.enabled:
             return value

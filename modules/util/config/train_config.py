@@ -218,12 +218,33 @@ class E2VConfig(BaseConfig):
 
 
 @dataclasses.dataclass
+class EmbeddingConfig(BaseConfig):
+    """A textual-inversion embedding of UMT5 (training_method EMBEDDING, or beside a LoRA when `placeholder` is
+    set): new input vectors that the placeholder word stands for in captions and prompts."""
+
+    placeholder: str = option("", "The word captions use for the concept, e.g. <sks> (one word, no spaces). EMBEDDING: required; LORA: set it to train an embedding beside the LoRA.")
+    token_count: int = option(1, "How many input vectors the placeholder stands for (1 to 75).")
+    initial_embedding_text: str = option("*", "Text whose token embeddings start the vectors (each vector the mean of its share of the tokens; tiled when there are fewer tokens than vectors), e.g. a word close to the concept.")
+    learning_rate: float = option(0.0, "Peak learning rate of the vectors (0 = learning_rate); beside a LoRA often higher than the LoRA's, e.g. 1e-3.")
+
+    def validate(self, path: str) -> None:
+        if any(c.isspace() for c in self.placeholder):
+            raise ConfigError(f"config key '{path}.placeholder' must be one word without spaces, got '{self.placeholder}'")
+        if not 1 <= self.token_count <= 75:
+            raise ConfigError(f"config key '{path}.token_count' must be between 1 and 75, got {self.token_count}")
+        if not self.initial_embedding_text.strip():
+            raise ConfigError(f"config key '{path}.initial_embedding_text' is empty: give a word close to the concept, e.g. 'person'")
+        if self.learning_rate < 0:
+            raise ConfigError(f"config key '{path}.learning_rate' must be 0 (= learning_rate) or more, got {self.learning_rate}")
+
+
+@dataclasses.dataclass
 class TrainConfig(BaseConfig):
     config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
 
     # --- model -------------------------------------------------------------------------------
     model_type: ModelType = option(ModelType.WAN_2_1, "WAN_2_1 or WAN_2_2; the variant is read from the checkpoint.")
-    training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA or FINE_TUNE.", structural=True)
+    training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA, FINE_TUNE or EMBEDDING (textual inversion of UMT5: see the embedding block).", structural=True)
     base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
     transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")
     transformer_2_override: str = option("", "Like transformer_override, for the low-noise expert of two-expert models.")
@@ -327,6 +348,10 @@ class TrainConfig(BaseConfig):
     lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).", structural=True)
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
 
+    # --- embedding (textual inversion) -----------------------------------------------------------
+    embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings.")
+    embedding_weight_path: str = option("", "An embedding file (ours or ComfyUI's, key umt5xxl) to continue training from.")
+
     # --- sampling, backups, logging ------------------------------------------------------------
     samples: list[SampleConfig] = option([], "Prompts sampled during training.")
     sample_after: int = option(0, "Sample every N units (0 = never).")
@@ -348,6 +373,11 @@ class TrainConfig(BaseConfig):
     validation_sigma_count: int = option(4, "Validation: how many fixed σ values each sample's loss is measured at (evenly spaced over the trained σ range; one forward pass each).")
 
     e2v: E2VConfig = option(E2VConfig(), "Elements-to-Video options.")
+
+    def trains_embedding(self) -> bool:
+        """Whether a textual-inversion embedding trains: EMBEDDING runs, and LORA runs with embedding.placeholder."""
+        return self.training_method == TrainingMethod.EMBEDDING or (
+            self.training_method == TrainingMethod.LORA and bool(self.embedding.placeholder))
 
     def validate(self, path: str) -> None:
         def fail(key: str, message: str) -> None:
@@ -428,5 +458,14 @@ class TrainConfig(BaseConfig):
                  "use COMFY_LORA, and scripts/merge_lora.py for a model diffusers loads")
         if self.training_method == TrainingMethod.LORA and not self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS_LORA or COMFY_LORA for LORA training, got {self.output_model_format.name}")
+        if self.training_method == TrainingMethod.EMBEDDING and not self.embedding.placeholder:
+            fail("embedding.placeholder", "is required for EMBEDDING training: the word captions use for the concept, e.g. <sks>")
+        if self.training_method == TrainingMethod.FINE_TUNE and (self.embedding.placeholder or self.embedding_weight_path):
+            fail("embedding.placeholder", "trains with LORA or EMBEDDING, not FINE_TUNE: clear embedding.placeholder "
+                 "and embedding_weight_path")
+        if self.embedding_weight_path and not self.trains_embedding():
+            fail("embedding_weight_path", "continues an embedding: set embedding.placeholder too (or clear it)")
+        if self.lora_weight_path and self.training_method == TrainingMethod.EMBEDDING:
+            fail("lora_weight_path", "EMBEDDING training has no LoRA to continue: clear it, or use training_method LORA")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS for FINE_TUNE training, got {self.output_model_format.name}")

@@ -10,6 +10,7 @@ class ModelType(Enum):
 class TrainingMethod(Enum):
     LORA = "LORA"
     FINE_TUNE = "FINE_TUNE"
+    EMBEDDING = "EMBEDDING"  # textual inversion: only new UMT5 input vectors train
 
 
 class ModelFormat(Enum):
