@@ -2,7 +2,7 @@
 """Evaluate a trained model: generate every prompt x seed (and with the base model, --compare-base), measure each
 video and write REPORT_DIR/metrics.json and REPORT_DIR/index.html (base and trained side by side).
 
-python scripts/evaluate.py --model DIR [--lora F] --prompts FILE.txt|.json [--elements IMG ...] [--seeds N]
+python scripts/evaluate.py --model DIR [--lora F] [--embedding F] --prompts FILE.txt|.json [--elements IMG ...] [--seeds N]
     --output REPORT_DIR [--compare-base] [--clip-model DIR] [--dino-model DIR]
 
 Metrics (docs/evaluation.md): motion (optical flow), temporal consistency (CLIP: the checkpoint's image encoder,
@@ -23,9 +23,11 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
     parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--embedding", help="the trained textual-inversion embedding (.safetensors, key umt5xxl); "
+                                            "prompts holding its placeholder use it")
     parser.add_argument("--force", action="store_true", help="apply a LoRA whose metadata names another variant")
     parser.add_argument("--compare-base", action="store_true",
-                        help="also generate with the base model: --model without --lora, or --base-model")
+                        help="also generate with the base model: --model without --lora/--embedding, or --base-model")
     parser.add_argument("--base-model", help="the base folder to compare a full fine-tune (--model) with")
     parser.add_argument("--prompts", required=True, help=".txt (one prompt per line) or .json list")
     parser.add_argument("--elements", nargs="+", metavar="IMG", help="E2V reference images for every prompt")
@@ -58,7 +60,8 @@ def main() -> int:
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.e2v_options import e2v_sampling_options
     from modules.util.errors import UserError
-    from modules.util.path_checks import check_writable_folder
+    from modules.modelSaver.embedding_file import read_embedding
+    from modules.util.path_checks import check_input_file, check_writable_folder
 
     # every check that needs no weights, before any loads
     if args.seeds < 1:
@@ -70,9 +73,12 @@ def main() -> int:
         settings.sample(prompt, 0)
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
-    if args.compare_base and lora is None and not args.base_model:
-        raise UserError("--compare-base needs --lora (the base is --model without it) or --base-model (for a full "
-                        "fine-tune)")
+    if args.embedding:
+        check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
+    trained_adds = lora is not None or bool(args.embedding)  # the trained model is --model plus these
+    if args.compare_base and not trained_adds and not args.base_model:
+        raise UserError("--compare-base needs --lora or --embedding (the base is --model without them) or "
+                        "--base-model (for a full fine-tune)")
     if args.base_model:
         detect_variant(args.base_model)
     output = Path(args.output)
@@ -96,7 +102,7 @@ def main() -> int:
         return model
 
     runs = []
-    if args.compare_base and lora is None:
+    if args.compare_base and not trained_adds:
         runs.append(Run("base", lambda: load(args.base_model)))
         runs.append(Run("trained", lambda: load(args.model)))
     else:
@@ -110,6 +116,8 @@ def main() -> int:
             model = loaded.pop("model", None) or load(args.model)
             if lora is not None:
                 attach_lora_for_inference(model, lora, args.lora_scale)
+            if args.embedding:
+                model.text_embedding = read_embedding(args.embedding, model.text_encoder.config.d_model, "--embedding")
             return model
 
         if args.compare_base:

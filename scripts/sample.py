@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
+"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] [--embedding FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
 
 SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample"""
 from __future__ import annotations
@@ -18,6 +18,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")
     parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--embedding", metavar="FILE",
+                        help="textual-inversion embedding (.safetensors, key umt5xxl: ours or ComfyUI's); prompts "
+                             "holding its placeholder (the file's, e.g. <sks>; else <file stem>) use its vectors")
     parser.add_argument("--force", action="store_true",
                         help="apply a LoRA whose metadata names another Wan variant (with a warning) instead of refusing it")
     parser.add_argument("--prompt", required=True)
@@ -64,6 +67,7 @@ def main() -> int:
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.video_output import check_video_output
+    from modules.modelSaver.embedding_file import read_embedding
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.modelSampler.e2v_options import e2v_sampling_options
     from modules.util.attention_backends import apply_attention_backend, unavailable
@@ -87,11 +91,17 @@ def main() -> int:
     for key, file in overrides.items():
         if file:
             check_input_file(f"--{key.removesuffix('_override').replace('_', '-')}-file", file, "a .safetensors file")
+    if args.embedding:
+        check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
     model = WanModelLoader().load(args.model, resolve_device(args.device), **overrides)
     if args.image_encoder and model.image_encoder is None:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if lora is not None:
         attach_lora_for_inference(model, lora, args.lora_scale)
+    if args.embedding:
+        model.text_embedding = read_embedding(args.embedding, model.text_encoder.config.d_model, "--embedding")
+        if not model.text_embedding.applies_to(args.prompt):
+            print(f"note: the prompt holds no {model.text_embedding.placeholder}, so the embedding changes nothing")
     backend = AttentionBackend[args.attention_backend]
     problem = unavailable(backend, model.train_device.type, training=False) if backend != AttentionBackend.AUTO else None
     if problem:
