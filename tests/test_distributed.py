@@ -44,6 +44,36 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_mo
     assert len(list((tmp_path / "two" / "workspace" / "logs").iterdir())) == 1
 
 
+@pytest.mark.parametrize("method", ["EMBEDDING", "LORA"])
+def test_an_embedding_trains_alike_on_two_gloo_processes_and_one(tiny_model, tmp_path, method):
+    """The vectors are outside DDP's wrapper: their gradients are averaged by hand, with zeros from a rank whose
+    rows hold no placeholder (two of the four captions hold it)."""
+    from modules.util.synthetic_data import write_video_dataset
+
+    data = write_video_dataset(tmp_path / "data", count=4, frames=9, height=32, width=32)
+    for index in range(2):
+        (data / f"{index:03d}.txt").write_text(f"a video of <sks> number {index}", encoding="utf-8")
+    common = dict(epochs=2, backup_before_save=False, training_method=method, learning_rate=0.01,
+                  embedding={"placeholder": "<sks>", "token_count": 2})
+    single = train_config_dict(tiny_model("t2v"), data, tmp_path / "one", batch_size=4, **common)
+    double = train_config_dict(tiny_model("t2v"), data, tmp_path / "two", batch_size=2, **common)
+    train([sys.executable], single, tmp_path / "one.json")
+    train([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"],
+          double, tmp_path / "two.json")
+    name = "lora.safetensors" if method == "EMBEDDING" else "lora_embedding.safetensors"
+    one = load_file(str(tmp_path / "one" / "output" / name))["umt5xxl"]
+    two = load_file(str(tmp_path / "two" / "output" / name))["umt5xxl"]
+    assert float((one - two).abs().max()) < 1e-5
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    from modules.model.text_embedding import WanModelEmbedding
+
+    folder = tiny_model("t2v")
+    start = WanModelEmbedding.initialized("<sks>", 2, "*", AutoTokenizer.from_pretrained(folder / "tokenizer"),
+                                          UMT5EncoderModel.from_pretrained(folder / "text_encoder"))
+    assert float((one - start.vectors.detach()).abs().max()) > 1e-3  # the vectors did train
+
+
 def _transformer_weights(output_dir) -> dict:
     from safetensors.torch import load_file as load
 
