@@ -110,7 +110,10 @@ def test_switching_the_training_method_switches_an_output_format_that_no_longer_
     assert config.value("output_model_destination") == "output/lora"
     assert config.is_valid
     config.set("training_method", "LORA")
-    assert config.value("output_model_format") == "DIFFUSERS_LORA"
+    assert config.value("output_model_format") == "COMFY_LORA"  # the default, which loads everywhere
+    assert config.value("output_model_destination") == "output/lora.safetensors"
+    config.set("training_method", "FINE_TUNE")
+    config.set("training_method", "EMBEDDING")  # an embedding is one .safetensors file too
     assert config.value("output_model_destination") == "output/lora.safetensors"
 
 

@@ -135,7 +135,9 @@ class ConfigController(Observable):
         return True
 
     def _follow_training_method(self, method_name: str) -> None:
-        """Switching LoRA <-> fine-tune switches an output format (and file name) that no longer fits."""
+        """Switching LoRA / embedding <-> fine-tune switches an output format (and file name) that no longer fits:
+        a LoRA or embedding is one .safetensors file (COMFY_LORA, the format that loads everywhere), a fine-tune a
+        folder."""
         method = TrainingMethod[method_name]
         fmt = ModelFormat[self.data["output_model_format"]]
         destination = self.data["output_model_destination"]
@@ -143,8 +145,8 @@ class ConfigController(Observable):
             self.data["output_model_format"] = ModelFormat.DIFFUSERS.name
             if destination.endswith(".safetensors"):
                 self.data["output_model_destination"] = destination[: -len(".safetensors")]
-        elif method == TrainingMethod.LORA and not fmt.is_lora():
-            self.data["output_model_format"] = ModelFormat.DIFFUSERS_LORA.name
+        elif method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING) and not fmt.is_lora():
+            self.data["output_model_format"] = ModelFormat.COMFY_LORA.name
             if not destination.endswith(".safetensors"):
                 self.data["output_model_destination"] = destination.rstrip("/\\") + ".safetensors"
         for key in ("output_model_format", "output_model_destination"):

@@ -262,7 +262,7 @@ class TrainConfig(BaseConfig):
     workspace_dir: str = option("workspace/run", "Run folder: logs, tensorboard, samples, backups.")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
     output_model_destination: str = option("output/lora.safetensors", "Where the final model is written.")
-    output_model_format: ModelFormat = option(ModelFormat.COMFY_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder).")
+    output_model_format: ModelFormat = option(ModelFormat.COMFY_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder). EMBEDDING runs always write the embedding file (key umt5xxl).")
     output_dtype: DataType = option(DataType.BFLOAT16, "Tensor dtype of written LoRA files and snapshots: BFLOAT16 (half the size of FLOAT32, what ComfyUI computes in), FLOAT16 or FLOAT32 (exact).")
 
     # --- data --------------------------------------------------------------------------------
