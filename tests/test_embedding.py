@@ -268,3 +268,19 @@ def test_ema_averages_the_vectors_and_samples_use_the_average(tiny_model, placeh
     assert torch.equal(trainer.model.text_embedding.vectors.detach(), raw)  # restored after
     paths = trainer.end()
     assert torch.equal(load_file(paths[0])["umt5xxl"], averaged)  # the saved file holds the average
+
+
+def test_an_e2v_lora_trains_an_embedding_beside_it(tiny_model, tmp_path):
+    from tests.conftest import e2v_on_t2v_config
+
+    values = e2v_on_t2v_config(tiny_model, tmp_path, embedding={"placeholder": PLACEHOLDER, "learning_rate": 0.05},
+                               e2v={"image_encoder_model_name": str(tiny_model("i2v")), "export_i2v": False})
+    for caption in sorted((tmp_path / "data").glob("*.txt")):
+        caption.write_text(f"{PLACEHOLDER} walks past the object", encoding="utf-8")
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()
+    start = trainer.model.text_embedding.vectors.detach().clone()
+    trainer.train()
+    paths = trainer.end()
+    assert [p.name for p in paths] == ["lora.safetensors", "lora_embedding.safetensors"]
+    assert not torch.equal(load_file(paths[1])["umt5xxl"], start)
