@@ -4,8 +4,19 @@
 # wheels with an NVIDIA GPU, ROCm wheels with ROCm, else PyPI's.
 #   TORCH_SPEC   install exactly this instead, e.g.
 #                TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+# --locked: install requirements.lock instead of requirements.txt, every file checked against its sha256
+#           (pip --require-hashes): the exact packages the lock was made with (scripts/lock_requirements.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+locked=0
+for arg in "$@"; do
+  case "$arg" in
+    --locked) locked=1 ;;
+    *) echo "install.sh: unknown option '$arg' (the one option is --locked)" >&2; exit 2 ;;
+  esac
+done
+requirements=requirements.txt
+[ "$locked" = 1 ] && requirements=requirements.lock
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "creating .venv with $($PYTHON --version)"
@@ -13,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 VENV_PY=.venv/bin/python
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements.txt | cut -d' ' -f1)
+want="$(sha256sum "$requirements" | cut -d' ' -f1) $requirements"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV_PY" -c "import torch, diffusers" 2>/dev/null; then
   exit 0  # already installed
 fi
@@ -25,6 +36,12 @@ if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
 else
   echo "torch: keeping the installed $("$VENV_PY" -c 'import torch; print(torch.__version__)')"
 fi
-echo "installing requirements.txt"
-"$VENV_PY" -m pip install -r requirements.txt
+echo "installing $requirements"
+if [ "$locked" = 1 ]; then
+  # --no-deps: the lock lists every package but torch, which is already installed (its own dependencies with it)
+  "$VENV_PY" -m pip install --require-hashes --no-deps -r requirements.lock
+  "$VENV_PY" -m pip check
+else
+  "$VENV_PY" -m pip install -r requirements.txt
+fi
 echo "$want" > "$stamp"

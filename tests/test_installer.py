@@ -40,3 +40,33 @@ def test_no_gpu_gets_pypi_and_says_so_and_torch_spec_wins(tmp_path):
     assert result.stdout.strip() == "torch==2.13.0" and "no NVIDIA or AMD GPU found" in result.stderr
     result = pick(tmp_path, {"nvidia-smi": "echo GPU 0"}, TORCH_SPEC="torch==2.12.0 --pre")
     assert result.stdout.strip() == "torch==2.12.0 --pre" and "TORCH_SPEC is set" in result.stderr
+
+
+def _pins(text: str) -> dict[str, str]:
+    import re
+
+    return {m[1].lower().replace("_", "-"): m[2] for m in re.finditer(r"^([A-Za-z0-9_.-]+)==([^\s;\\]+)", text, re.M)}
+
+
+def test_the_lock_pins_what_requirements_txt_pins_each_with_hashes():
+    """requirements.lock is generated from requirements.txt (scripts/lock_requirements.sh): a pin changed in one
+    and not the other would install different packages on the locked path."""
+    lock = (REPO_ROOT / "requirements.lock").read_text(encoding="utf-8")
+    wanted = _pins((REPO_ROOT / "requirements.txt").read_text(encoding="utf-8"))
+    locked = _pins(lock)
+    assert {name: locked.get(name) for name in wanted} == wanted, "run scripts/lock_requirements.sh"
+    entries = [block for block in lock.split("\n") if block and not block.startswith((" ", "#"))]
+    assert len(entries) >= len(locked) > len(wanted)  # the dependencies are pinned too (some twice, by marker)
+    for entry in entries:  # every package line continues with its hashes
+        assert entry.endswith("\\"), entry
+    assert lock.count("--hash=sha256:") >= len(locked)
+    assert not [n for n in locked if n == "torch" or n.startswith(("nvidia-", "cuda-")) or n == "triton"]
+
+
+def test_install_sh_takes_locked_and_refuses_other_options(tmp_path):
+    bad = subprocess.run([shutil.which("bash"), str(REPO_ROOT / "scripts" / "install.sh"), "--frozen"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown option '--frozen'" in bad.stderr
+    script = (REPO_ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
+    assert "--require-hashes --no-deps -r requirements.lock" in script
+    assert "install.sh --locked" in (REPO_ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")  # CI's path
