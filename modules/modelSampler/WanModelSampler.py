@@ -1,6 +1,7 @@
 """Video generation from a (partly trained) WanModel: diffusers' own Wan pipelines over our modules.
 
-Writes an mp4 (or an animated GIF / WebP) and a PNG strip of evenly spaced frames beside it.
+Writes an mp4 (or an animated GIF / WebP) and a PNG strip of evenly spaced frames beside it; during training
+also the sample's record (`modules/util/sample_record.py`) as a JSON sidecar, which the GUI's viewer reads.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
+from modules.util.sample_record import SampleRecord
 from modules.util.write_errors import write_failure
 
 logger = logging.getLogger(__name__)
@@ -132,6 +134,19 @@ class WanModelSampler:
             raise UserError(f"cannot write sample output '{output}': {write_failure(e)}") from e
         logger.info("sample written to %s", output)
         return output, frames
+
+    def sample_to_record(self, sample: SampleConfig, output: str | Path, step: int | None = None,
+                         epoch: int | None = None, index: int = 0,
+                         show_progress: bool = True) -> tuple[SampleRecord, np.ndarray]:
+        """`sample_frames_to_file`, then the sample's record as a JSON sidecar beside the video (written last, so
+        a sidecar means the video and its sheet are complete); returns the record and the frames."""
+        path, frames = self.sample_frames_to_file(sample, output, show_progress)
+        record = SampleRecord.of(sample, path, fps=self.model.variant.fps, step=step, epoch=epoch, index=index)
+        try:
+            record.write()
+        except OSError as e:
+            raise UserError(f"cannot write sample output '{record.sidecar}': {write_failure(e)}") from e
+        return record, frames
 
 
 def atomic_save_png(path: Path, image: np.ndarray) -> None:

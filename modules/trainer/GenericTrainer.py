@@ -65,6 +65,7 @@ from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
+from modules.util.sample_record import sample_video_path
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -401,9 +402,19 @@ class GenericTrainer:
         self.progress.global_step += 1
         if self.ema is not None and self.progress.global_step % self.config.ema_update_step_interval == 0:
             self.ema.update()
-        if self.tensorboard is not None and math.isfinite(loss):
-            self.tensorboard.add_scalar("loss", loss, self.progress.global_step)
-            self.tensorboard.add_scalar("lr", self.lr_scheduler.get_last_lr()[0], self.progress.global_step)
+        if math.isfinite(loss):
+            self._scalar("loss", loss)
+            self._scalar("lr", self.lr_scheduler.get_last_lr()[0])
+
+    def _scalar(self, name: str, value: float, step: int | None = None) -> None:
+        """One logged value (rank 0): to tensorboard when it is on, and to `callbacks.on_scalar` always (the
+        GUI's curves), so both show the same numbers."""
+        if not self.dist.is_main:
+            return
+        step = self.progress.global_step if step is None else step
+        if self.tensorboard is not None:
+            self.tensorboard.add_scalar(name, value, step)
+        self.callbacks.on_scalar(name, float(value), step)
 
     def _report(self, loss: float, start_time: float, start_step: int) -> None:
         done = self.progress.global_step - start_step
@@ -517,10 +528,9 @@ class GenericTrainer:
         if self.dist.is_main:
             logger.info("validation loss at step %d: %s", step, result.describe())
             self.callbacks.on_status(f"validation loss {result.overall:.5f}")
-        if self.tensorboard is not None:
-            self.tensorboard.add_scalar("loss/validation", result.overall, step)
-            for name, loss in result.per_concept.items():
-                self.tensorboard.add_scalar(f"loss/validation/{name}", loss, step)
+        self._scalar("loss/validation", result.overall, step)
+        for name, loss in result.per_concept.items():
+            self._scalar(f"loss/validation/{name}", loss, step)
         return result
 
     def sample(self) -> list[Path]:
@@ -549,10 +559,11 @@ class GenericTrainer:
                 except UserError:  # rank 0 logs it
                     pass
                 continue
-            output = self.workspace / "samples" / f"step-{self.progress.global_step:08d}-{index}.mp4"
+            output = sample_video_path(self.workspace, self.progress.global_step, index)
             try:
-                path, frames = sampler.sample_frames_to_file(sample, output, show_progress=False)
-                paths.append(path)
+                record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
+                                                          epoch=self.progress.epoch, index=index, show_progress=False)
+                paths.append(record.video)
             except Exception as e:  # a bad sample setting or a full disk must not end a run
                 if not isinstance(e, UserError) and not is_write_failure(e):
                     raise
@@ -566,6 +577,7 @@ class GenericTrainer:
                 self.tensorboard.add_image(f"sample/{index}", strip, self.progress.global_step, dataformats="HWC")
                 if self.config.sample_metrics:
                     self._log_sample_metrics(index, sample, frames)
+            self.callbacks.on_sample(record)
         self._park_encoders()  # sampling moved the encoders to the GPU
         self.sample_paths.extend(paths)
         return paths
@@ -583,7 +595,7 @@ class GenericTrainer:
         values = measure(frames, Prompt(sample.prompt, elements=tuple(sample.elements)), encoders,
                          elements if encoders.clip_image is not None else [])
         for name, value in values.items():
-            self.tensorboard.add_scalar(f"sample_metrics/{index}/{name}", value, self.progress.global_step)
+            self._scalar(f"sample_metrics/{index}/{name}", value)
         if encoders.clip_image is None and not getattr(self, "_noted_sample_metrics", False):
             self._noted_sample_metrics = True
             logger.info("sample_metrics: the checkpoint has no CLIP image encoder, so only motion is logged")

@@ -5,7 +5,10 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from modules.util.sample_record import SampleRecord
 
 
 class TrainCommands:
@@ -84,7 +87,12 @@ class TrainUpdate:
 
 @dataclasses.dataclass
 class TrainCallbacks:
-    """Called from the training thread; a UI must marshal them to its own thread."""
+    """Called from the training thread (rank 0 only for scalars and samples); a UI must marshal them to its own
+    thread. `on_scalar(name, value, step)` receives every value the trainer writes to tensorboard, with
+    tensorboard on or off ("loss", "lr", "loss/validation", ...); `on_sample` a `SampleRecord`
+    (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
+    on_scalar: Callable[[str, float, int], None] = lambda name, value, step: None
+    on_sample: Callable[["SampleRecord"], None] = lambda record: None

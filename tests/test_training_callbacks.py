@@ -1,0 +1,59 @@
+"""What the trainer tells its callbacks besides progress: every scalar it logs (the same values tensorboard gets,
+with tensorboard on or off) and every sample once its video, contact sheet and sidecar are written."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.ui.controllers.curves import ScalarHistory, read_tensorboard_scalars
+from modules.util.commands import TrainCallbacks
+from modules.util.config.train_config import TrainConfig
+from modules.util.sample_record import SampleRecord
+from tests.conftest import train_config_dict
+
+SAMPLE = {"prompt": "a red circle", "negative_prompt": "blur", "frames": 5, "height": 32, "width": 32, "steps": 2,
+          "seed": 5}
+
+
+def run(config_dict):
+    scalars, samples = [], []
+    callbacks = TrainCallbacks(on_scalar=lambda name, value, step: scalars.append((name, value, step)),
+                               on_sample=samples.append)
+    trainer = GenericTrainer(TrainConfig.from_dict(config_dict), callbacks)
+    trainer.start()
+    trainer.train()
+    trainer.end()
+    return scalars, samples
+
+
+def test_the_callback_gets_exactly_the_scalars_tensorboard_gets(tiny_model, video_dataset, tmp_path):
+    config = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, tensorboard=True)
+    scalars, _ = run(config)
+    steps = [step for name, _, step in scalars if name == "loss"]
+    assert steps == list(range(1, 7))  # 3 clips × 2 epochs, one value per optimizer step
+    assert [step for name, _, step in scalars if name == "lr"] == steps
+    logged = ScalarHistory()
+    assert read_tensorboard_scalars(tmp_path / "workspace" / "tensorboard", logged)
+    for name in ("loss", "lr"):
+        sent = [(float(step), value) for n, value, step in scalars if n == name]
+        assert logged.points(name) == [(step, pytest.approx(value, rel=1e-6)) for step, value in sent]
+
+
+def test_samples_are_reported_with_their_sidecar_and_scalars_without_tensorboard(tiny_model, video_dataset,
+                                                                                  tmp_path):
+    config = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, epochs=1, samples=[SAMPLE],
+                               sample_after=2, sample_after_unit="STEP", sample_at_end=True)
+    scalars, samples = run(config)
+    assert len([s for s in scalars if s[0] == "loss"]) == 3  # tensorboard is off: the callback still gets them
+    assert not (tmp_path / "workspace" / "tensorboard").exists()
+    assert [record.step for record in samples] == [2, 3]  # step 2 (sample_after), then the end
+    record = samples[0]
+    assert record.video.is_file() and record.contact_sheet.is_file()
+    assert record.video.name == "step-00000002-0.mp4" and record.sidecar.name == "step-00000002-0.json"
+    assert SampleRecord.read(record.sidecar) == record
+    data = json.loads(record.sidecar.read_text())
+    assert (data["prompt"], data["negative_prompt"], data["frames"], data["steps"], data["seed"], data["index"],
+            data["epoch"]) == ("a red circle", "blur", 5, 2, 5, 0, 0)
+    assert data["fps"] == 16.0
