@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from modules.ui.controllers.config_controller import ConfigController
+from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
 from modules.ui.controllers.training_controller import TrainingController
@@ -15,6 +16,7 @@ from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.vram_controller import VramEstimate
 from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
+from modules.util.sample_record import samples_folder
 
 APP_NAME = "WanTrainer"
 WINDOW_TITLE = f"{APP_NAME} — Wan 2.1 / 2.2 video trainer"
@@ -30,6 +32,19 @@ class AppController:
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)
         self.tensorboard = TensorboardLauncher()
+        self.gallery = self.training.gallery  # the sample viewer's samples
+        self.curves = self.training.scalars  # the curves' values
+
+    # --- the run's results: samples and curves ----------------------------------------------------
+    def workspace(self) -> Path:
+        return Path(str(self.config.value("workspace_dir") or "."))
+
+    def load_run_results(self) -> None:
+        """Outside a run: the samples already in workspace_dir/samples and the newest run's curves from its
+        tensorboard log (a finished run shows what it logged). During a run the live values are kept."""
+        self.gallery.load_folder(samples_folder(self.workspace()))
+        if not self.training.running:
+            read_tensorboard_scalars(self.workspace() / "tensorboard", self.curves)
 
     def open_tensorboard(self) -> str:
         """TensorBoard on the run's tensorboard folder (workspace_dir/tensorboard), in the browser; its URL."""

@@ -122,6 +122,8 @@ TABS: tuple[Tab, ...] = (
                                            "e2v.loss_on_reference_frames", "e2v.image_encoder_model_name",
                                            "e2v.export_i2v"))),
     _tab("visualization"),
+    _tab("samples"),  # the run's results: the sample viewer and the curves
+    _tab("curves"),
 )
 
 # Dataset-JSON fields (modules/ui/controllers/e2v_dataset.py DATASET_SPECS) per tab.

@@ -1,15 +1,17 @@
 """Runs the trainer on a worker thread and hands its reports to the UI thread through a queue.
 
 Threading rule: the worker never touches a widget. The trainer's callbacks (`on_update`,
-`on_status`) and the worker's outcome (finished / stopped / error) are put on a `queue.Queue`; the Tk
+`on_status`, `on_scalar`, `on_sample`) and the worker's outcome (finished / stopped / error) are put on a `queue.Queue`; the Tk
 thread calls `poll()` from an `after` loop, which drains the queue, updates `state` and returns the
-events the view reacts to (an error dialog, ...). Stop, "backup now" and "sample now" set flags on
+events the view reacts to (an error dialog, ...). Scalars go into `scalars` (the curves), samples into
+`gallery` (the sample viewer). Stop, "backup now" and "sample now" set flags on
 `TrainCommands`, which the trainer polls between steps; Stop makes it write a backup and raise
 `TrainingStopped`, reported here as a "stopped" event with the backup's path.
 """
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import queue
 import sys
@@ -17,8 +19,11 @@ import threading
 import time
 from typing import Any, Callable
 
+from modules.ui.controllers.curves import ScalarHistory
+from modules.ui.controllers.sample_gallery import SampleGallery
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.errors import UserError
+from modules.util.sample_record import samples_folder
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +67,7 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str  # status | update | finished | stopped | error | done
+    kind: str  # status | update | scalar | sample | finished | stopped | error | done
     payload: Any = None
 
 
@@ -86,6 +91,9 @@ class TrainingController:
         self.queue: queue.Queue[Event] = queue.Queue()
         self.commands: TrainCommands | None = None
         self.thread: threading.Thread | None = None
+        self.scalars = ScalarHistory()  # this run's logged values (the curves)
+        self.gallery = SampleGallery()  # the samples in the workspace, this run's as they are written
+        self.sample_requested = False  # "Sample now" was pressed: the view shows its result when it comes
 
     @property
     def running(self) -> bool:
@@ -98,6 +106,12 @@ class TrainingController:
             raise UserError("training is already running: stop it first")
         self.state = TrainState(phase=STARTING, status="starting", epochs=getattr(config, "epochs", 0))
         self.commands = TrainCommands()
+        self.scalars.clear()
+        self.sample_requested = False
+        workspace = getattr(config, "workspace_dir", "")
+        if workspace:
+            self.gallery.load_folder(samples_folder(workspace))
+        gc.collect()  # on the Tk thread: a collection in the worker would run Tk objects' __del__ there
         self.thread = threading.Thread(target=self._work, args=(config, self.commands), name="training", daemon=True)
         self.thread.start()
 
@@ -118,6 +132,7 @@ class TrainingController:
     def sample_now(self) -> bool:
         if self.running and self.commands is not None:
             self.commands.sample()
+            self.sample_requested = True
             self.state.status = "sampling after this step"
             return True
         return False
@@ -146,6 +161,10 @@ class TrainingController:
                 state.phase = TRAINING
             if state.phase != STOPPING:
                 state.status = update.status
+        elif event.kind == "scalar":
+            self.scalars.add(*event.payload)
+        elif event.kind == "sample":
+            self.gallery.add(event.payload)
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             state.status = "done: " + ", ".join(state.outputs) if state.outputs else "done"
@@ -175,7 +194,9 @@ class TrainingController:
         started = time.monotonic()
         try:
             callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
-                                       on_status=lambda text: self._put("status", text))
+                                       on_status=lambda text: self._put("status", text),
+                                       on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
+                                       on_sample=lambda record: self._put("sample", record))
             self._put("status", "loading")
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()

@@ -13,6 +13,7 @@ from modules.ui.views.backup_tab import BackupTab
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.bottom_bar import BottomBar
 from modules.ui.views.concepts_tab import ConceptsTab
+from modules.ui.views.curves_tab import CurvesTab
 from modules.ui.views.data_tab import DataTab
 from modules.ui.views.dialogs import MessageDialog
 from modules.ui.views.elements_tab import ElementsTab
@@ -20,6 +21,7 @@ from modules.ui.views.general_tab import GeneralTab
 from modules.ui.views.lora_tab import LoRATab
 from modules.ui.views.model_tab import ModelTab
 from modules.ui.views.pathways_tab import PathwaysTab
+from modules.ui.views.samples_tab import SamplesTab
 from modules.ui.views.sampling_tab import SamplingTab
 from modules.ui.views.top_bar import TopBar
 from modules.ui.views.training_tab import TrainingTab
@@ -29,7 +31,8 @@ from modules.util.errors import UserError
 logger = logging.getLogger(__name__)
 
 TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
-                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab)
+                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, SamplesTab,
+                                          CurvesTab)
 
 
 class TrainUI(ctk.CTk):
@@ -114,7 +117,7 @@ class TrainUI(ctk.CTk):
             self._defer_refresh()
             return
         self.bottom_bar.refresh()
-        for name in ("backup", "sampling"):
+        for name in ("backup", "sampling", "samples", "curves"):
             if name in self.tabs:
                 self.tabs[name].refresh()
 
@@ -140,6 +143,9 @@ class TrainUI(ctk.CTk):
     def _handle(self, event: Event) -> None:
         if event.kind == "error":
             self.show_message("Training failed", event.payload)
+        elif event.kind == "sample" and self.app.training.sample_requested:  # "Sample now": show its result
+            self.app.training.sample_requested = False
+            self.show_tab("samples")
         elif event.kind == "done" and "backup" in self.tabs:
             self.tabs["backup"].refresh()
 
@@ -197,6 +203,10 @@ class TrainUI(ctk.CTk):
 
     def destroy(self) -> None:
         self.app.tensorboard.stop()
+        for tab in self.tabs.values():
+            close = getattr(tab, "close", None)
+            if close is not None:
+                close()
         if self._poll_job is not None:
             self.after_cancel(self._poll_job)
             self._poll_job = None
