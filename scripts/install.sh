@@ -5,7 +5,8 @@
 #   TORCH_SPEC   install exactly this instead, e.g.
 #                TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
 # --locked: install requirements.lock instead of requirements.txt, every file checked against its sha256
-#           (pip --require-hashes): the exact packages the lock was made with (scripts/lock_requirements.sh).
+#           (pip --require-hashes): the exact packages the lock was made with (scripts/lock_requirements.sh);
+#           then torch as above (the lock leaves it out: its build differs per machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 locked=0
@@ -29,19 +30,27 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV_PY" -c "import t
   exit 0  # already installed
 fi
 "$VENV_PY" -m pip install --quiet --upgrade pip
-if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
-  spec=$(bash scripts/torch_spec.sh)
-  # shellcheck disable=SC2086
-  "$VENV_PY" -m pip install $spec
-else
-  echo "torch: keeping the installed $("$VENV_PY" -c 'import torch; print(torch.__version__)')"
-fi
-echo "installing $requirements"
+install_torch() {
+  if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
+    spec=$(bash scripts/torch_spec.sh)
+    # shellcheck disable=SC2086
+    "$VENV_PY" -m pip install $spec
+  else
+    echo "torch: keeping the installed $("$VENV_PY" -c 'import torch; print(torch.__version__)')"
+  fi
+}
 if [ "$locked" = 1 ]; then
-  # --no-deps: the lock lists every package but torch, which is already installed (its own dependencies with it)
+  # The lock first, so that every package but torch comes hash-checked: it holds torch's own dependencies
+  # (filelock, sympy, jinja2, ...) but not torch, whose build differs per machine. --no-deps: the lock is complete.
+  echo "installing requirements.lock (pip --require-hashes)"
   "$VENV_PY" -m pip install --require-hashes --no-deps -r requirements.lock
+  # then torch (pinned by torch_spec.sh, not hash-checked): its dependencies are already there, so all it adds
+  # is the build's own runtime (CUDA's nvidia-* packages and triton) from its index
+  install_torch
   "$VENV_PY" -m pip check
 else
+  install_torch
+  echo "installing requirements.txt"
   "$VENV_PY" -m pip install -r requirements.txt
 fi
 echo "$want" > "$stamp"

@@ -63,10 +63,65 @@ def test_the_lock_pins_what_requirements_txt_pins_each_with_hashes():
     assert not [n for n in locked if n == "torch" or n.startswith(("nvidia-", "cuda-")) or n == "triton"]
 
 
-def test_install_sh_takes_locked_and_refuses_other_options(tmp_path):
+FAKE_PYTHON = """#!/bin/sh
+# a venv's python that installs nothing: it logs pip's arguments, and imports what pip "installed"
+d=$(dirname "$0")/..
+if [ "$1" = -c ]; then
+  case "$2" in *torch*) [ -f "$d/has-torch" ] || exit 1 ;; esac
+  case "$2" in *diffusers*) [ -f "$d/has-diffusers" ] || exit 1 ;; esac
+  case "$2" in *print*) echo 2.13.0 ;; esac
+  exit 0
+fi
+echo "$*" >> "$d/pip.log"
+case "$*" in *"install torch=="*) touch "$d/has-torch" ;; *" -r requirements"*) touch "$d/has-diffusers" ;; esac
+"""
+
+
+def install(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """scripts/install.sh in a copy of the repository whose .venv has a fake python, on a machine with no GPU
+    tools (PATH holds only the shell tools the scripts use): what it says and what it asks pip for."""
+    repo = tmp_path / "repo"
+    if not repo.exists():
+        (repo / "scripts").mkdir(parents=True)
+        for name in ("scripts/install.sh", "scripts/torch_spec.sh", "requirements.txt", "requirements.lock"):
+            shutil.copy(REPO_ROOT / name, repo / name)
+        (repo / ".venv" / "bin").mkdir(parents=True)
+        (repo / ".venv" / "bin" / "python").write_text(FAKE_PYTHON)
+        (repo / ".venv" / "bin" / "python").chmod(0o755)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for tool in ("bash", "cat", "cut", "dirname", "head", "sha256sum", "touch"):
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    log = repo / ".venv" / "pip.log"
+    log.unlink(missing_ok=True)
+    env = {"PATH": str(tmp_path / "bin"), "ROCM_ROOT": str(tmp_path / "no-rocm")}
+    result = subprocess.run([shutil.which("bash"), str(repo / "scripts" / "install.sh"), *args], capture_output=True,
+                            text=True, env=env, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return result, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_install_sh_locked_installs_the_lock_with_hashes_then_the_cpu_torch(tmp_path):
+    result, pip = install(tmp_path, "--locked")
+    assert "no NVIDIA or AMD GPU found" in result.stderr  # it picks the CPU and says so
+    assert pip == ["-m pip install --quiet --upgrade pip",
+                   "-m pip install --require-hashes --no-deps -r requirements.lock",  # every file hash-checked
+                   "-m pip install torch==2.13.0",  # then torch: its dependencies are already there, from the lock
+                   "-m pip check"]
+    assert (tmp_path / "repo" / ".venv" / ".requirements.sha256").read_text().endswith(" requirements.lock\n")
+    assert install(tmp_path, "--locked")[1] == []  # installed: a second run does nothing
+    assert install(tmp_path)[1][-1] == "-m pip install -r requirements.txt"  # the other file: installs it
+
+
+def test_install_sh_unlocked_installs_torch_then_requirements_txt(tmp_path):
+    result, pip = install(tmp_path)
+    assert "no NVIDIA or AMD GPU found" in result.stderr
+    assert pip == ["-m pip install --quiet --upgrade pip", "-m pip install torch==2.13.0",
+                   "-m pip install -r requirements.txt"]
+
+
+def test_install_sh_refuses_other_options_and_ci_takes_the_locked_path():
     bad = subprocess.run([shutil.which("bash"), str(REPO_ROOT / "scripts" / "install.sh"), "--frozen"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown option '--frozen'" in bad.stderr
-    script = (REPO_ROOT / "scripts" / "install.sh").read_text(encoding="utf-8")
-    assert "--require-hashes --no-deps -r requirements.lock" in script
     assert "install.sh --locked" in (REPO_ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")  # CI's path
