@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 PLAYER_SIZE = (640, 400)  # the largest the playing video is drawn
 SHEET_WIDTH = 1160  # the contact sheet's width at most
-HISTORY_HEIGHT = 72  # one row per earlier step in "across steps"
+SHEET_HEIGHT = 150
+HISTORY_HEIGHT = 60  # one row per earlier step in "across steps"
 HISTORY_ROWS = 8  # the newest steps shown there
 ELEMENT_SIZE = 120
 
@@ -183,7 +184,7 @@ class SamplesTab(BaseTab):
         self.previous_button.configure(state="normal" if position > 0 else "disabled")
         self.next_button.configure(state="normal" if 0 <= position < len(steps) - 1 else "disabled")
         newest = bool(steps) and gallery.step == steps[-1]
-        self.follow_label.configure(text=f"{len(gallery)} samples at {len(steps)} steps" +
+        self.follow_label.configure(text=f"{_count(len(gallery), 'sample')} at {_count(len(steps), 'step')}" +
                                     (" · new samples are shown as they are written" if newest else
                                      " · ▶ to the newest"))
 
@@ -256,7 +257,7 @@ class SamplesTab(BaseTab):
         """A plain Tk label. The cells rebuilt while a run goes are plain Tk widgets with a font tuple: a CTkLabel
         makes a CTkFont, and a font collected later on the training thread runs Tk's __del__ there (a stall)."""
         return tk.Label(master, text=text, bg=self._bg, fg=_mode(color), anchor="w", justify="left",
-                        font=("TkDefaultFont", 10, "bold" if bold else "normal"))
+                        font=("TkDefaultFont", 9, "bold" if bold else "normal"))
 
     def _show_elements(self, record: SampleRecord) -> None:
         for child in self.elements_frame.winfo_children():
@@ -288,8 +289,8 @@ class SamplesTab(BaseTab):
             return
         title = "contact sheet (reference frames, then generated frames)" if record.elements else "contact sheet"
         self.sheet_title.configure(text=title)
-        self.sheet_image = sheet.resize(fit_size(sheet.width, sheet.height, SHEET_WIDTH, 260, 4.0), Image.NEAREST
-                                        if sheet.height < 130 else Image.BILINEAR)
+        self.sheet_image = sheet.resize(fit_size(sheet.width, sheet.height, SHEET_WIDTH, SHEET_HEIGHT, 4.0),
+                                        Image.NEAREST if sheet.height < SHEET_HEIGHT // 2 else Image.BILINEAR)
         self._sheet_photo = ImageTk.PhotoImage(self.sheet_image, master=self.sheet)
         self.sheet.configure(image=self._sheet_photo)
 
@@ -328,6 +329,10 @@ class SamplesTab(BaseTab):
             except tk.TclError:
                 pass
             self._timer = None
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _short(text: str, length: int) -> str:

@@ -46,3 +46,11 @@ def capture_tabs(ui: "TrainUI", out_dir: str | os.PathLike, tabs: Iterable[str] 
         ui.show_tab(name)
         written.append(capture_window(ui, Path(out_dir) / tab_file_name(name)))
     return written
+
+
+def scroll_to(tab, widget, above: int = 60) -> None:
+    """Scroll `tab`'s body so that `widget` is near the top of the view (`above` pixels of context over it)."""
+    tab.ui.update_idletasks()
+    canvas = tab.body._parent_canvas  # customtkinter's scrollable frame draws its content on this canvas
+    height = max(1, tab.body.winfo_height())
+    canvas.yview_moveto(max(0.0, (widget.winfo_y() - above) / height))
