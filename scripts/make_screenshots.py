@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", default=str(REPO_ROOT / "docs" / "images"), help="where the PNGs go")
     parser.add_argument("--workdir", help="where the demo (model, data, run) is built; default: a temporary folder, "
                                           "removed afterwards")
-    parser.add_argument("--steps", type=int, default=40, help="training steps of the demo run (samples every 10)")
+    parser.add_argument("--steps", type=int, default=40, help="training steps of the demo run (a multiple of 4: four clips an epoch; samples every 10)")
     parser.add_argument("--use-display", action="store_true",
                         help="draw on $DISPLAY instead of a private Xvfb server (to watch it happen)")
     return parser.parse_args(argv)
@@ -129,7 +128,7 @@ def settle_events(ui) -> None:
         time.sleep(0.02)
 
 
-def take_screenshots(config: Path, output: Path, steps: int) -> list[Path]:
+def take_screenshots(config: Path, output: Path) -> list[Path]:
     from modules.ui.controllers.app_controller import AppController
     from modules.ui.views.main_window import TAB_CLASSES, TrainUI
     from modules.ui.views.screenshots import capture_tabs, capture_window, scroll_to, settle
@@ -180,7 +179,7 @@ def main() -> int:
     try:
         config = build_demo(workdir, args.steps)
         os.chdir(workdir)  # the config's relative paths, and what the fields show
-        for path in take_screenshots(config.relative_to(workdir), output, args.steps):
+        for path in take_screenshots(config.relative_to(workdir), output):
             print(f"wrote {path}")
     finally:
         os.chdir(previous)
