@@ -23,6 +23,7 @@ from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.modelSampler.e2v_sampling import build_conditioning, contact_sheet, denoise_e2v
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
+from modules.modelSetup.memory import is_placement_managed
 from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
 from modules.util.config.train_config import SampleConfig
@@ -109,7 +110,8 @@ class WanModelSampler:
 
     def _move(self, device: torch.device) -> None:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
-            if module is not None and not is_sharded(module):  # FSDP shards already live on their rank's device
+            # FSDP shards already live on their rank's device; block swap and expert offload place their own
+            if module is not None and not is_sharded(module) and not is_placement_managed(module):
                 module.to(device)
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:

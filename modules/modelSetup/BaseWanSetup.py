@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 
 import torch
 from diffusers import WanTransformer3DModel
@@ -17,7 +18,8 @@ from modules.modelSetup import sharding
 from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY, EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
-from modules.modelSetup.memory import BlockSwapper, activation_offload
+from modules.modelSetup.compile import CompileLog, compile_blocks
+from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
 from modules.util.attention_backends import apply_attention_backend
@@ -25,6 +27,8 @@ from modules.util.distributed import DistributedContext
 from modules.util.enum import DataParallel, WanExpert
 
 EXPERT_NAMES = ("transformer", "transformer_2")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -46,6 +50,8 @@ class BaseWanSetup:
         self._sharded = False
         self.ddp: dict[int, torch.nn.Module] = {}
         self.swappers: list[BlockSwapper] = []
+        self.offloader: ExpertOffloader | None = None  # offload_inactive_expert
+        self.compile_log: CompileLog | None = None  # compile: graphs per new shape
         # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
         self.full_train = full_train or {}
         # a textual-inversion embedding (EMBEDDING, or LORA with embedding.placeholder)
@@ -141,25 +147,43 @@ class BaseWanSetup:
         data-parallel training; encoders stay where the data loader wants them."""
         dist = dist or DistributedContext()
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
-        self.swappers, self.ddp = [], {}
+        self.swappers, self.ddp, self.offloader, self.compile_log = [], {}, None, None
         device = self.model.train_device
         apply_attention_backend(self.model.transformers(), self.config.attention_backend, device.type, training=True)
-        for expert, transformer in self.trained_transformers():
+        trained = self.trained_transformers()
+        offload = self.config.offload_inactive_expert and len(trained) == 2 and not self._sharded
+        if self.config.offload_inactive_expert and not offload:
+            logger.warning("offload_inactive_expert: this run trains one transformer, so there is no idle expert to offload")
+        for expert, transformer in trained:
             if self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()
             if self._sharded:  # from the CPU, block by block
                 sharding.shard_transformer(transformer, device, dist.world_size)
             elif self.config.blocks_to_swap:
                 swapper = BlockSwapper(transformer, self.config.blocks_to_swap, device)
-                swapper.place(transformer)
+                if not offload:  # else the offloader places the rest: never both experts on the device at once
+                    swapper.place(transformer)
                 self.swappers.append(swapper)
-            else:
+            elif not offload:
                 transformer.to(device)
             transformer.train()
+        if offload:
+            swapped = set().union(*(swapper.swapped_tensors() for swapper in self.swappers))
+            self.offloader = ExpertOffloader([t for _, t in trained], device, swapped)
+        if self.config.compile:
+            for _, transformer in trained:
+                compile_blocks(transformer)
+            self.compile_log = CompileLog()
+        for expert, transformer in trained:
             trains = any(p.requires_grad for p in transformer.parameters())  # not under EMBEDDING: DDP needs some
             if dist.enabled and not self._sharded and trains:  # the bare transformer stays in the model for sampling
                 from torch.nn.parallel import DistributedDataParallel
 
+                if self.swappers or self.offloader is not None:
+                    # frozen weights partly on the CPU by design: DDP neither syncs nor checks them (every rank
+                    # loaded the same ones)
+                    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                        transformer, [n for n, p in transformer.named_parameters() if not p.requires_grad])
                 self.ddp[expert] = DistributedDataParallel(
                     transformer, device_ids=[device.index] if device.type == "cuda" else None)
 
@@ -296,6 +320,8 @@ class BaseWanSetup:
     def predict(self, inputs: StepInputs, random: StepRandom) -> StepOutput:
         """The training step's forward: σ and noise drawn from the step's streams."""
         sigmas, expert = self.sample_sigmas(random, tuple(inputs.x0.shape))
+        if self.compile_log is not None:
+            self.compile_log.step(tuple(inputs.x0.shape))
         noise = random.randn(tuple(inputs.x0.shape[1:]))
         return self.predict_at(inputs, sigmas, noise, expert)
 

@@ -18,7 +18,7 @@ class WanEmbeddingSetup(BaseWanSetup):
         for _, transformer in self.trained_transformers():  # the experts the step runs through
             transformer.requires_grad_(False)
             if self.config.fp8_base_weights:  # frozen weights: float8 storage as under a LoRA
-                enable_fp8_storage(transformer, self.model.train_dtype, ())
+                enable_fp8_storage(transformer, self.model.train_dtype, (), self.config.fp8_scale)
         return []
 
     def _trains(self, expert: int, name: str) -> bool:

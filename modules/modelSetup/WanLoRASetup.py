@@ -26,7 +26,7 @@ class WanLoRASetup(BaseWanSetup):
         for expert, transformer in self.trained_transformers():
             if config.fp8_base_weights:  # before injection, so the LoRA matrices stay in full precision
                 keep = tuple(name.rsplit(".", 1)[0] for name in self.full_train.get(expert, []))
-                enable_fp8_storage(transformer, self.model.train_dtype, keep)
+                enable_fp8_storage(transformer, self.model.train_dtype, keep, config.fp8_scale)
             full = set(self.full_train.get(expert, []))
             targets = [t for t in select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
                                                       config.lora_layer_filter) if f"{t}.weight" not in full]

@@ -1,4 +1,5 @@
-"""Memory features for real GPUs: block swap, fp8 weight storage, activation offload, VAE tiling.
+"""Memory features for real GPUs: block swap, fp8 weight storage, activation offload, idle-expert offload,
+encoders off the GPU after caching, VAE tiling.
 
 All of them leave the math unchanged (fp8 storage up to its rounding), so they are tested on the CPU
 for equal losses and measured on a GPU.
@@ -11,21 +12,25 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.modelSetup.fp8_storage import store_linears_in_fp8
+from modules.util.enum import Fp8Scale
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 
 def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.dtype,
-                       keep: tuple[str, ...] = ()) -> None:
-    """Store the frozen base weights in float8 (e4m3) and upcast each layer just for its forward.
+                       keep: tuple[str, ...] = (), scale: Fp8Scale = Fp8Scale.NONE) -> None:
+    """Store the frozen base weights of the Linear layers in float8 (e4m3), plain or scaled (`fp8_storage`),
+    dequantized per layer in the forward pass.
 
-    Must run before LoRA injection: the LoRA matrices added afterwards keep their own dtype. `keep`
-    names modules that train fully (E2V-expanded inputs) and so stay in full precision.
+    Must run before LoRA injection: the LoRA matrices added afterwards keep their own dtype. `keep` names
+    modules that train fully (E2V-expanded inputs) and so stay in full precision; the model's own
+    `_skip_layerwise_casting_patterns` (patch embedding, condition embedder, norms) stay as they are too.
     """
-    patterns = tuple(getattr(transformer, "_skip_layerwise_casting_patterns", None) or ()) + keep
-    transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype,
-                                         skip_modules_pattern=patterns or None)
+    patterns = tuple(getattr(transformer, "_skip_layerwise_casting_patterns", None) or ())
+    count = store_linears_in_fp8(transformer, compute_dtype, scale, patterns, keep)
+    logger.info("fp8 storage (%s scale): %d Linear weights in float8_e4m3fn", scale.name, count)
 
 
 @contextlib.contextmanager
@@ -79,7 +84,12 @@ class BlockSwapper:
             self.cpu_weights.append(cpu)
             self.handles.append(block.register_forward_pre_hook(lambda m, a, i=index: self._before(i)))
             self.handles.append(block.register_forward_hook(lambda m, a, o, i=index: self._after(i)))
+        mark_placement_managed(transformer)
         logger.info("block swap: %d of %d blocks keep their frozen weights on the CPU", count, len(blocks))
+
+    def swapped_tensors(self) -> set[int]:
+        """ids of the host tensors this swapper owns (other placement code must leave them on the CPU)."""
+        return {id(cpu) for weights in self.cpu_weights for cpu in weights.values()}
 
     def _params(self, index: int):
         block = self.blocks[index]
@@ -120,7 +130,7 @@ class BlockSwapper:
 
     def place(self, transformer: torch.nn.Module) -> None:
         """Move everything but the swapped frozen weights to the device (never the whole model at once)."""
-        swapped = {id(cpu) for weights in self.cpu_weights for cpu in weights.values()}
+        swapped = self.swapped_tensors()
         for tensor in list(transformer.parameters()) + list(transformer.buffers()):
             if id(tensor.data) not in swapped and tensor.device != self.device:
                 tensor.data = tensor.data.to(self.device)
@@ -128,6 +138,105 @@ class BlockSwapper:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def mark_placement_managed(module: torch.nn.Module) -> None:
+    """Say that a memory feature places `module`'s weights (some stay on the CPU by design): whole-module moves
+    (the sampler's) must leave it alone."""
+    module._wan_placement_managed = True  # noqa: SLF001 - a plain flag on the module
+
+
+def is_placement_managed(module: torch.nn.Module) -> bool:
+    return bool(getattr(module, "_wan_placement_managed", False))
+
+
+def _host_copy(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
+    data = tensor.to("cpu")
+    return data.pin_memory() if pin else data
+
+
+def can_pin_memory(device: torch.device) -> bool:
+    """Page-locked host memory (fast, asynchronous copies) exists only beside a CUDA or ROCm device."""
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+class ExpertOffloader:
+    """Two-expert models, train_expert BOTH: only the expert that the step's σ routes to holds its frozen weights
+    on the device; the idle one's live in (pinned) host memory.
+
+    A forward pre-hook on each transformer brings its frozen weights in (after pointing the other expert's back
+    at their host copies, so one expert's weights are on the device at a time) — training steps, validation and
+    the sampler's switch at the boundary all go through it. Frozen weights never change, so nothing is copied
+    back. Trained parameters (adapters, embeddings), their optimizer state and the buffers stay on the device.
+    Weights that a BlockSwapper already keeps on the CPU are its business and are left out. On the CPU the
+    copies are no-ops, but every step takes the same path.
+    """
+
+    def __init__(self, transformers: list[torch.nn.Module], device: torch.device,
+                 swapped: set[int] | None = None):
+        self.device = device
+        self.pin = can_pin_memory(device)
+        swapped = swapped or set()
+        self.host: list[list[tuple[torch.nn.Parameter, torch.Tensor]]] = []
+        self.active: int | None = None
+        self.transfers = 0  # times an expert was brought in (the first one included)
+        self.handles = []
+        for index, transformer in enumerate(transformers):
+            pairs = []
+            for param in transformer.parameters():
+                if param.requires_grad or id(param.data) in swapped:
+                    continue
+                host = _host_copy(param.data, self.pin)
+                param.data = host
+                pairs.append((param, host))
+            self.host.append(pairs)
+            offloaded = {id(host) for _, host in pairs} | swapped
+            for tensor in list(transformer.parameters()) + list(transformer.buffers()):
+                if id(tensor.data) not in offloaded and tensor.device != device:
+                    tensor.data = tensor.data.to(device)
+            mark_placement_managed(transformer)
+            self.handles.append(transformer.register_forward_pre_hook(lambda m, a, i=index: self.activate(i)))
+        logger.info("offload_inactive_expert: the idle expert's %d frozen tensors wait in %s host memory",
+                    len(self.host[0]), "pinned" if self.pin else "plain")
+
+    def activate(self, index: int) -> None:
+        """Expert `index`'s frozen weights onto the device, the other's back to their host copies (first)."""
+        if self.active == index:
+            return
+        for other, pairs in enumerate(self.host):
+            if other != index:
+                for param, host in pairs:
+                    param.data = host  # the device copy is freed once autograd no longer holds it
+        for param, host in self.host[index]:
+            param.data = host.to(self.device, non_blocking=self.pin)
+        self.active = index
+        self.transfers += 1
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def release_from_device(modules, device: torch.device) -> int:
+    """Move `modules` (encoders after caching) to host memory and give their device memory back: their weights
+    are re-pointed at host copies, garbage is collected (reference cycles that hold device tensors) and, on a
+    CUDA/ROCm device, the caching allocator returns the freed blocks to the driver. Returns the device bytes
+    freed (0 on the CPU, where the move is a no-op)."""
+    import gc
+
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    before = torch.cuda.memory_allocated(device) if cuda else 0
+    for module in modules:
+        if module is not None:
+            module.to("cpu")
+    gc.collect()
+    if not cuda:
+        return 0
+    torch.cuda.empty_cache()
+    freed = before - torch.cuda.memory_allocated(device)
+    logger.info("encoders off the GPU: %.2f GiB freed, %.2f GiB still allocated", freed / 2 ** 30,
+                torch.cuda.memory_allocated(device) / 2 ** 30)
+    return freed
 
 
 def enable_vae_tiling(vae) -> None:

@@ -5,7 +5,8 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
 - caching (`prepare()`): the text encoder, VAE and CLIP weights, plus the VAE's working set while it encodes
   the largest clip (a 4-frame chunk at a time: 8 feature maps of 96 channels at full resolution, fp32);
 - training: the transformer weights (parameter counts of the real classes built on the meta device; fp8 base
-  weights 1 byte per block Linear weight; swapped blocks' frozen weights off the GPU but for 2), the trained
+  weights 1 byte per block Linear weight, plus 4 bytes per scale with fp8_scale TENSOR / CHANNEL; swapped blocks'
+  frozen weights off the GPU but for 2; with offload_inactive_expert one expert's weights only), the trained
   parameters (the real adapter injected on the meta device), their gradients, the optimizer's state
   (`OptimizerSpec.state_bytes`), the EMA copy on the GPU, the VAE (it stays for sampling), the text encoder when
   latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 
 from modules.util.config.train_config import TrainConfig, frame_lengths, resolutions
-from modules.util.enum import DataType, EmaMode, TrainingMethod, WanExpert
+from modules.util.enum import DataType, EmaMode, Fp8Scale, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 
 GIB = 2 ** 30
@@ -48,6 +49,7 @@ class Estimate:
     phases: dict[str, dict[str, float]]  # phase -> term -> GiB
     gpu_gib: float | None
     suggestions: list[str]
+    both_experts: bool = False  # a two-expert model with both experts trained (offload_inactive_expert applies)
 
     @property
     def peak_gib(self) -> float:
@@ -96,11 +98,12 @@ def _count_transformer(config: dict) -> dict[str, int]:
     from diffusers import WanTransformer3DModel
 
     model = _meta_model(WanTransformer3DModel, config)
-    linear = sum(m.weight.numel() for n, m in model.named_modules()
-                 if isinstance(m, torch.nn.Linear) and n.startswith("blocks."))
+    linears = [m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith("blocks.")]
+    linear = sum(m.weight.numel() for m in linears)
     block = sum(p.numel() for p in model.blocks[0].parameters())
     return {"total": sum(p.numel() for p in model.parameters()), "block_linear": linear, "block": block,
-            "layers": len(model.blocks)}
+            "layers": len(model.blocks), "block_linear_layers": len(linears),
+            "block_linear_rows": sum(m.out_features for m in linears)}
 
 
 def adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
@@ -179,10 +182,17 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     # frozen base weights (LoRA, embedding): fp8 storage and block swap apply
     lora = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
 
+    # offload_inactive_expert: one expert's frozen weights on the GPU at a time (the experts are alike: the first)
+    offload = lora and train.offload_inactive_expert and trained == [0, 1]
     weights = 0.0
     for index, count in enumerate(counts):
-        linear_bytes = 1 if lora and train.fp8_base_weights else weight_bytes
+        if offload and index == 1:
+            continue
+        fp8 = lora and train.fp8_base_weights
+        linear_bytes = 1 if fp8 else weight_bytes
         weights += count["block_linear"] * linear_bytes + (count["total"] - count["block_linear"]) * weight_bytes
+        if fp8 and train.fp8_scale != Fp8Scale.NONE:  # float32 scales: one per weight, or one per output channel
+            weights += 4 * count["block_linear_layers" if train.fp8_scale == Fp8Scale.TENSOR else "block_linear_rows"]
         if lora and train.blocks_to_swap and index in trained:  # swapped blocks' frozen weights live on the CPU
             per_block = (count["block_linear"] * linear_bytes / count["layers"]
                          + (count["block"] - count["block_linear"] / count["layers"]) * weight_bytes)
@@ -234,7 +244,7 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
                "vae_encode": vae_chunk}
     phases = {"training": {k: v / GIB for k, v in training.items()},
               "caching": {k: v / GIB for k, v in caching.items()}}
-    result = Estimate(phases, gpu_gib, [])
+    result = Estimate(phases, gpu_gib, [], both_experts=trained == [0, 1])
     result.suggestions = suggestions(train, result)
     return result
 
@@ -265,6 +275,9 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
                    "host copies each step)")
     if lora and not train.blocks_to_swap:
         out.append("blocks_to_swap: N (moves N blocks' frozen weights to the CPU; slower the larger N)")
+    if lora and current.both_experts and not train.offload_inactive_expert:
+        out.append("offload_inactive_expert: true (the idle expert's frozen weights wait in CPU memory; one "
+                   "transfer each time the routed expert changes)")
     if not train.latent_caching:
         out.append(f"latent_caching: true (frees {training['text_encoder_weights']:.1f} GiB of text encoder)")
     out.append("lower resolution or frames (activations grow with tokens)")

@@ -30,7 +30,7 @@ from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.ema import WeightEMA
-from modules.modelSetup.memory import enable_vae_tiling
+from modules.modelSetup.memory import enable_vae_tiling, release_from_device
 from modules.model.step_inputs import StepRandom
 from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
@@ -180,9 +180,9 @@ class GenericTrainer:
         if not self.config.latent_caching:
             return
         keep_text = self.setup is not None and self.setup.embedding_training is not None
-        for module in (None if keep_text else self.model.text_encoder, self.model.image_encoder):
-            if module is not None:
-                module.to("cpu")
+        # moved, garbage collected, and the GPU's caching allocator emptied: the memory really returns
+        release_from_device((None if keep_text else self.model.text_encoder, self.model.image_encoder),
+                            self.model.train_device)
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"

@@ -7,6 +7,7 @@ upgrades older files.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from modules.util.enum import (
     FrameSampleStrategy,
     DataType,
     EmaMode,
+    Fp8Scale,
     HuberSchedule,
     LearningRateScheduler,
     LossType,
@@ -307,9 +309,12 @@ class TrainConfig(BaseConfig):
     gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
+    compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
+    fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
+    offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
@@ -440,6 +445,16 @@ class TrainConfig(BaseConfig):
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
         if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base_weights):
             fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
+        if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base_weights:
+            fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
+        if self.offload_inactive_expert and self.training_method == TrainingMethod.FINE_TUNE:
+            fail("offload_inactive_expert", "moves frozen weights: it works with LORA and EMBEDDING training, not FINE_TUNE")
+        if self.offload_inactive_expert and self.train_expert != WanExpert.BOTH:
+            fail("offload_inactive_expert", f"applies to train_expert BOTH (with {self.train_expert.name} the other expert "
+                                            "is not trained and stays off the GPU anyway): set it false")
+        if self.compile and device_type_of(self.train_device) == "cuda" and importlib.util.find_spec("triton") is None:
+            fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
+                            "install it or set compile false")
         if self.data_parallel == DataParallel.FSDP:
             if self.training_method != TrainingMethod.FINE_TUNE:
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")

@@ -53,6 +53,14 @@ class PromptSource(Enum):
     FIELD = "FIELD"  # a manifest's field named prompt_field
 
 
+class Fp8Scale(Enum):
+    """How fp8_base_weights maps each frozen weight into float8 e4m3 (modules/modelSetup/fp8_storage.py)."""
+
+    NONE = "NONE"  # a plain cast, no scale
+    TENSOR = "TENSOR"  # one float32 scale per weight (amax / 448): ComfyUI's fp8_scaled format
+    CHANNEL = "CHANNEL"  # one float32 scale per output channel: the smallest error
+
+
 class AttentionBackend(Enum):
     """diffusers' attention dispatcher backends a run may use (modules/modelSetup/attention.py)."""
 
