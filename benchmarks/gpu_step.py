@@ -12,6 +12,9 @@ and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 conditi
     python benchmarks/gpu_step.py --model 14b --layers 8 --size 512x512 --frames 81 --checkpointing
     python benchmarks/gpu_step.py --model 14b --size 832x480 --frames 81 --checkpointing \\
         --blocks-to-swap 30 --fp8 --activation-offload
+    python benchmarks/gpu_step.py --model 1.3b --checkpointing --compile --attention-backend FLASH
+    python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --fp8 --fp8-scale CHANNEL
+    python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --experts 2 --offload-inactive-expert
     python benchmarks/gpu_step.py --device cpu --smoke      # 2 narrow layers, proves the script runs
 
 Prints one JSON object (see `main`). Model FLOPs are counted analytically (`step_flops`); MFU follows the
@@ -200,38 +203,46 @@ def check_flop_table(transformer, config: dict) -> None:
 
 # --- the step (the project's own code) ----------------------------------------------------------------
 def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
-                 dtype_name: str):
+                 dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
+                 offload_inactive_expert: bool = False, device: str = "auto"):
     from modules.util.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
         "lora_rank": rank, "lora_alpha": rank, "gradient_checkpointing": checkpointing,
         "blocks_to_swap": blocks_to_swap, "fp8_base_weights": fp8, "activation_offload": activation_offload,
         "train_dtype": dtype_name, "transformer_dtype": dtype_name, "tensorboard": False, "sample_at_end": False,
+        "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
+        # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
+        "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5,
     })
 
 
-def wan_model(transformer, config: dict, device, dtype):
-    """A WanModel holding only the transformer (the step needs no encoder: its inputs are synthetic)."""
+def wan_model(transformer, config: dict, device, dtype, transformer_2=None):
+    """A WanModel holding only the transformer(s) (the step needs no encoder: its inputs are synthetic). With
+    `transformer_2`, a Wan 2.2 A14B-like two-expert model (boundary 0.875)."""
     from modules.model.WanModel import WanModel
     from modules.model.WanVariant import WanVariant
     from modules.util.enum import ModelType
 
     i2v = config["image_dim"] is not None
+    two = transformer_2 is not None
     variant = WanVariant(
-        name="i2v" if i2v else "t2v", model_type=ModelType.WAN_2_1, in_channels=config["in_channels"],
-        out_channels=config["out_channels"], has_clip_branch=i2v, has_image_encoder=False, two_experts=False,
-        boundary_ratio=None, expand_timesteps=False, vae_z_dim=LATENT_CHANNELS, vae_scale_spatial=VAE_SPATIAL,
-        vae_scale_temporal=VAE_TEMPORAL, patch_size=tuple(config["patch_size"]), fps=16)
+        name=("a14b_" if two else "") + ("i2v" if i2v else "t2v"), model_type=ModelType.WAN_2_2 if two else ModelType.WAN_2_1,
+        in_channels=config["in_channels"], out_channels=config["out_channels"], has_clip_branch=i2v,
+        has_image_encoder=False, two_experts=two, boundary_ratio=0.875 if two else None, expand_timesteps=False,
+        vae_z_dim=LATENT_CHANNELS, vae_scale_spatial=VAE_SPATIAL, vae_scale_temporal=VAE_TEMPORAL,
+        patch_size=tuple(config["patch_size"]), fps=16)
     return WanModel(variant=variant, model_dir=Path("random"), tokenizer=None, text_encoder=None, vae=None,
-                    transformer=transformer, scheduler=None, train_device=device, train_dtype=dtype)
+                    transformer=transformer, scheduler=None, train_device=device, train_dtype=dtype,
+                    transformer_2=transformer_2)
 
 
-def prepare(transformer, config: dict, train, device, dtype):
+def prepare(transformer, config: dict, train, device, dtype, transformer_2=None):
     """WanLoRASetup as GenericTrainer.start() runs it: setup_trainable, prepare_device, optimizer."""
     from modules.modelSetup.WanLoRASetup import WanLoRASetup
     from modules.modelSetup.optimization import create_optimizer
 
-    setup = WanLoRASetup(wan_model(transformer, config, device, dtype), train)
+    setup = WanLoRASetup(wan_model(transformer, config, device, dtype, transformer_2), train)
     params = setup.setup_trainable()  # fp8 storage (if on), then the LoRA adapters
     setup.prepare_device()  # block swap or .to(device), gradient checkpointing, train()
     return setup, params, create_optimizer(params, train)
@@ -288,14 +299,60 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
 
     from torch.utils.flop_counter import FlopCounterMode
 
+    import torch
+
     math_sdpa = contextlib.nullcontext()
     if inputs.x0.device.type == "cpu":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         math_sdpa = sdpa_kernel(SDPBackend.MATH)
-    with math_sdpa, FlopCounterMode(display=False) as counter:
+    # compiled blocks run eagerly here: the counter sees aten ops, not inductor's kernels
+    eager = torch.compiler.set_stance("force_eager") if setup.config.compile else contextlib.nullcontext()
+    with math_sdpa, eager, FlopCounterMode(display=False) as counter:
         train_step(setup, params, optimizer, inputs, step, max_grad_norm, seed)
     return counter.get_total_flops()
+
+
+def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda: bool) -> list[dict]:
+    """One more step under torch.profiler: its Chrome trace to `args.profile` (block swap's copy stream beside
+    the compute stream shows whether the transfers are hidden) and the 15 ops with the most device time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        train_step(setup, params, optimizer, inputs, step, train.max_grad_norm, args.seed)
+        if cuda:
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(args.profile)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:15]
+    return [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key, 0) / 1000, 3)} for e in rows]
+
+
+def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int) -> dict:
+    """The GUI's VRAM estimate (modules/modelSetup/memory_estimate.py) of this run, from the same transformer
+    config written to a temporary folder: its training phase without the VAE term (this benchmark holds no VAE),
+    to set beside peak_vram_gib."""
+    import dataclasses
+    import tempfile
+
+    from modules.modelSetup.memory_estimate import estimate
+
+    with tempfile.TemporaryDirectory() as folder:
+        names = ["transformer", "transformer_2"][:experts]
+        for name in names:
+            (Path(folder) / name).mkdir()
+            (Path(folder) / name / "config.json").write_text(json.dumps(
+                {"_class_name": "WanTransformer3DModel", **config}))
+        run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
+                                  batch_size=batch)
+        try:
+            terms = estimate(run).phases["training"]
+        except Exception as e:  # the estimate is a side result: never lose the measurement to it
+            return {"estimate_error": str(e).splitlines()[0]}
+    return {"estimate_training_gib": round(sum(v for k, v in terms.items() if k != "vae_weights"), 3),
+            "estimate_terms_gib": {k: round(v, 3) for k, v in terms.items() if k != "vae_weights"}}
 
 
 def host_peak_rss_gib() -> float:
@@ -329,8 +386,19 @@ def main() -> int:
     parser.add_argument("--blocks-to-swap", type=int, default=0, help="BlockSwapper: last N blocks' weights on the CPU")
     parser.add_argument("--fp8", action="store_true", help="fp8 (e4m3) storage of the frozen weights")
     parser.add_argument("--activation-offload", action="store_true", help="saved activations in pinned CPU memory")
-    parser.add_argument("--attention-backend", help="diffusers attention backend (e.g. flash, _flash_3); "
-                        "default: torch SDPA")
+    parser.add_argument("--attention-backend", help="the config's attention_backend (AUTO, NATIVE, FLASH, CUDNN, FLEX: "
+                        "through diffusers' dispatcher, AUTO picks one) or a raw diffusers backend name (e.g. _flash_3), "
+                        "set after the setup; default AUTO")
+    parser.add_argument("--compile", action="store_true", help="compile: torch.compile each block (the warm-up "
+                        "steps include compiling: see warmup_times)")
+    parser.add_argument("--fp8-scale", choices=["NONE", "TENSOR", "CHANNEL"], default="NONE",
+                        help="with --fp8: plain e4m3 cast, one scale per weight (ComfyUI fp8_scaled) or per channel")
+    parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
+                        "(Wan 2.2 A14B-like, train_expert BOTH, half the steps on each)")
+    parser.add_argument("--offload-inactive-expert", action="store_true", help="with --experts 2: the idle "
+                        "expert's frozen weights in pinned CPU memory")
+    parser.add_argument("--profile", help="after the timed steps, profile one more step (torch.profiler, CPU and "
+                        "CUDA) and write its Chrome trace here (.json); the JSON gets the top ops by device time")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10; --smoke: 2)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; --smoke: 1)")
     parser.add_argument("--dtype", choices=["BFLOAT16", "FLOAT32"], default="BFLOAT16",
@@ -367,8 +435,29 @@ def main() -> int:
     config = transformer_config(args.model, args.layers, args.smoke)
     shape = latent_shape(width, height, frames)
     tokens = video_tokens(config, shape)
-    train = train_config(rank=args.lora_rank, checkpointing=args.checkpointing, blocks_to_swap=args.blocks_to_swap,
-                         fp8=args.fp8, activation_offload=args.activation_offload, dtype_name=args.dtype)
+    from modules.util.enum import AttentionBackend
+
+    ours = (args.attention_backend or "AUTO").upper() in AttentionBackend.__members__
+    if args.offload_inactive_expert and args.experts != 2:
+        parser.error("--offload-inactive-expert needs --experts 2")
+    if args.fp8_scale != "NONE" and not args.fp8:
+        parser.error("--fp8-scale needs --fp8")
+    from modules.util.config.base_config import ConfigError
+
+    try:
+        train = train_config(rank=args.lora_rank, checkpointing=args.checkpointing,
+                             blocks_to_swap=args.blocks_to_swap, fp8=args.fp8,
+                             activation_offload=args.activation_offload, dtype_name=args.dtype,
+                             fp8_scale=args.fp8_scale, compile=args.compile,
+                             attention_backend=(args.attention_backend or "AUTO").upper() if ours else "NATIVE",
+                             offload_inactive_expert=args.offload_inactive_expert, device=device.type)
+    except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
+        text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
+                           "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)
+        print(text)
+        if args.json:
+            Path(args.json).write_text(text)
+        return 4
     flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules, args.checkpointing)
 
     result = {
@@ -380,7 +469,8 @@ def main() -> int:
         "latent_shape": [LATENT_CHANNELS, *shape], "tokens": tokens, "text_tokens": TEXT_TOKENS,
         "image_tokens": IMAGE_TOKENS if config["image_dim"] is not None else 0,
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
-        "activation_offload": args.activation_offload, "attention_backend": args.attention_backend or "sdpa",
+        "activation_offload": args.activation_offload, "fp8_scale": args.fp8_scale, "compile": args.compile,
+        "experts": args.experts, "offload_inactive_expert": args.offload_inactive_expert,
         "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup, "build_on": args.build_on,
     }
     times: list[float] = []
@@ -388,15 +478,22 @@ def main() -> int:
     counted = None
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
+    build = device if args.build_on == "device" else torch.device("cpu")
     try:
         torch.manual_seed(args.seed)  # LoRA init
-        build = device if args.build_on == "device" else torch.device("cpu")
         transformer = build_transformer(config, build, dtype, args.seed)
         check_flop_table(transformer, config)
         result["base_params"] = sum(p.numel() for p in transformer.parameters())
-        if args.attention_backend:
-            transformer.set_attention_backend(args.attention_backend)
-        setup, params, optimizer = prepare(transformer, config, train, device, dtype)
+        transformer_2 = None
+        if args.experts == 2:  # the low-noise expert: same config, other random weights
+            transformer_2 = build_transformer(config, build, dtype, args.seed + 1)
+            result["base_params"] += sum(p.numel() for p in transformer_2.parameters())
+        setup, params, optimizer = prepare(transformer, config, train, device, dtype, transformer_2)
+        if not ours:  # a raw diffusers backend name, after prepare_device set the config's
+            for t in setup.model.transformers():
+                t.set_attention_backend(args.attention_backend)
+        result["attention_backend"] = getattr(next(m.processor for m in transformer.modules()
+                                                   if hasattr(m, "processor")), "_attention_backend", None) or "native"
         result["trainable_params"] = sum(p.numel() for p in params)
         inputs = make_inputs(config, shape, args.batch_size, device, args.seed)
         if cuda:
@@ -405,16 +502,26 @@ def main() -> int:
             result["setup_peak_vram_gib"] = gib(torch.cuda.max_memory_allocated(device))
             result["resident_vram_gib"] = gib(torch.cuda.memory_allocated(device))  # weights, LoRA, inputs
             torch.cuda.reset_peak_memory_stats(device)
+        warmup_times = []
         for step in range(warmup + steps):
             start = time.perf_counter()
             loss = train_step(setup, params, optimizer, inputs, step, train.max_grad_norm, args.seed)
             if cuda:
                 torch.cuda.synchronize(device)
-            if step >= warmup:
-                times.append(time.perf_counter() - start)
+            (times if step >= warmup else warmup_times).append(time.perf_counter() - start)
+        result["warmup_times"] = [round(t, 4) for t in warmup_times]  # with --compile: compiling happens here
+        if setup.offloader is not None:
+            result["expert_transfers"] = setup.offloader.transfers
+        if args.compile:
+            from modules.modelSetup.compile import compiled_graphs
+
+            result["compiled_graphs"] = compiled_graphs()
         if cuda:
             result["peak_vram_gib"] = gib(torch.cuda.max_memory_allocated(device))
             result["peak_vram_reserved_gib"] = gib(torch.cuda.max_memory_reserved(device))
+        if args.profile:
+            result["profile_top"] = profile_step(setup, params, optimizer, inputs, warmup + steps, train, args,
+                                                 cuda)
         try:  # after the measurement: running out of memory here leaves the timings standing
             counted = counted_step_flops(setup, params, optimizer, inputs, warmup + steps, train.max_grad_norm,
                                          args.seed)
@@ -429,6 +536,7 @@ def main() -> int:
     elif not cuda:
         result["peak_vram_gib"] = None
     result["peak_host_rss_gib"] = host_peak_rss_gib()
+    result.update(vram_estimate(config, train, width, height, frames, args.batch_size, args.experts))
 
     seconds = statistics.mean(times) if times else None
     result.update({

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Memory features: same loss and gradients with each combination, and (on a GPU) the peak memory of each.
 
-Every combination of gradient checkpointing, activation offload, block swap and fp8 weight storage
-trains the same random Wan transformer (same weights, same LoRA init, same inputs and step random
+Every combination of gradient checkpointing, activation offload, block swap and fp8 weight storage (plain,
+and scaled per tensor / per channel: `fp8_scale`) trains the same random Wan transformer (same weights, same LoRA init, same inputs and step random
 streams) for a few optimizer steps through the project's own step (`WanLoRASetup`, `prepare_device`,
 `predict`, AdamW; see benchmarks/gpu_step.py). Each step's loss and the first step's LoRA gradients
 are compared with the run without any feature: they must agree to float tolerance (float32: 1e-5
@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.gpu_step import (MODELS, build_transformer, gib, host_peak_rss_gib, latent_shape,  # noqa: E402
                                  make_inputs, parse_size, prepare, train_config, transformer_config, video_tokens)
 
-FEATURES = ("checkpointing", "activation_offload", "block_swap", "fp8")
+FEATURES = ("checkpointing", "activation_offload", "block_swap", "fp8", "fp8_tensor", "fp8_channel")
+FP8_SCALES = {"fp8": "NONE", "fp8_tensor": "TENSOR", "fp8_channel": "CHANNEL"}  # fp8 storage, by its fp8_scale
 COMBOS = [
     ("baseline", ()),
     ("checkpointing", ("checkpointing",)),
@@ -43,6 +44,8 @@ COMBOS = [
     ("fp8", ("fp8",)),
     ("fp8+checkpointing", ("fp8", "checkpointing")),
     ("fp8+block_swap+checkpointing+activation_offload", ("fp8", "block_swap", "checkpointing", "activation_offload")),
+    ("fp8_tensor+checkpointing", ("fp8_tensor", "checkpointing")),  # ComfyUI's fp8_scaled: one scale per weight
+    ("fp8_channel+checkpointing", ("fp8_channel", "checkpointing")),  # one scale per output channel
 ]
 TOLERANCE = {  # dtype -> (relative loss, relative gradient)
     "FLOAT32": (1e-5, 1e-4),
@@ -71,8 +74,11 @@ def run_combo(features: tuple[str, ...], args, device, dtype, swap: int) -> dict
     cuda = device.type == "cuda"
     config = transformer_config(args.model, args.layers, args.smoke)
     train = train_config(rank=args.lora_rank, checkpointing="checkpointing" in features,
-                         blocks_to_swap=swap if "block_swap" in features else 0, fp8="fp8" in features,
-                         activation_offload="activation_offload" in features, dtype_name=args.dtype)
+                         blocks_to_swap=swap if "block_swap" in features else 0,
+                         fp8=any(f in FP8_SCALES for f in features),
+                         fp8_scale=next((FP8_SCALES[f] for f in features if f in FP8_SCALES), "NONE"),
+                         activation_offload="activation_offload" in features, dtype_name=args.dtype,
+                         device=device.type)
     shape = latent_shape(*args.size, args.frames)
     out: dict = {"status": "ok"}
     losses, grads, times = [], None, []
@@ -122,7 +128,7 @@ def run_combo(features: tuple[str, ...], args, device, dtype, swap: int) -> dict
 
 def compare(result: dict, grads, reference: dict, reference_grads, features, dtype_name: str) -> None:
     loss_tol, grad_tol = TOLERANCE[dtype_name]
-    if "fp8" in features:
+    if any(f in FP8_SCALES for f in features):
         loss_tol, grad_tol = FP8_LOSS_TOLERANCE, None
     if result["status"] != "ok" or reference["status"] != "ok":
         result["match"] = None
