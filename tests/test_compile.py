@@ -83,3 +83,15 @@ def test_new_bucket_shapes_add_graphs_once_not_per_step(tiny_model, video_datase
     # each new shape logged once, at the step after it (when its graphs are known)
     assert [m.split(" (")[0] for m in setup.compile_log.messages] == [
         "compile: new shape [1, 16, 3, 4, 4]", "compile: new shape [1, 16, 3, 4, 8]", "compile: new shape [1, 16, 2, 8, 8]"]
+
+
+def test_compile_on_a_gpu_needs_triton(monkeypatch):
+    """Checked at start-up (CUDA and ROCm builds both compile through triton); the CPU needs none."""
+    from modules.util.config import train_config
+    from modules.util.config.base_config import ConfigError
+
+    real = train_config.importlib.util.find_spec
+    monkeypatch.setattr(train_config.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
+    with pytest.raises(ConfigError, match="config key 'compile' needs the 'triton' package on a GPU"):
+        TrainConfig.from_dict({"compile": True, "train_device": "cuda"})
+    assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile
