@@ -141,6 +141,29 @@ def test_config_errors_stop_before_the_model_loads(tiny_model, mixed, tmp_path, 
     assert trainer.model is None
 
 
+@pytest.mark.parametrize("elements, frames, key, hint", [
+    # A2's layout: subject, object, background take 1 + 4 + 4 = 9 reference frames; "separate" needs 4·3 + 1
+    pytest.param(3, 9, "samples[0].frames", "at least 13", id="references-fill-the-video"),
+    pytest.param(4, 17, "samples[0].elements", "at most 3", id="more-elements-than-the-layout"),
+])
+def test_e2v_sample_errors_stop_before_the_model_loads(tiny_model, mixed, tmp_path, monkeypatch, elements, frames,
+                                                       key, hint):
+    """Regression: a sample whose frames hold only its reference frames crashed the run at its first sample (a
+    ValueError from the video writer, nothing left after the references were dropped)."""
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the config error")
+
+    monkeypatch.setattr("modules.trainer.GenericTrainer.WanModelLoader.load", no_model)
+    images = [str(mixed / "data" / f"002_{role}.png") for role in ("subject", "object", "background", "subject")]
+    sample = {"prompt": "p", "elements": images[:elements], "frames": frames, "height": H, "width": W}
+    trainer = GenericTrainer(e2v_config(tiny_model("i2v"), tmp_path, mixed / "dataset.json", samples=[sample]))
+    with pytest.raises(UserError) as error:
+        trainer.start()
+    message = str(error.value)
+    assert "\n" not in message and f"'{key}'" in message and hint in message, message
+    assert trainer.model is None
+
+
 # --- scripts/preview_e2v.py ------------------------------------------------------------------------------
 
 

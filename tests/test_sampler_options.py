@@ -22,7 +22,7 @@ from modules.dataLoader.video_io import composite_alpha, read_image
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader
-from modules.dataLoader.e2v.sampling_options import a2_layout
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, a2_layout
 from modules.modelSampler.e2v_sampling import build_conditioning, initial_latents, sample_latents
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.WanModelSampler import WanModelSampler
@@ -302,3 +302,21 @@ def test_an_unreadable_element_is_one_line_naming_it(i2v, elements, tmp_path):
     with pytest.raises(UserError) as error:
         WanModelSampler(i2v).generate_e2v(sample([str(broken), *elements[1:]]), show_progress=False)
     assert str(broken) in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("layout, frames, needed", [("separate", 9, 13), ("joint", 9, 13), ("separate", 5, 13)])
+def test_frames_that_hold_only_the_references_are_one_line_before_any_work(i2v, elements, tmp_path, layout, frames,
+                                                                           needed):
+    """A2's three elements take 9 reference frames; with nothing left to generate, the sampler once wrote an
+    empty video (a ValueError from the writer). Now the frame count is refused before anything is generated."""
+    output = tmp_path / "out.mp4"
+    sampler = WanModelSampler(i2v, E2VSamplingOptions(target_layout=layout))
+    with pytest.raises(UserError) as error:
+        sampler.sample_to_file(sample(elements, frames=frames), output, show_progress=False)
+    message = str(error.value)
+    assert "frames" in message and f"at least {needed}" in message and "\n" not in message, message
+    assert not output.exists()
+    # "joint" drops the 9 reference frames themselves: the smallest count that holds them leaves needed − 9
+    if layout == "joint":
+        frames_out, _ = sampler.generate_e2v(sample(elements, frames=needed, steps=1, cfg_scale=1.0), False)
+        assert len(frames_out) == needed - 9

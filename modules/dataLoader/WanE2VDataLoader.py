@@ -79,13 +79,22 @@ def resolve_e2v_type(requested: str, model: WanModel) -> str:
 
 def validate_e2v_config(config: TrainConfig) -> None:
     """Dataset JSON and layout checks that need no model (run before loading one)."""
-    for index, dataset in enumerate(load_dataset_config(config.dataset_config).datasets):
+    datasets = load_dataset_config(config.dataset_config).datasets
+    for index, dataset in enumerate(datasets):
         needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
         if needed > dataset.max_num_frames:
             raise ConfigError(
                 f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
                 f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
                 f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
+    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
+    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
+        options = E2VSamplingOptions([ElementSpec(e.vae.repeat) for e in trained[0].layout_order()],
+                                     target_layout=config.e2v.target_layout)
+        for index, sample in enumerate(config.samples):
+            if sample.enabled and sample.elements:
+                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
+                                     f"config key 'samples[{index}].elements'")
 
 
 def check_e2v_base(model: WanModel) -> None:

@@ -92,6 +92,7 @@ class WanModelSampler:
         variant = self.model.variant
         if not (variant.channel_concat_condition or variant.expand_timesteps):
             raise UserError(f"the {variant.name} model has no E2V input layout (use an I2V/TI2V base or an E2V-expanded model)")
+        self.e2v.check_frames(sample.frames, len(sample.elements))
         images = [self._load_image(path) for path in sample.elements]
         self._move(self.model.train_device)
         conditioning = build_conditioning(

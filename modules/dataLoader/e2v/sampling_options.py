@@ -4,8 +4,10 @@ consumes them, so they live below both."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 from modules.dataLoader.video_io import WHITE
+from modules.model.condition_layout import min_num_frames
 from modules.util.errors import UserError
 
 
@@ -23,9 +25,19 @@ A2_ELEMENTS = (ElementSpec(1, "pad_white", "pad_white"), ElementSpec(4, "pad_whi
                ElementSpec(4, "center_crop", "pad_white"))
 
 
+def check_sample_frames(frames: int, repeats: Sequence[int], target_layout: str, key: str) -> None:
+    """An E2V sample's frame count must hold its reference frames and at least one generated frame: the sampler
+    drops the reference frames, and with none left there is no video to write."""
+    needed = min_num_frames(target_layout, sum(repeats))
+    if frames < needed:
+        raise UserError(f"{key} is {frames}, but {len(repeats)} element image(s) take {sum(repeats)} reference frames "
+                        f"in the '{target_layout}' target layout: set it to at least {needed}")
+
+
 def a2_layout(count: int) -> list[ElementSpec]:
     if not 1 <= count <= 3:
-        raise ValueError(f"A2's layout takes 1 to 3 elements, got {count}")
+        raise UserError(f"SkyReels-A2's element layout takes 1 to 3 element images, got {count}: give 1 to 3 "
+                        "(or a dataset config whose layout has more elements)")
     if count == 1:
         return [A2_ELEMENTS[0]]
     return list(A2_ELEMENTS[:count])
@@ -42,9 +54,16 @@ class E2VSamplingOptions:
     clip_resolution: tuple[int, int] = (512, 512)
     background: tuple[int, int, int] = WHITE  # transparent pixels of sample images, as training composites them
 
-    def specs(self, count: int) -> list[ElementSpec]:
+    def specs(self, count: int, key: str = "the sample's elements") -> list[ElementSpec]:
         if self.layout is None:
             return a2_layout(count)
         if count > len(self.layout):
-            raise UserError(f"{count} element images given but the layout has {len(self.layout)} elements")
+            raise UserError(f"{key} lists {count} images but the layout has {len(self.layout)} elements: "
+                            f"give at most {len(self.layout)}")
         return self.layout[:count]
+
+    def check_frames(self, frames: int, count: int, frames_key: str = "the sample's frames",
+                     elements_key: str = "the sample's elements") -> None:
+        """`check_sample_frames` for `count` element images in this layout."""
+        repeats = [spec.repeat for spec in self.specs(count, elements_key)]
+        check_sample_frames(frames, repeats, self.target_layout, frames_key)
