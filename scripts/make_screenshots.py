@@ -106,16 +106,6 @@ def build_demo(root: Path, steps: int) -> Path:
 
 
 # --- the window ---------------------------------------------------------------------------------------------------
-def pump(ui, until, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ui.update()
-        if until():
-            return
-        time.sleep(0.02)
-    raise SystemExit(f"error: timed out after {timeout:.0f} s waiting for {what}")
-
-
 def check_run(ui) -> None:
     settle_events(ui)
     if ui.app.training.state.error:
@@ -131,7 +121,7 @@ def settle_events(ui) -> None:
 def take_screenshots(config: Path, output: Path) -> list[Path]:
     from modules.ui.controllers.app_controller import AppController
     from modules.ui.views.main_window import TAB_CLASSES, TrainUI
-    from modules.ui.views.screenshots import capture_tabs, capture_window, scroll_to, settle
+    from modules.ui.views.screenshots import capture_tabs, capture_window, pump_until, scroll_to, settle
 
     written = []
     ui = TrainUI(AppController())
@@ -143,12 +133,12 @@ def take_screenshots(config: Path, output: Path) -> list[Path]:
             raise SystemExit(f"error: the demo config has problems: {ui.app.problems()}")
         ui.show_tab("samples")
         ui.bottom_bar.start_button.invoke()
-        pump(ui, lambda: (len(ui.app.gallery) >= 2 and ui.app.training.state.step >= 12)
+        pump_until(ui, lambda: (len(ui.app.gallery) >= 2 and ui.app.training.state.step >= 12)
              or not ui.app.training.running, 600, "the first samples of the demo run")
         check_run(ui)
         settle(ui, 1.0)
         written.append(capture_window(ui, output / "gui-running.png"))
-        pump(ui, lambda: not ui.app.training.running, 900, "the end of the demo run")
+        pump_until(ui, lambda: not ui.app.training.running, 900, "the end of the demo run")
         check_run(ui)
         samples = ui.tab("samples")
         samples.gallery.select_index(0)
@@ -181,6 +171,8 @@ def main() -> int:
         os.chdir(workdir)  # the config's relative paths, and what the fields show
         for path in take_screenshots(config.relative_to(workdir), output):
             print(f"wrote {path}")
+    except TimeoutError as e:
+        raise SystemExit(f"error: {e}") from None
     finally:
         os.chdir(previous)
         if server is not None:

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -107,17 +106,6 @@ def make_ui(xvfb_display, tmp_path):
             ui.destroy()
         except Exception:  # noqa: BLE001 - already closed by the test
             pass
-
-
-def pump(ui, until: Callable[[], bool], timeout: float, what: str) -> None:
-    """Run the Tk event loop until `until()` holds (the worker thread reports through `after` polls)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ui.update()
-        if until():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def write_e2v_folder(folder: Path, count: int = 3) -> Path:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.ui.conftest import pump
+from modules.ui.views.screenshots import pump_until as pump
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from modules.ui.views.screenshots import settle
 from modules.util.config.train_config import SampleConfig
 from modules.util.sample_record import SampleRecord, sample_video_path
 from modules.util.video_write import write_png_strip, write_video
-from tests.ui.conftest import pump
+from modules.ui.views.screenshots import pump_until as pump
 from tests.ui.test_gui_training import configure
 
 

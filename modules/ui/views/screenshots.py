@@ -5,7 +5,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
     from modules.ui.views.main_window import TrainUI
@@ -17,6 +17,18 @@ def settle(ui: "TrainUI", seconds: float = 0.4) -> None:
     while time.monotonic() < end:
         ui.update()
         time.sleep(0.05)
+
+
+def pump_until(ui: "TrainUI", until: Callable[[], bool], timeout: float, what: str) -> None:
+    """Run the Tk event loop until `until()` holds (the training worker reports through `after` polls);
+    TimeoutError naming `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ui.update()
+        if until():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def capture_window(ui: "TrainUI", path: str | os.PathLike) -> Path:
