@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """GPU LoRA step: s/step, peak VRAM and MFU of our training step on a random full-size Wan transformer.
 
-The transformer is built with `WanTransformer3DModel.from_config` from the real Wan 2.1 configs written
-below and filled with random weights (nothing is downloaded). The step is the project's own: a
+The transformer is built with `WanTransformer3DModel.from_config` from the real Wan 2.1 / 2.2 TI2V configs
+written below and filled with random weights (nothing is downloaded). The step is the project's own: a
 `WanLoRASetup` (peft LoRA on the default targets, fp8 storage via `enable_fp8_storage`) prepared by
 `prepare_device` (BlockSwapper, gradient checkpointing), `predict(StepInputs, StepRandom)` (autocast,
 `activation_offload`), backward, gradient clipping and AdamW (`create_optimizer`), on synthetic latents
-and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 condition channels for I2V).
+and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 condition channels for I2V; the
+5B TI2V trains text-to-video on 48-channel latents of its 16x VAE with per-token timesteps).
 
     python benchmarks/gpu_step.py --model 1.3b --size 832x480 --frames 81 --checkpointing
     python benchmarks/gpu_step.py --model 14b --layers 8 --size 512x512 --frames 81 --checkpointing
@@ -15,6 +16,7 @@ and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 conditi
     python benchmarks/gpu_step.py --model 1.3b --checkpointing --compile --attention-backend FLASH
     python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --fp8 --fp8-scale CHANNEL
     python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --experts 2 --offload-inactive-expert
+    python benchmarks/gpu_step.py --model 5b --size 1280x704 --frames 121 --checkpointing   # Wan 2.2 TI2V
     python benchmarks/gpu_step.py --device cpu --smoke      # 2 narrow layers, proves the script runs
 
 Prints one JSON object (see `main`). Model FLOPs are counted analytically (`step_flops`); MFU follows the
@@ -50,13 +52,26 @@ MODELS = {
     # Wan2.1-I2V-14B-480P: as 14B plus the CLIP branch and 36 input channels (16 noisy + 4 mask + 16 condition)
     "14b_i2v": dict(_WAN21_COMMON, num_layers=40, num_attention_heads=40, ffn_dim=13824, in_channels=36,
                     image_dim=1280, added_kv_proj_dim=5120),
+    # Wan2.2-TI2V-5B (Wan-AI/Wan2.2-TI2V-5B-Diffusers): 30 blocks, 24 heads x 128 = 3072 wide, 48 latent
+    # channels in and out (the Wan 2.2 VAE: z48, 16x spatial), per-token timesteps (expand_timesteps)
+    "5b": dict(_WAN21_COMMON, num_layers=30, num_attention_heads=24, ffn_dim=14336, in_channels=48, out_channels=48),
 }
 # --smoke: the same layout, 2 blocks and narrow (2 heads x 32 = 64 wide); text/CLIP widths stay real.
 SMOKE = dict(num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim=128)
 
 TEXT_TOKENS = 512  # UMT5 context length (the transformer splits image from text tokens at length - 512)
 IMAGE_TOKENS = 257  # CLIP ViT-H/14 at 224 px: 16 x 16 patches + the class token
-VAE_SPATIAL, VAE_TEMPORAL, LATENT_CHANNELS = 8, 4, 16
+VAE_TEMPORAL = 4
+WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE (TI2V-5B): z48, 16x spatial; the Wan 2.1 VAE: z16, 8x
+
+
+def per_token_timesteps(config: dict) -> bool:
+    """Wan 2.2 TI2V: 48-channel latents, a timestep per token (the model folder's expand_timesteps)."""
+    return config["out_channels"] == WAN22_LATENT_CHANNELS
+
+
+def vae_spatial(config: dict) -> int:
+    return 16 if per_token_timesteps(config) else 8
 
 
 def transformer_config(model: str, layers: int | None = None, smoke: bool = False) -> dict:
@@ -72,9 +87,10 @@ def transformer_config(model: str, layers: int | None = None, smoke: bool = Fals
     return config
 
 
-def latent_shape(width: int, height: int, frames: int) -> tuple[int, int, int]:
-    """(T, h, w) of the Wan 2.1 VAE latent of a `frames` x height x width clip."""
-    return (frames - 1) // VAE_TEMPORAL + 1, height // VAE_SPATIAL, width // VAE_SPATIAL
+def latent_shape(config: dict, width: int, height: int, frames: int) -> tuple[int, int, int]:
+    """(T, h, w) of the model's VAE latent of a `frames` x height x width clip."""
+    spatial = vae_spatial(config)
+    return (frames - 1) // VAE_TEMPORAL + 1, height // spatial, width // spatial
 
 
 def video_tokens(config: dict, shape: tuple[int, int, int]) -> int:
@@ -153,8 +169,9 @@ def step_flops(config: dict, tokens: int, batch: int, lora_rank: int, lora_targe
       attention       Q K^T is (L x hd)(hd x Lk) per head = 2 L Lk hd; A V the same; summed over the heads
                       (heads x hd = D): 4 L Lk D. Per block: 4 L^2 D (self) + 4 L Lt D (text) + 4 L Li D (image).
       LoRA            2 x r x (in + out) x tokens for each adapted Linear (the down and up projections).
-      outside blocks  patch embedding (a stride-p conv = Linear of C_in x 4 -> D per token), proj_out (D -> 16 x 4),
-                      text embedder (4096 -> D -> D on Lt), CLIP embedder (1280 -> 1280 -> D on Li), time MLPs (1 token).
+      outside blocks  patch embedding (a stride-p conv = Linear of C_in x 4 -> D per token), proj_out (D -> C_out x 4),
+                      text embedder (4096 -> D -> D on Lt), CLIP embedder (1280 -> 1280 -> D on Li), time MLPs
+                      (256 -> D -> D -> 6 D: on 1 token, on all L with TI2V's per-token timesteps).
 
     Not counted: norms, RoPE, softmax, GELU, modulation and other elementwise work (< 1 %).
 
@@ -176,7 +193,8 @@ def step_flops(config: dict, tokens: int, batch: int, lora_rank: int, lora_targe
     outside = 2 * (config["in_channels"] * patch * d * tokens  # patch embedding
                    + d * config["out_channels"] * patch * tokens  # proj_out
                    + (config["text_dim"] * d + d * d) * TEXT_TOKENS  # text embedder
-                   + (config["freq_dim"] * d + d * d + d * 6 * d))  # time embedder + time_proj, one token
+                   + (config["freq_dim"] * d + d * d + d * 6 * d)  # time embedder + time_proj
+                   * (tokens if per_token_timesteps(config) else 1))
     if config["image_dim"] is not None:
         outside += 2 * (config["image_dim"] ** 2 + config["image_dim"] * d) * IMAGE_TOKENS
     block = block_linear + block_attention + block_lora
@@ -226,12 +244,14 @@ def wan_model(transformer, config: dict, device, dtype, transformer_2=None):
 
     i2v = config["image_dim"] is not None
     two = transformer_2 is not None
+    ti2v = per_token_timesteps(config)
+    name = "ti2v" if ti2v else ("a14b_" if two else "") + ("i2v" if i2v else "t2v")
     variant = WanVariant(
-        name=("a14b_" if two else "") + ("i2v" if i2v else "t2v"), model_type=ModelType.WAN_2_2 if two else ModelType.WAN_2_1,
+        name=name, model_type=ModelType.WAN_2_2 if two or ti2v else ModelType.WAN_2_1,
         in_channels=config["in_channels"], out_channels=config["out_channels"], has_clip_branch=i2v,
-        has_image_encoder=False, two_experts=two, boundary_ratio=0.875 if two else None, expand_timesteps=False,
-        vae_z_dim=LATENT_CHANNELS, vae_scale_spatial=VAE_SPATIAL, vae_scale_temporal=VAE_TEMPORAL,
-        patch_size=tuple(config["patch_size"]), fps=16)
+        has_image_encoder=False, two_experts=two, boundary_ratio=0.875 if two else None, expand_timesteps=ti2v,
+        vae_z_dim=config["out_channels"], vae_scale_spatial=vae_spatial(config), vae_scale_temporal=VAE_TEMPORAL,
+        patch_size=tuple(config["patch_size"]), fps=24 if ti2v else 16)
     return WanModel(variant=variant, model_dir=Path("random"), tokenizer=None, text_encoder=None, vae=None,
                     transformer=transformer, scheduler=None, train_device=device, train_dtype=dtype,
                     transformer_2=transformer_2)
@@ -249,7 +269,8 @@ def prepare(transformer, config: dict, train, device, dtype, transformer_2=None)
 
 
 def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0):
-    """Synthetic StepInputs: latents (B, 16, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens."""
+    """Synthetic StepInputs: latents (B, C, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens.
+    TI2V trains text-to-video (no clean first frame), as a T2V dataset does."""
     import torch
 
     from modules.model.conditioning import ConditionPayload
@@ -257,13 +278,14 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
 
     g = torch.Generator().manual_seed(seed)
     t, h, w = shape
-    x0 = torch.randn((batch, LATENT_CHANNELS, t, h, w), generator=g)
+    channels = config["out_channels"]
+    x0 = torch.randn((batch, channels, t, h, w), generator=g)
     text = torch.randn((batch, TEXT_TOKENS, config["text_dim"]), generator=g)
     condition = clip = None
-    extra = config["in_channels"] - LATENT_CHANNELS
+    extra = config["in_channels"] - channels
     if extra:  # [4 mask channels, 16 condition-latent channels]
-        condition = torch.cat([torch.ones((batch, extra - LATENT_CHANNELS, t, h, w)),
-                               torch.randn((batch, LATENT_CHANNELS, t, h, w), generator=g)], dim=1)
+        condition = torch.cat([torch.ones((batch, extra - channels, t, h, w)),
+                               torch.randn((batch, channels, t, h, w), generator=g)], dim=1)
     if config["image_dim"] is not None:
         clip = torch.randn((batch, IMAGE_TOKENS, config["image_dim"]), generator=g)
     move = (lambda x: None if x is None else x.to(device))
@@ -345,6 +367,9 @@ def vram_estimate(config: dict, train, width: int, height: int, frames: int, bat
             (Path(folder) / name).mkdir()
             (Path(folder) / name / "config.json").write_text(json.dumps(
                 {"_class_name": "WanTransformer3DModel", **config}))
+        if per_token_timesteps(config):  # the estimate reads the VAE's latent width for its 16x spatial factor
+            (Path(folder) / "vae").mkdir()
+            (Path(folder) / "vae" / "config.json").write_text(json.dumps({"z_dim": config["out_channels"]}))
         run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
                                   batch_size=batch)
         try:
@@ -433,7 +458,7 @@ def main() -> int:
     peak_tflops = args.peak_tflops if args.peak_tflops is not None else (989.0 if cuda else None)
     dtype = {"BFLOAT16": torch.bfloat16, "FLOAT32": torch.float32}[args.dtype]
     config = transformer_config(args.model, args.layers, args.smoke)
-    shape = latent_shape(width, height, frames)
+    shape = latent_shape(config, width, height, frames)
     tokens = video_tokens(config, shape)
     from modules.util.enum import AttentionBackend
 
@@ -466,7 +491,7 @@ def main() -> int:
         "dtype": args.dtype, "layers": config["num_layers"],
         "width": config["num_attention_heads"] * config["attention_head_dim"],
         "size": f"{width}x{height}", "frames": frames, "batch_size": args.batch_size,
-        "latent_shape": [LATENT_CHANNELS, *shape], "tokens": tokens, "text_tokens": TEXT_TOKENS,
+        "latent_shape": [config["out_channels"], *shape], "tokens": tokens, "text_tokens": TEXT_TOKENS,
         "image_tokens": IMAGE_TOKENS if config["image_dim"] is not None else 0,
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
         "activation_offload": args.activation_offload, "fp8_scale": args.fp8_scale, "compile": args.compile,
@@ -495,6 +520,7 @@ def main() -> int:
         result["attention_backend"] = getattr(next(m.processor for m in transformer.modules()
                                                    if hasattr(m, "processor")), "_attention_backend", None) or "native"
         result["trainable_params"] = sum(p.numel() for p in params)
+        result["per_token_timesteps"] = setup.model.conditioning.per_token_timesteps  # the step's own routing
         inputs = make_inputs(config, shape, args.batch_size, device, args.seed)
         if cuda:
             torch.cuda.synchronize(device)

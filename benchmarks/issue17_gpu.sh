@@ -3,7 +3,7 @@
 #
 #   OUT=/path/for/json bash benchmarks/issue17_gpu.sh PART
 #
-# PART: env | 13b | 13b_compile | 14b | 14b_light | 14b_scaled | experts | memory | profile
+# PART: env | 13b | 13b_compile | 14b | 14b_light | 14b_scaled | experts | 5b | memory | profile
 # Every run writes one JSON file under $OUT (default: ./out/issue17); an out-of-memory run writes its JSON with
 # "status": "oom" and the part goes on. docs/performance.md ("Issue #17 on a GPU") says what each file fills in.
 set -u
@@ -69,6 +69,10 @@ experts)  # two 14B-config experts (first 8 blocks each), BOTH, half the steps e
     run experts_offload --model 14b --layers 8 $SIZE --checkpointing --experts 2 --offload-inactive-expert \
         --steps 6 --warmup 2
     ;;
+5b)  # Wan 2.2 TI2V 5B LoRA r32 at 1280x704x121 (48-channel latents, 16x VAE, per-token timesteps): eager, compiled
+    run 5b_ckpt --model 5b --size 1280x704 --frames 121 --checkpointing --steps 3 --warmup 1
+    run 5b_ckpt_compile --model 5b --size 1280x704 --frames 121 --checkpointing --compile --steps 3 --warmup 2
+    ;;
 memory)  # the memory-feature table: each combination's peak VRAM and s/step, losses checked against the baseline
     $PY benchmarks/memory_features.py --device cuda --json "$OUT/memory_13b8.json" > /dev/null
     $PY benchmarks/memory_features.py --device cuda --model 14b --layers 4 --size 512x512 \
@@ -80,7 +84,7 @@ profile)  # the 1.3B step under torch.profiler (top ops in the JSON, Chrome trac
         --profile "$OUT/profile_13b_swap.trace.json"
     ;;
 *)
-    echo "usage: OUT=DIR bash benchmarks/issue17_gpu.sh env|13b|13b_compile|14b|14b_light|14b_scaled|experts|memory|profile" >&2
+    echo "usage: OUT=DIR bash benchmarks/issue17_gpu.sh env|13b|13b_compile|14b|14b_light|14b_scaled|experts|5b|memory|profile" >&2
     exit 2
     ;;
 esac

@@ -79,7 +79,7 @@ def run_combo(features: tuple[str, ...], args, device, dtype, swap: int) -> dict
                          fp8_scale=next((FP8_SCALES[f] for f in features if f in FP8_SCALES), "NONE"),
                          activation_offload="activation_offload" in features, dtype_name=args.dtype,
                          device=device.type)
-    shape = latent_shape(*args.size, args.frames)
+    shape = latent_shape(config, *args.size, args.frames)
     out: dict = {"status": "ok"}
     losses, grads, times = [], None, []
     setup = params = optimizer = inputs = None
@@ -193,7 +193,7 @@ def main() -> int:
     result = {
         "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "smoke": args.smoke, "model": args.model, "layers": layers, "size": f"{args.size[0]}x{args.size[1]}",
-        "frames": args.frames, "tokens": video_tokens(config, latent_shape(*args.size, args.frames)),
+        "frames": args.frames, "tokens": video_tokens(config, latent_shape(config, *args.size, args.frames)),
         "dtype": args.dtype, "batch_size": args.batch_size, "lora_rank": args.lora_rank, "steps": args.steps,
         "blocks_to_swap": swap, "combos": [],
     }

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.conftest import REPO_ROOT
 
@@ -53,3 +54,39 @@ def test_memory_features_smoke_on_cpu(tmp_path):
     for combo in result["combos"]:
         assert COMBO_KEYS <= combo.keys()
         assert combo["status"] == "ok" and combo["match"] is True and len(combo["losses"]) == result["steps"]
+
+
+@pytest.mark.parametrize("model", ["1.3b", "14b_i2v", "5b"])
+def test_gpu_step_flop_model_equals_torchs_count_of_the_forward(model, monkeypatch):
+    """MFU rests on `step_flops`: its forward equals FlopCounterMode's count of the real diffusers forward
+    (attention through SDPA's math path, whose matmuls the counter sees) for the Wan 2.1 T2V and I2V layouts
+    and the 5B TI2V's (48 channels, 16x VAE, time MLPs on every token)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    import gpu_step
+
+    config = gpu_step.transformer_config(model, smoke=True)
+    shape = gpu_step.latent_shape(config, 64, 64, 9)
+    tokens = gpu_step.video_tokens(config, shape)
+    transformer = gpu_step.build_transformer(config, torch.device("cpu"), torch.float32)
+    inputs = gpu_step.make_inputs(config, shape, 1, torch.device("cpu"))
+    condition = inputs.payload.condition
+    hidden = inputs.x0 if condition is None else torch.cat([inputs.x0, condition], dim=1)
+    timestep = torch.full((1, tokens), 500.0) if gpu_step.per_token_timesteps(config) else torch.tensor([500.0])
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH), torch.no_grad():
+        transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=inputs.prompt_embeds,
+                    encoder_hidden_states_image=inputs.payload.clip_embeds, return_dict=False)
+    assert counter.get_total_flops() == gpu_step.step_flops(config, tokens, 1, 0, [], False)["forward"]
+
+
+@pytest.mark.slow
+def test_gpu_step_smoke_of_the_5b_ti2v_on_cpu(tmp_path):
+    """The TI2V layout runs through the project's step: 48-channel latents of the 16x VAE, per-token timesteps."""
+    result, proc = run_script(["benchmarks/gpu_step.py", "--device", "cpu", "--smoke", "--model", "5b",
+                               "--peak-tflops", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "ok" and result["per_token_timesteps"] is True
+    assert result["latent_shape"] == [48, 3, 4, 4] and result["tokens"] == 3 * 2 * 2  # 64x64x9 -> 16x -> 2x2 patches
+    assert result["loss"] is not None and result["estimate_training_gib"] > 0
