@@ -95,3 +95,15 @@ def test_compile_on_a_gpu_needs_triton(monkeypatch):
     with pytest.raises(ConfigError, match="config key 'compile' needs the 'triton' package on a GPU"):
         TrainConfig.from_dict({"compile": True, "train_device": "cuda"})
     assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile
+
+
+def test_blocks_are_found_by_their_class_ancestry_as_fsdp_renames_them(tiny_model):
+    """fully_shard (FSDP2) swaps each block's class for a subclass named FSDPWanTransformerBlock; the blocks must
+    still be compiled (tests/test_distributed.py runs compile under FSDP end to end)."""
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+
+    transformer = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu")).transformer
+    for block in transformer.blocks:  # what fully_shard does to the class of a module it shards
+        block.__class__ = type(f"FSDP{type(block).__name__}", (type(block),), {})
+    assert compile_module.compile_blocks(transformer) == len(transformer.blocks) > 0
+    assert compile_module.compile_blocks(transformer) == 0  # a second call compiles nothing more

@@ -180,3 +180,44 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
                                  _transformer_weights(tmp_path / "reference" / "output"))
     print(f"stopped after step {stop_step}; resumed vs uninterrupted (both FSDP): max difference {difference}")
     assert difference == 0.0
+
+
+COMPILE_ON_THE_CPU = """import runpy, sys
+sys.path[:0] = [{root!r}, {scripts!r}]
+import modules.modelSetup.compile as compile_module
+compile_module.BACKEND = "aot_eager"  # as tests/test_compile.py: inductor's C++ codegen takes minutes on 2 cores
+sys.argv = [{train!r}, *sys.argv[1:]]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def test_compiled_blocks_train_under_fsdp_as_the_eager_ones(tiny_model, tmp_path):
+    """compile: true with data_parallel FSDP. Regression: fully_shard gives each block a subclass
+    (FSDPWanTransformerBlock), which the by-name match missed, so nothing was compiled under FSDP."""
+    from modules.util.synthetic_data import write_video_dataset
+
+    data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
+    wrapper = tmp_path / "train_aot_eager.py"
+    wrapper.write_text(COMPILE_ON_THE_CPU.format(root=str(REPO_ROOT), scripts=str(REPO_ROOT / "scripts"),
+                                                 train=str(REPO_ROOT / "scripts" / "train.py")))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29520",
+                str(wrapper)]
+
+    def run(name: str, **extra):
+        config = train_config_dict(
+            tiny_model("t2v"), data, tmp_path / name, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
+            output_model_destination=str(tmp_path / name / "output"), batch_size=2, epochs=10, max_steps=3,
+            learning_rate=1e-3, data_parallel="FSDP", gradient_checkpointing=True, **extra)
+        (tmp_path / f"{name}.json").write_text(json.dumps(config))
+        result = subprocess.run([*torchrun, "--config-path", str(tmp_path / f"{name}.json")], capture_output=True,
+                                text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stderr, _transformer_weights(tmp_path / name / "output")
+
+    _, eager = run("eager")
+    log, compiled = run("compiled", compile=True)
+    assert "compile: 2 WanTransformerBlock blocks compiled" in log  # each rank compiled the tiny model's 2 blocks
+    assert "graph(s) added" in log
+    difference = _max_difference(eager, compiled)
+    print(f"FSDP, compiled vs eager after 3 steps: max difference {difference}")
+    assert difference < 1e-6

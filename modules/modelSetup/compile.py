@@ -35,7 +35,9 @@ def compile_blocks(transformer: torch.nn.Module) -> int:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     count = 0
     for module in transformer.modules():
-        if type(module).__name__ in repeated and not getattr(module, "_wan_compiled", False):
+        # by the class's ancestry: FSDP2's fully_shard swaps a block's class for a subclass (FSDPWanTransformerBlock)
+        is_block = any(cls.__name__ in repeated for cls in type(module).__mro__)
+        if is_block and not getattr(module, "_wan_compiled", False):
             module.forward = torch.compile(module.forward, backend=BACKEND, dynamic=True)
             module._wan_compiled = True
             count += 1
