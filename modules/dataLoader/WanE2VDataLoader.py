@@ -53,7 +53,7 @@ from modules.dataLoader.windows import WindowOptions, plan_windows
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
-from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.base_config import ConfigError
@@ -89,8 +89,7 @@ def validate_e2v_config(config: TrainConfig) -> None:
                 f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
     trained = [d for d in datasets if d.type == ConceptType.STANDARD]
     if trained:  # samples during training take the first trained dataset's layout (sampling_options)
-        options = E2VSamplingOptions([ElementSpec(e.vae.repeat) for e in trained[0].layout_order()],
-                                     target_layout=config.e2v.target_layout)
+        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
         for index, sample in enumerate(config.samples):
             if sample.enabled and sample.elements:
                 options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
@@ -427,10 +426,8 @@ class WanE2VDataLoader:
         """The first dataset's layout and pathways, and the config's transparent background, so samples during
         training condition like the data."""
         d = self.datasets[0]
-        layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
-                  for e in d.layout_order()]
-        return E2VSamplingOptions(layout, self.uses_vae, self.uses_clip, self.layout, tuple(d.processors.clip.resolution),
-                                  tuple(self.background))
+        return E2VSamplingOptions(dataset_layout(d), self.uses_vae, self.uses_clip, self.layout,
+                                  tuple(d.processors.clip.resolution), tuple(self.background))
 
     # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
     def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -2,7 +2,7 @@
 from a dataset JSON, the element layout."""
 from __future__ import annotations
 
-from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, ElementSpec
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.WanModel import WanModel
 from modules.util.errors import UserError
 
@@ -18,7 +18,6 @@ def e2v_sampling_options(model: WanModel, e2v_type: str = "auto", target_layout:
         from modules.util.config.e2v_dataset_config import load_dataset_config
 
         d = load_dataset_config(dataset_config).datasets[0]
-        options.layout = [ElementSpec(e.vae.repeat, d.vae_preprocess(e), d.clip_preprocess(e) if e.in_clip else None)
-                          for e in d.layout_order()]
+        options.layout = dataset_layout(d)
         options.clip_resolution = tuple(d.processors.clip.resolution)
     return options

@@ -4,10 +4,10 @@ consumes them, so they live below both."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 from modules.dataLoader.video_io import WHITE
 from modules.model.condition_layout import min_num_frames
+from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 from modules.util.errors import UserError
 
 
@@ -25,13 +25,10 @@ A2_ELEMENTS = (ElementSpec(1, "pad_white", "pad_white"), ElementSpec(4, "pad_whi
                ElementSpec(4, "center_crop", "pad_white"))
 
 
-def check_sample_frames(frames: int, repeats: Sequence[int], target_layout: str, key: str) -> None:
-    """An E2V sample's frame count must hold its reference frames and at least one generated frame: the sampler
-    drops the reference frames, and with none left there is no video to write."""
-    needed = min_num_frames(target_layout, sum(repeats))
-    if frames < needed:
-        raise UserError(f"{key} is {frames}, but {len(repeats)} element image(s) take {sum(repeats)} reference frames "
-                        f"in the '{target_layout}' target layout: set it to at least {needed}")
+def dataset_layout(dataset: E2VDatasetConfig) -> list[ElementSpec]:
+    """A dataset's elements as the sampler lays them out: layout order, repeats and both pathways' preprocessing."""
+    return [ElementSpec(e.vae.repeat, dataset.vae_preprocess(e), dataset.clip_preprocess(e) if e.in_clip else None)
+            for e in dataset.layout_order()]
 
 
 def a2_layout(count: int) -> list[ElementSpec]:
@@ -64,6 +61,10 @@ class E2VSamplingOptions:
 
     def check_frames(self, frames: int, count: int, frames_key: str = "the sample's frames",
                      elements_key: str = "the sample's elements") -> None:
-        """`check_sample_frames` for `count` element images in this layout."""
-        repeats = [spec.repeat for spec in self.specs(count, elements_key)]
-        check_sample_frames(frames, repeats, self.target_layout, frames_key)
+        """A sample of `count` element images must have frames for its reference frames and at least one generated
+        frame: the sampler drops the reference frames, and with none left there is no video to write."""
+        references = sum(spec.repeat for spec in self.specs(count, elements_key))
+        needed = min_num_frames(self.target_layout, references)
+        if frames < needed:
+            raise UserError(f"{frames_key} is {frames}, but {count} element image(s) take {references} reference "
+                            f"frames in the '{self.target_layout}' target layout: set it to at least {needed}")
