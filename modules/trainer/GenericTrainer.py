@@ -11,8 +11,6 @@ resumed from a backup therefore continues bit-identically on the CPU.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import math
 import time
@@ -48,11 +46,10 @@ from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.trainer.preflight import check_paths
 from modules.trainer.resume_check import (
-    STRUCTURAL_KEYS,
-    config_diff,
+    backup_config_changes,
+    config_fingerprint,
     describe_change,
-    tensor_mismatch,
-    training_settings,
+    unloadable_reason,
 )
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.schedule import Schedule
@@ -202,9 +199,7 @@ class GenericTrainer:
         return min(total, self.config.max_steps) if self.config.max_steps else total
 
     def _fingerprints(self) -> dict[str, str]:
-        training = training_settings(self.config.to_dict(), self.dist.world_size)
-        return {"config": hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest(),
-                "dataset": self.data.fingerprint()}
+        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint()}
 
     def _resume(self) -> None:
         sharded = self.setup.sharded
@@ -225,7 +220,7 @@ class GenericTrainer:
         if backup is None:
             logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
             return
-        changes = self._config_changes(backup)
+        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
         self._refuse_unloadable(backup, changes)
         now = self._fingerprints()
         for what, value in backup.fingerprints.items():
@@ -248,30 +243,10 @@ class GenericTrainer:
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
 
-    def _config_changes(self, backup: Backup) -> list[tuple[str, object, object]]:
-        """(key, old, new) for each training-relevant key that differs from the backup's config.json."""
-        try:
-            saved = json.loads((backup.path / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
-        current = json.loads(json.dumps(self.config.to_dict()))  # the same JSON types as the saved file
-        saved = training_settings(saved, backup.world_size)
-        current = training_settings(current, self.dist.world_size)
-        return config_diff(saved, current)
-
     def _refuse_unloadable(self, backup: Backup, changes: list[tuple[str, object, object]]) -> None:
-        """A change of what is trained (LoRA shape, targets, optimizer) makes the backup's tensors unusable:
-        refuse in one line naming the key, before a size-mismatch error deep in torch."""
-        structural = [c for c in changes if c[0].split(".")[0] in STRUCTURAL_KEYS]
-        mismatch = None
-        if backup.trainable:  # a whole-tensor backup, read by this rank: compare shapes, nothing is copied
-            mismatch = tensor_mismatch({k: v.shape for k, v in backup.trainable.items()}, self.setup.trainable_shapes())
-        message = None
-        if structural or mismatch is not None:
-            what = "; ".join(describe_change(*c) for c in structural) or "the trained weights' shapes"
-            detail = f" ({mismatch})" if mismatch else ""
-            message = (f"cannot resume from {backup.path}: {what} changed since it was written{detail}; set it "
-                       "back, or train without continue_last_backup (or with another workspace_dir)")
+        """Refuse in one line naming the key, before a size-mismatch error deep in torch."""
+        saved = {k: v.shape for k, v in backup.trainable.items()} if backup.trainable else None
+        message = unloadable_reason(backup.path, changes, saved, self.setup.trainable_shapes())
         if self.setup.sharded:  # only rank 0 read the backup's tensors: it decides for every rank
             message = self.dist.broadcast_object(message)
         if message:

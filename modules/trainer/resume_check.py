@@ -3,7 +3,9 @@ warned about, or refused when the backup's tensors no longer fit) and the traine
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+from pathlib import Path
 
 import torch
 
@@ -31,6 +33,38 @@ def training_settings(config: dict, world_size: int) -> dict:
         settings["e2v"] = {k: v for k, v in settings["e2v"].items() if k not in RESUME_NEUTRAL_E2V_KEYS}
     settings["global_batch_size"] = config.get("batch_size", 1) * world_size
     return settings
+
+
+def config_fingerprint(config: TrainConfig, world_size: int) -> str:
+    """sha256 of the training settings: a backup records it, a resume with another one warns."""
+    training = training_settings(config.to_dict(), world_size)
+    return hashlib.sha256(json.dumps(training, sort_keys=True).encode()).hexdigest()
+
+
+def backup_config_changes(backup_dir: Path, backup_world_size: int, config: TrainConfig,
+                          world_size: int) -> list[tuple[str, object, object]]:
+    """(key, old, new) for each training-relevant key that differs from the backup's config.json ([] when the
+    backup has none or it cannot be read)."""
+    try:
+        saved = json.loads((backup_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    current = json.loads(json.dumps(config.to_dict()))  # the same JSON types as the saved file
+    return config_diff(training_settings(saved, backup_world_size), training_settings(current, world_size))
+
+
+def unloadable_reason(backup_dir: Path, changes: list[tuple[str, object, object]],
+                      saved_shapes: dict[str, torch.Size] | None, current_shapes: dict[str, torch.Size]) -> str | None:
+    """Why the backup's tensors cannot be loaded (a change of what is trained: LoRA shape, targets, optimizer), as
+    the one line to refuse the resume with, or None. `saved_shapes`: a whole-tensor backup's, None for shards."""
+    structural = [c for c in changes if c[0].split(".")[0] in STRUCTURAL_KEYS]
+    mismatch = tensor_mismatch(saved_shapes, current_shapes) if saved_shapes else None
+    if not structural and mismatch is None:
+        return None
+    what = "; ".join(describe_change(*c) for c in structural) or "the trained weights' shapes"
+    detail = f" ({mismatch})" if mismatch else ""
+    return (f"cannot resume from {backup_dir}: {what} changed since it was written{detail}; set it back, or train "
+            "without continue_last_backup (or with another workspace_dir)")
 
 
 def config_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
