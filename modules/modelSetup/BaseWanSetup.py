@@ -18,6 +18,7 @@ from modules.modelSetup import sharding
 from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY, EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
+from modules.modelSetup.chunking import split_blocks
 from modules.modelSetup.compile import CompileLog, compile_blocks
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
@@ -157,6 +158,7 @@ class BaseWanSetup:
         for expert, transformer in trained:
             if self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()
+            split_blocks(transformer, self.config.ffn_chunks, self.config.checkpoint_attention)
             if self._sharded:  # from the CPU, block by block
                 sharding.shard_transformer(transformer, device, dist.world_size)
             elif self.config.blocks_to_swap:

@@ -53,7 +53,8 @@ DEFAULT_LORA_TARGETS = [
 _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap")
+                 "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap",
+                 "ffn_chunks")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -312,6 +313,8 @@ class TrainConfig(BaseConfig):
     compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
+    ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
+    checkpoint_attention: bool = option(False, "Recompute each block's self- and cross-attention separately right before its backward: a smaller working set per block for about one extra attention pass per step.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")

@@ -1,0 +1,217 @@
+#!/usr/bin/env python
+"""Peak device memory of the real training step at full size, measured without a GPU.
+
+Each configuration runs the project's own step (`WanLoRASetup`: fp8 storage, LoRA injection, `prepare_device` with
+gradient checkpointing, block swap, activation and expert offload; `predict`, backward, gradient clipping, the
+optimizer step: benchmarks/gpu_step.py) for 2 optimizer steps on a full-size random Wan transformer whose tensors are
+FakeTensors on a fake CUDA device (benchmarks/fake_cuda.py): shapes, dtypes, CUDA autocast and the fused attention
+kernels are a GPU's, no memory is allocated and nothing is computed. `DeviceMemoryCounter`
+(benchmarks/device_memory.py) counts the live device bytes as `torch.cuda.max_memory_allocated` would, and names the
+phase, op and module at the peak with a breakdown. Beside it: the project's estimate (memory_estimate.py) of the
+same run, and the goal from issue #24.
+
+    python benchmarks/memory_fullsize.py --config 1.3b_gc          # one configuration, one JSON
+    python benchmarks/memory_fullsize.py --all --json out.json     # the table (each configuration in its own process)
+    python benchmarks/memory_fullsize.py --list
+
+What it cannot see is in docs/performance.md ("Measured device memory"): allocator fragmentation (reserved minus
+allocated), cuBLAS / cuDNN workspaces and the CUDA context.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryConfig:
+    model: str  # a key of gpu_step.MODELS
+    width: int = 832
+    height: int = 480
+    frames: int = 81
+    checkpointing: bool = True
+    fp8: bool = False
+    blocks_to_swap: int = 0
+    activation_offload: bool = False
+    experts: int = 1
+    offload_inactive_expert: bool = False
+    ffn_chunks: int = 0
+    checkpoint_attention: bool = False
+    lora_rank: int = 32
+    goal_gib: float | None = None
+    note: str = ""
+
+
+CONFIGS: dict[str, MemoryConfig] = {
+    "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, note="1.3B 832x480x81, training, GC only"),
+    "1.3b_gc_split": MemoryConfig("1.3b", ffn_chunks=8, checkpoint_attention=True, goal_gib=8.0,
+                                  note="1.3B 832x480x81, training, GC + ffn_chunks 8 + checkpoint_attention"),
+    "14b_gc": MemoryConfig("14b", goal_gib=45.0, note="14B 832x480x81, GC only (80 GB card, no swap)"),
+    "14b_light": MemoryConfig("14b", fp8=True, blocks_to_swap=30, activation_offload=True, goal_gib=12.0,
+                              note="14B 832x480x81, fp8 + 30 swapped blocks + activation offload"),
+    "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0,
+                          note="5B TI2V 1280x704x121, GC"),
+    "a14b_light": MemoryConfig("14b", fp8=True, blocks_to_swap=30, activation_offload=True, experts=2,
+                               offload_inactive_expert=True, goal_gib=12.5,
+                               note="A14B BOTH, offload_inactive_expert, fp8 + swap + activation offload"),
+}
+STEPS = 2  # two-expert runs: a step on each expert (one expert: the optimizer is primed, one step is measured)
+
+
+def measure(name: str, steps: int = STEPS) -> dict:
+    """Run configuration `name` on the fake CUDA device in this process (fake_cuda.preload() must have run)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from benchmarks import gpu_step
+    from benchmarks.device_memory import DeviceMemoryCounter
+    from benchmarks.fake_cuda import fake_cuda_patches
+
+    spec = CONFIGS[name]
+    config = gpu_step.transformer_config(spec.model)
+    shape = gpu_step.latent_shape(config, spec.width, spec.height, spec.frames)
+    train = gpu_step.train_config(rank=spec.lora_rank, checkpointing=spec.checkpointing,
+                                  blocks_to_swap=spec.blocks_to_swap, fp8=spec.fp8,
+                                  activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
+                                  offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
+                                  ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention)
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    started = time.perf_counter()
+    with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):
+        counter = DeviceMemoryCounter("cuda")
+        with counter:
+            # built on the (fake) CPU as the loader leaves a checkpoint; prepare_device moves it
+            transformer = fake_transformer(config, dtype)
+            transformer_2 = fake_transformer(config, dtype) if spec.experts == 2 else None
+            setup, params, optimizer = gpu_step.prepare(transformer, config, train, device, dtype, transformer_2)
+            counter.watch(setup.model.transformers(), [optimizer])
+            inputs = gpu_step.make_inputs(config, shape, 1, device)
+            after_setup = counter.current
+            if spec.experts == 1:
+                # the optimizer's state exists from the first step on, so a later step holds the most: create it
+                # with one step on zero gradients (AdamW's state, same shapes) and measure the step after it
+                prime_optimizer(params, optimizer)
+                steps = 1
+            phases = [_step(counter, setup, params, optimizer, inputs, step, train.max_grad_norm)
+                      for step in range(steps)]
+        result = counter.result()
+        counter.close()
+    estimate = gpu_step.vram_estimate(config, train, spec.width, spec.height, spec.frames, 1, spec.experts)
+    measured = result["peak_gib"]
+    estimated = estimate.get("estimate_training_gib")
+    return {
+        "config": name, "note": spec.note, **dataclasses.asdict(spec), "tokens": gpu_step.video_tokens(config, shape),
+        "measured": result, "after_setup_gib": round(after_setup / 2 ** 30, 3), "steps": phases,
+        "goal_gib": spec.goal_gib, "meets_goal": spec.goal_gib is None or measured <= spec.goal_gib,
+        "estimate_gib": estimated,
+        "estimate_error": round(estimated / measured - 1, 4) if estimated and measured else None,
+        "seconds": round(time.perf_counter() - started, 1), "torch": torch.__version__,
+    }
+
+
+def fake_transformer(config: dict, dtype):
+    """A full-size WanTransformer3DModel of FakeTensors on the CPU (made inside a FakeTensorMode: its init computes
+    nothing), in the dtypes diffusers' from_pretrained gives and frozen, as the loader leaves it."""
+    from diffusers import WanTransformer3DModel
+
+    transformer = WanTransformer3DModel.from_config(config)
+    keep = set(transformer._keep_in_fp32_modules or ())
+    for name, param in transformer.named_parameters():
+        param.data = param.data.to(torch_float32() if keep & set(name.split(".")) else dtype)
+    transformer.requires_grad_(False)
+    transformer.eval()
+    return transformer
+
+
+def torch_float32():
+    import torch
+
+    return torch.float32
+
+
+def prime_optimizer(params, optimizer) -> None:
+    import torch
+
+    for param in params:
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _step(counter, setup, params, optimizer, inputs, step: int, max_grad_norm: float) -> dict:
+    """One optimizer step as gpu_step.train_step, with the counter's phase set around each part; the device bytes
+    live after each part (what block swap and expert offload tests look at)."""
+    import torch
+
+    from modules.model.step_inputs import StepRandom
+
+    live = {}
+    counter.set_phase("forward")
+    output = setup.predict(inputs, StepRandom.for_micro_step(0, step, inputs.x0.shape[0]))
+    live["after_forward"] = counter.current
+    counter.set_phase("backward")
+    output.loss.backward()
+    del output
+    live["after_backward"] = counter.current
+    counter.set_phase("optimizer")
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    live["after_optimizer"] = counter.current
+    return {k: round(v / 2 ** 30, 3) for k, v in live.items()}
+
+
+def run_in_subprocess(name: str, timeout: float = 900) -> dict:
+    """Each configuration in a fresh process: the fake device must be set up before torch is imported."""
+    done = subprocess.run([sys.executable, __file__, "--config", name], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", choices=sorted(CONFIGS))
+    parser.add_argument("--all", action="store_true", help="every configuration, each in its own process")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--json", help="also write the result here")
+    args = parser.parse_args()
+    if args.list:
+        for name, spec in CONFIGS.items():
+            print(f"{name:12s} goal {spec.goal_gib} GiB  {spec.note}")
+        return 0
+    if args.all:
+        rows = [run_in_subprocess(name) for name in CONFIGS]
+        for row in rows:
+            print(f"{row['config']:12s} measured {row['measured']['peak_gib']:7.2f} GiB  goal {row['goal_gib']}  "
+                  f"estimate {row['estimate_gib']}  ({row['measured']['phase']}: {row['measured']['op']} in "
+                  f"{row['measured']['module']})", file=sys.stderr)
+        text = json.dumps(rows, indent=2)
+    elif args.config:
+        from benchmarks import fake_cuda
+
+        fake_cuda.preload()
+        import logging
+
+        logging.basicConfig(level=logging.WARNING)
+        text = json.dumps(measure(args.config))
+    else:
+        parser.error("give --config NAME, --all or --list")
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
