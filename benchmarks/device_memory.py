@@ -91,7 +91,8 @@ class DeviceMemoryCounter(TorchDispatchMode):
         for obj in objects:
             tensors = list(obj.parameters()) + list(obj.buffers()) if isinstance(obj, torch.nn.Module) else [obj]
             for tensor in tensors:
-                self.track(tensor)
+                if isinstance(tensor, torch.Tensor):
+                    self.track(tensor)
 
     def _free(self, size: int) -> None:
         self.current -= size

@@ -47,6 +47,7 @@ class MemoryConfig:
     ffn_chunks: int = 0
     checkpoint_attention: bool = False
     lora_rank: int = 32
+    layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
     goal_gib: float | None = None
     note: str = ""
 
@@ -67,8 +68,9 @@ CONFIGS: dict[str, MemoryConfig] = {
 STEPS = 2  # two-expert runs: a step on each expert (one expert: the optimizer is primed, one step is measured)
 
 
-def measure(name: str, steps: int = STEPS) -> dict:
-    """Run configuration `name` on the fake CUDA device in this process (fake_cuda.preload() must have run)."""
+def measure(name: "str | MemoryConfig", steps: int = STEPS) -> dict:
+    """Run configuration `name` (or a MemoryConfig) on the fake CUDA device in this process (fake_cuda.preload()
+    must have run)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -76,8 +78,9 @@ def measure(name: str, steps: int = STEPS) -> dict:
     from benchmarks.device_memory import DeviceMemoryCounter
     from benchmarks.fake_cuda import fake_cuda_patches
 
-    spec = CONFIGS[name]
-    config = gpu_step.transformer_config(spec.model)
+    spec = CONFIGS[name] if isinstance(name, str) else name
+    name = name if isinstance(name, str) else "custom"
+    config = gpu_step.transformer_config(spec.model, spec.layers)
     shape = gpu_step.latent_shape(config, spec.width, spec.height, spec.frames)
     train = gpu_step.train_config(rank=spec.lora_rank, checkpointing=spec.checkpointing,
                                   blocks_to_swap=spec.blocks_to_swap, fp8=spec.fp8,
@@ -94,6 +97,7 @@ def measure(name: str, steps: int = STEPS) -> dict:
             transformer_2 = fake_transformer(config, dtype) if spec.experts == 2 else None
             setup, params, optimizer = gpu_step.prepare(transformer, config, train, device, dtype, transformer_2)
             counter.watch(setup.model.transformers(), [optimizer])
+            real_sigmas(setup)
             inputs = gpu_step.make_inputs(config, shape, 1, device)
             after_setup = counter.current
             if spec.experts == 1:
@@ -138,6 +142,20 @@ def torch_float32():
     return torch.float32
 
 
+def real_sigmas(setup) -> None:
+    """σ and the expert they route to are drawn on real CPU tensors (a few numbers): the step reads them as Python
+    floats, which FakeTensors do not have."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    draw = setup.sample_sigmas
+
+    def sample_sigmas(*args, **kwargs):
+        with unset_fake_temporarily():
+            return draw(*args, **kwargs)
+
+    setup.sample_sigmas = sample_sigmas
+
+
 def prime_optimizer(params, optimizer) -> None:
     import torch
 
@@ -170,18 +188,20 @@ def _step(counter, setup, params, optimizer, inputs, step: int, max_grad_norm: f
     return {k: round(v / 2 ** 30, 3) for k, v in live.items()}
 
 
-def run_in_subprocess(name: str, timeout: float = 900) -> dict:
+def run_in_subprocess(name: "str | MemoryConfig", timeout: float = 1800) -> dict:
     """Each configuration in a fresh process: the fake device must be set up before torch is imported."""
-    done = subprocess.run([sys.executable, __file__, "--config", name], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    args = ["--config", name] if isinstance(name, str) else ["--spec", json.dumps(dataclasses.asdict(name))]
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"{args} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS))
+    parser.add_argument("--spec", help="a configuration as JSON (the fields of MemoryConfig)")
     parser.add_argument("--all", action="store_true", help="every configuration, each in its own process")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--json", help="also write the result here")
@@ -197,14 +217,14 @@ def main() -> int:
                   f"estimate {row['estimate_gib']}  ({row['measured']['phase']}: {row['measured']['op']} in "
                   f"{row['measured']['module']})", file=sys.stderr)
         text = json.dumps(rows, indent=2)
-    elif args.config:
+    elif args.config or args.spec:
         from benchmarks import fake_cuda
 
         fake_cuda.preload()
         import logging
 
         logging.basicConfig(level=logging.WARNING)
-        text = json.dumps(measure(args.config))
+        text = json.dumps(measure(args.config or MemoryConfig(**json.loads(args.spec))))
     else:
         parser.error("give --config NAME, --all or --list")
     print(text)

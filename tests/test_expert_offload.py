@@ -59,8 +59,8 @@ def test_with_block_swap_the_offloader_leaves_the_swapped_blocks_alone(tiny_mode
     losses, _, _, trainer = train_both(tiny_model, video_dataset, tmp_path / "both", steps=3, blocks_to_swap=1,
                                        gradient_checkpointing=True, offload_inactive_expert=True)
     assert losses == plain
-    swapped = set().union(*(s.swapped_tensors() for s in trainer.setup.swappers))
-    assert swapped and not swapped & {id(host) for pairs in trainer.setup.offloader.host for _, host in pairs}
+    swapped = set().union(*(s.swapped_parameters() for s in trainer.setup.swappers))
+    assert swapped and not swapped & {id(param) for pairs in trainer.setup.offloader.host for param, _ in pairs}
 
 
 def test_the_offloader_keeps_one_experts_frozen_weights_on_the_device_at_a_time(monkeypatch):

@@ -31,7 +31,9 @@ def reference(tiny_model, video_dataset, tmp_path_factory):
 
 @pytest.mark.parametrize("overrides", [
     {"blocks_to_swap": 1, "gradient_checkpointing": True},
-    {"blocks_to_swap": 1},
+    {"gradient_checkpointing": True, "ffn_chunks": 3},
+    {"gradient_checkpointing": True, "checkpoint_attention": True, "ffn_chunks": 2},
+    {"ffn_chunks": 2, "checkpoint_attention": True},
     {"activation_offload": True},
     {"gradient_checkpointing": True, "activation_offload": True},
     {"vae_tiling": True},
@@ -51,12 +53,18 @@ def test_fp8_storage_stays_close_and_keeps_lora_in_full_precision(tiny_model, vi
 
 
 def test_block_swap_keeps_swapped_frozen_weights_off_the_train_device(tiny_model, video_dataset, tmp_path):
-    config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, blocks_to_swap=1))
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, blocks_to_swap=1,
+                                                     gradient_checkpointing=True))
     trainer = GenericTrainer(config)
     trainer.start()
     swapper = trainer.setup.swappers[0]
     assert swapper.blocks == [trainer.model.transformer.blocks[-1]]
-    assert all(not p.requires_grad for weights in swapper.cpu_weights for p in weights.values())
+    assert all(not p.requires_grad for pairs in swapper.host for p, _ in pairs)
+
+
+def test_block_swap_without_checkpointing_is_refused_at_start_up():
+    with pytest.raises(ConfigError, match="config key 'blocks_to_swap' needs gradient_checkpointing"):
+        TrainConfig.from_dict({"blocks_to_swap": 2, "gradient_checkpointing": False})
 
 
 def test_fine_tune_refuses_block_swap():
@@ -100,6 +108,6 @@ def test_block_swap_prefetches_in_both_directions():
         loss, grad = _loss_and_grad(model)
         assert swapper.demand_loads == step + 1
         assert not swapper.ready  # nothing left resident after the step
-        swapped = [(p, cpu) for index in range(3) for p, cpu in swapper._params(index)]
+        swapped = [(p, cpu) for index in range(3) for p, cpu in swapper.host[index]]
         assert all(p.data_ptr() == cpu.data_ptr() for p, cpu in swapped)
     assert torch.allclose(loss, reference[0], atol=1e-6) and torch.allclose(grad, reference[1] * 2, atol=1e-6)

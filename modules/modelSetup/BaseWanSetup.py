@@ -170,7 +170,7 @@ class BaseWanSetup:
                 transformer.to(device)
             transformer.train()
         if offload:
-            swapped = set().union(*(swapper.swapped_tensors() for swapper in self.swappers))
+            swapped = set().union(*(swapper.swapped_parameters() for swapper in self.swappers))
             self.offloader = ExpertOffloader([t for _, t in trained], device, swapped)
         if self.config.compile:
             for _, transformer in trained:

@@ -54,11 +54,18 @@ class BlockSwapper:
 
     Before a swapped block runs, its weights are copied to the GPU; the copy of the block that runs next
     is started on a side stream, overlapping with compute: block i+1 in the forward pass, block i-1 in
-    the backward pass, where gradient checkpointing recomputes the blocks in reverse order. The last
-    block stays on the GPU from its forward to its recompute, which comes right after the loss. After a
-    block ran, its parameters point at the CPU copy again; the GPU copy lives on only as long as
-    autograd holds it, so at most a couple of swapped blocks are on the GPU at a time. Frozen weights
-    never change, so nothing is copied back.
+    the backward pass, where gradient checkpointing recomputes the blocks in reverse order. After a block
+    ran forward, its parameters point at the CPU copy again; the last block stays on the GPU from its
+    forward to its recompute, which comes right after the loss. A recomputed block keeps its GPU copy through
+    its own backward (autograd holds the parameters it saved) and gives it back when the block before it is
+    recomputed, or at the end of the backward pass: at most a couple of swapped blocks are on the GPU at a
+    time. Frozen weights never change, so nothing is copied back.
+
+    Needs gradient checkpointing (checked at start-up): without it autograd saves the parameters themselves
+    for the backward pass, and pointing them back at the CPU after the forward would move what it saved.
+
+    Managed parameters are known by identity (the Parameter objects, which `param.data = ...` keeps): every
+    access to `param.data` makes a new Python object, so its id() identifies nothing.
     """
 
     def __init__(self, transformer: WanTransformer3DModel, count: int, device: torch.device):
@@ -69,45 +76,58 @@ class BlockSwapper:
         self.blocks = blocks[len(blocks) - count:]
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if self.cuda else None
-        self.cpu_weights: list[dict[str, torch.Tensor]] = []
+        # per swapped block: (parameter, its host copy) of every frozen parameter
+        self.host: list[list[tuple[torch.nn.Parameter, torch.Tensor]]] = []
         # index -> event that its copy is done (None: resident or copied synchronously)
         self.ready: dict[int, torch.cuda.Event | None] = {}
+        self.on_device: set[int] = set()  # blocks whose parameters point at a device copy now
         self.demand_loads = 0  # copies a block had to wait for (not prefetched): ideally one per pass
         self.handles = []
         for index, block in enumerate(self.blocks):
-            frozen = {name: p for name, p in block.named_parameters() if not p.requires_grad}
-            cpu = {}
-            for name, param in frozen.items():
-                data = param.data.to("cpu")
-                cpu[name] = data.pin_memory() if self.cuda else data
-                param.data = cpu[name]
-            self.cpu_weights.append(cpu)
+            pairs = []
+            for param in block.parameters():
+                if param.requires_grad:
+                    continue
+                host = _host_copy(param.data, self.cuda)  # made once; the loaded tensor is freed
+                param.data = host
+                pairs.append((param, host))
+            self.host.append(pairs)
             self.handles.append(block.register_forward_pre_hook(lambda m, a, i=index: self._before(i)))
             self.handles.append(block.register_forward_hook(lambda m, a, o, i=index: self._after(i)))
         mark_placement_managed(transformer)
         logger.info("block swap: %d of %d blocks keep their frozen weights on the CPU", count, len(blocks))
 
-    def swapped_tensors(self) -> set[int]:
-        """ids of the host tensors this swapper owns (other placement code must leave them on the CPU)."""
-        return {id(cpu) for weights in self.cpu_weights for cpu in weights.values()}
-
-    def _params(self, index: int):
-        block = self.blocks[index]
-        named = dict(block.named_parameters())
-        return [(named[name], cpu) for name, cpu in self.cpu_weights[index].items()]
+    def swapped_parameters(self) -> set[int]:
+        """ids of the Parameters this swapper places (other placement code must leave them alone)."""
+        return {id(param) for pairs in self.host for param, _ in pairs}
 
     def _copy_in(self, index: int) -> None:
         stream = self.stream if self.cuda else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            for param, cpu in self._params(index):
-                param.data = cpu.to(self.device, non_blocking=self.cuda)
+            for param, host in self.host[index]:
+                param.data = host.to(self.device, non_blocking=self.cuda)
         event = None
         if stream is not None:
             event = torch.cuda.Event()
             event.record(stream)
         self.ready[index] = event
+        self.on_device.add(index)
+
+    def _release(self, index: int) -> None:
+        """Point block `index`'s parameters at their host copies; the device copy is freed once autograd lets go."""
+        for param, host in self.host[index]:
+            param.data = host
+        self.on_device.discard(index)
+        self.ready.pop(index, None)
 
     def _before(self, index: int) -> None:
+        backward = _in_backward()
+        if backward:
+            # the block after this one has finished its backward: its copy can go; what is left at the end of the
+            # backward pass goes then (checkpointing's recompute stops early, so no forward hook says so)
+            for done in [i for i in self.on_device if i > index + 1 or (i == index + 1 and i not in self.ready)]:
+                self._release(done)
+            torch.autograd.Variable._execution_engine.queue_callback(self.release_all)
         if index not in self.ready:
             self.demand_loads += 1
             self._copy_in(index)
@@ -115,9 +135,9 @@ class BlockSwapper:
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            for param, _ in self._params(index):
+            for param, _ in self.host[index]:
                 param.data.record_stream(current)  # allocated on the side stream, used on this one
-        upcoming = index - 1 if _in_backward() else index + 1
+        upcoming = index - 1 if backward else index + 1
         if 0 <= upcoming < len(self.blocks) and upcoming not in self.ready:
             self._copy_in(upcoming)  # overlap the upcoming block's transfer with this block's compute
 
@@ -125,19 +145,27 @@ class BlockSwapper:
         if index == len(self.blocks) - 1 and torch.is_grad_enabled() and not _in_backward():
             self.ready[index] = None  # recomputed first in the backward pass: keep it
             return
-        for param, cpu in self._params(index):
-            param.data = cpu
+        self._release(index)
+
+    def release_all(self) -> None:
+        """Every swapped block back to its host copy (the end of a backward pass)."""
+        for index in list(self.on_device):
+            self._release(index)
 
     def place(self, transformer: torch.nn.Module) -> None:
         """Move everything but the swapped frozen weights to the device (never the whole model at once)."""
-        swapped = self.swapped_tensors()
-        for tensor in list(transformer.parameters()) + list(transformer.buffers()):
-            if id(tensor.data) not in swapped and tensor.device != self.device:
-                tensor.data = tensor.data.to(self.device)
+        swapped = self.swapped_parameters()
+        for param in transformer.parameters():
+            if id(param) not in swapped and param.device != self.device:
+                param.data = param.data.to(self.device)
+        for buffer in transformer.buffers():
+            if buffer.device != self.device:
+                buffer.data = buffer.data.to(self.device)
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+        self.release_all()
 
 
 def mark_placement_managed(module: torch.nn.Module) -> None:
@@ -174,6 +202,7 @@ class ExpertOffloader:
 
     def __init__(self, transformers: list[torch.nn.Module], device: torch.device,
                  swapped: set[int] | None = None):
+        """`swapped`: ids of the Parameters a BlockSwapper places (`swapped_parameters()`)."""
         self.device = device
         self.pin = can_pin_memory(device)
         swapped = swapped or set()
@@ -184,16 +213,19 @@ class ExpertOffloader:
         for index, transformer in enumerate(transformers):
             pairs = []
             for param in transformer.parameters():
-                if param.requires_grad or id(param.data) in swapped:
+                if param.requires_grad or id(param) in swapped:
                     continue
                 host = _host_copy(param.data, self.pin)
                 param.data = host
                 pairs.append((param, host))
             self.host.append(pairs)
-            offloaded = {id(host) for _, host in pairs} | swapped
-            for tensor in list(transformer.parameters()) + list(transformer.buffers()):
-                if id(tensor.data) not in offloaded and tensor.device != device:
-                    tensor.data = tensor.data.to(device)
+            offloaded = {id(param) for param, _ in pairs} | swapped
+            for param in transformer.parameters():  # by identity: param.data is a new object on every access
+                if id(param) not in offloaded and param.device != device:
+                    param.data = param.data.to(device)
+            for buffer in transformer.buffers():
+                if buffer.device != device:
+                    buffer.data = buffer.data.to(device)
             mark_placement_managed(transformer)
             self.handles.append(transformer.register_forward_pre_hook(lambda m, a, i=index: self.activate(i)))
         logger.info("offload_inactive_expert: the idle expert's %d frozen tensors wait in %s host memory",

@@ -311,7 +311,7 @@ class TrainConfig(BaseConfig):
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
     compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
-    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; use with gradient_checkpointing).")
+    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
     checkpoint_attention: bool = option(False, "Recompute each block's self- and cross-attention separately right before its backward: a smaller working set per block for about one extra attention pass per step.")
@@ -448,6 +448,9 @@ class TrainConfig(BaseConfig):
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
         if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base_weights):
             fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
+        if self.blocks_to_swap and not self.gradient_checkpointing:
+            fail("blocks_to_swap", "needs gradient_checkpointing: without it autograd keeps each block's weights for the "
+                                   "backward pass, so they cannot go back to the CPU: set gradient_checkpointing true")
         if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base_weights:
             fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
         if self.offload_inactive_expert and self.training_method == TrainingMethod.FINE_TUNE:

@@ -1,0 +1,160 @@
+"""Device memory, measured: the live-bytes counter against torch's MemTracker, block swap and expert offload counted at
+each phase on the fake CUDA device, and (slow) every full-size configuration of benchmarks/memory_fullsize.py held to
+its goal with the estimate within 10 %.
+
+The fake device runs in a child process per configuration (benchmarks/fake_cuda.py: its C++ extension must be loaded
+before torch); the first one builds the extension with torch's cpp_extension (a C++ compiler, about 30 s, cached).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+
+import pytest
+import torch
+
+from benchmarks.device_memory import DeviceMemoryCounter
+from benchmarks.memory_fullsize import CONFIGS, MemoryConfig, run_in_subprocess
+
+GIB = 2 ** 30
+SMALL = dict(model="1.3b", layers=8, width=416, height=240, frames=21)  # full-width 1.3B blocks, a short clip
+
+
+def _lora_steps(model: torch.nn.Module, inputs: dict, device_type: str, memtracker: bool):
+    """Peak live bytes of two training steps (AdamW) on `model`, counted by our counter and (optionally) by torch's
+    MemTracker at once."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    counter = DeviceMemoryCounter(device_type, breakdown_step=0)
+    tracker = MemTracker() if memtracker else None
+    if tracker is not None:
+        tracker.track_external(model, optimizer)
+    with tracker or contextlib.nullcontext(), counter:
+        counter.track_existing(model, *inputs.values())
+        counter.watch([model], [optimizer])
+        for _ in range(2):
+            if tracker is not None:
+                tracker.reset_mod_stats()  # its per-module statistics take one iteration; the peak stays
+            out = model(**inputs)
+            out = out if isinstance(out, torch.Tensor) else out[0]
+            out.pow(2).mean().backward()
+            del out
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    total = tracker.get_tracker_snapshot("peak")[torch.device(device_type)]["Total"] if tracker else None
+    return counter.peak.bytes, total, counter
+
+
+def _small_wan(fake: bool):
+    """A 2-block random Wan transformer with LoRA and gradient checkpointing, its inputs, in a FakeTensorMode or not."""
+    from diffusers import WanTransformer3DModel
+    from peft import LoraConfig
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from benchmarks.fake_cuda import fake_cuda_patches
+
+    mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    with fake_cuda_patches() if fake else contextlib.nullcontext(), mode:  # Module.to() of FakeTensor parameters
+        torch.manual_seed(0)
+        model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                                      out_channels=4, text_dim=32, freq_dim=16, ffn_dim=64, num_layers=2,
+                                      rope_max_seq_len=32)
+        model.requires_grad_(False)
+        model.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=["to_q", "to_k", "to_v", "ffn.net.2"]))
+        model.enable_gradient_checkpointing()
+        inputs = {"hidden_states": torch.randn(1, 4, 5, 16, 16), "timestep": torch.tensor([500.0]),
+                  "encoder_hidden_states": torch.randn(1, 7, 32), "return_dict": False}
+        peak, _, counter = _lora_steps(model, {k: v for k, v in inputs.items()}, "cpu", memtracker=False)
+    return peak, counter
+
+
+def test_the_counter_equals_torchs_memtracker_on_real_tensors():
+    """An MLP stack trained fully (MemTracker hooks the gradient of every parameter, so it cannot take frozen
+    weights, and every module output, which Wan's rotary tables do not have): the same peak."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                                      torch.nn.Linear(1024, 256)) for _ in range(4)])
+    ours, memtracker, counter = _lora_steps(model, {"input": torch.randn(64, 256, requires_grad=True)}, "cpu", True)
+    # within 16 KiB of 34 MiB: MemTracker rounds AdamW's 4-byte `step` scalars differently (16 of them here)
+    assert ours > 0 and abs(ours - memtracker) <= 16 * 1024, (ours, memtracker)
+    kinds = counter.peak.breakdown
+    assert kinds["trained_parameters"] > 0 and kinds["optimizer_state"] > 0
+
+
+def test_fake_tensors_allocate_what_real_tensors_do():
+    """The Wan step (LoRA, checkpointing, AdamW) on FakeTensors has the peak of the same step on real tensors."""
+    real, _ = _small_wan(fake=False)
+    fake, _ = _small_wan(fake=True)
+    assert fake == real > 0
+
+
+def _run_pair(first: MemoryConfig, second: MemoryConfig) -> tuple[dict, dict]:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two child processes at once (CI has 2 cores)
+        a, b = pool.map(run_in_subprocess, (first, second))
+    return a, b
+
+
+def block_bytes(config: dict, layers_swapped: int) -> float:
+    """bf16 bytes of `layers_swapped` blocks of a Wan config (every block parameter is frozen under LoRA; the norms
+    kept in float32 have no weights in Wan's blocks, scale_shift_table is float32)."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.device("meta"):
+        model = WanTransformer3DModel.from_config(config)
+    block = model.blocks[0]
+    size = sum(p.numel() * (4 if "scale_shift_table" in n else 2) for n, p in block.named_parameters())
+    return layers_swapped * size / GIB
+
+
+def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase():
+    """Device bytes after setup, forward, backward and the optimizer step, with 6 of 8 blocks swapped and without:
+    after setup and backward the 6 swapped blocks are all on the CPU; after the forward only the last one (kept for
+    its recompute, which comes first) is on the device. (Before the fix every swapped weight went back to the GPU at
+    setup, and all of them were left there after the backward.)"""
+    from benchmarks.gpu_step import transformer_config
+
+    plain, swapped = _run_pair(MemoryConfig(**SMALL), MemoryConfig(**SMALL, blocks_to_swap=6))
+    block = block_bytes(transformer_config("1.3b", 8), 1)
+    tolerance = 0.002  # GiB: the counter reports 3 decimals
+    assert plain["after_setup_gib"] - swapped["after_setup_gib"] == pytest.approx(6 * block, abs=tolerance)
+    step, swap_step = plain["steps"][-1], swapped["steps"][-1]
+    assert step["after_forward"] - swap_step["after_forward"] == pytest.approx(5 * block, abs=tolerance)
+    assert step["after_backward"] - swap_step["after_backward"] == pytest.approx(6 * block, abs=tolerance)
+    assert step["after_optimizer"] - swap_step["after_optimizer"] == pytest.approx(6 * block, abs=tolerance)
+    # at the peak two swapped blocks are on the device: the one running and the one being fetched
+    assert swapped["measured"]["peak_gib"] <= plain["measured"]["peak_gib"] - 4 * block + tolerance
+
+
+def test_expert_offload_holds_one_experts_frozen_weights_at_a_time():
+    """Two experts trained BOTH, one step on each: with offload_inactive_expert the device holds the frozen weights of
+    one expert after each phase (the routed one); without it, both."""
+    from benchmarks.gpu_step import transformer_config
+
+    both = dict(SMALL, experts=2)
+    plain, offloaded = _run_pair(MemoryConfig(**both), MemoryConfig(**both, offload_inactive_expert=True))
+    config = transformer_config("1.3b", 8)
+    from diffusers import WanTransformer3DModel
+
+    with torch.device("meta"):
+        model = WanTransformer3DModel.from_config(config)
+    keep = set(model._keep_in_fp32_modules)
+    expert = sum(p.numel() * (4 if keep & set(n.split(".")) else 2) for n, p in model.named_parameters()) / GIB
+    assert plain["after_setup_gib"] - offloaded["after_setup_gib"] == pytest.approx(2 * expert, abs=0.01)
+    for step, off_step in zip(plain["steps"], offloaded["steps"]):
+        for phase in ("after_forward", "after_backward", "after_optimizer"):
+            assert step[phase] - off_step[phase] == pytest.approx(expert, abs=0.01), phase
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent(name):
+    """The table of docs/performance.md: each configuration's fake-measured peak at or under its limit (the issue's
+    goal, or where the goal is not met yet the figure measured when it was set, with what holds it in the docs), and
+    the estimate within 10 % of the measurement."""
+    result = run_in_subprocess(name)
+    spec = CONFIGS[name]
+    measured = result["measured"]["peak_gib"]
+    assert measured <= spec.limit_gib, f"{name}: {measured} GiB > {spec.limit_gib} ({result['measured']})"
+    assert abs(result["estimate_error"]) <= 0.10, f"{name}: estimate {result['estimate_gib']} vs {measured}"
