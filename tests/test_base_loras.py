@@ -206,8 +206,11 @@ def test_training_on_base_plus_lora_equals_training_on_the_merge_lora_folder(tin
     model_dir = tiny_model("t2v")
     lora, _ = random_file("lora", model_dir, tmp_path)
     merged_dir = merge_lora_into_model(MergeInputs(model_dir, lora, strength=0.7), tmp_path / "merged", DIFFUSERS)[0]
+    base_file = model_dir / "transformer" / "diffusion_pytorch_model.safetensors"
+    base_bytes = base_file.read_bytes()
     on_stack, header = trained_file(train_config_dict(model_dir, video_dataset, tmp_path / "a", epochs=1,
                                                       base_loras=[{"path": str(lora), "strength": 0.7}]))
+    assert base_file.read_bytes() == base_bytes  # merged in memory: the mmapped base file is never written
     on_folder, _ = trained_file(train_config_dict(merged_dir, video_dataset, tmp_path / "b", epochs=1))
     assert on_stack.keys() == on_folder.keys()
     assert all(torch.equal(on_stack[key], on_folder[key]) for key in on_stack)
@@ -252,3 +255,53 @@ def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model
     plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4")
     assert np.array_equal(with_stack, of_folder)
     assert not np.array_equal(with_stack, plain)
+
+
+def test_sample_overrides_replace_each_samples_own_settings():
+    from modules.util.config.loading import load_train_config
+    from modules.util.config.train_config import SampleConfig
+
+    config = load_train_config(preset="#wan2.1 t2v 14B lora on lightning")
+    sample = config.sample_overrides.apply(SampleConfig(prompt="a fox", steps=30, cfg_scale=6.0))
+    assert (sample.prompt, sample.steps, sample.cfg_scale, sample.shift, sample.scheduler) == ("a fox", 4, 1.0, 5.0, "euler")
+    assert config.base_loras[0].path.endswith("lightx2v_cfg_step_distill_lora_rank32.safetensors")
+    with pytest.raises(UserError, match="sample_overrides.steps' must be at least 1"):
+        TrainConfig.from_dict({"sample_overrides": {"steps": 0}})
+
+
+@pytest.mark.parametrize("cfg_scale, calls_per_step", [(1.0, 1), (5.0, 2)])
+def test_cfg_1_samples_without_a_negative_pass(cfg_scale, calls_per_step, tiny_model):
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+    from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.util.config.train_config import SampleConfig
+
+    model = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu"))
+    calls = []
+    model.transformer.register_forward_hook(lambda *_: calls.append(1))
+    sample = SampleConfig(prompt="a fox", negative_prompt="blur", frames=5, height=32, width=32, steps=2,
+                          cfg_scale=cfg_scale)
+    WanModelSampler(model).generate(sample, show_progress=False)
+    assert len(calls) == 2 * calls_per_step
+
+
+def test_two_expert_models_take_each_entry_into_its_expert(tiny_model, tmp_path):
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+    from modules.modelSaver.WanLoRASaver import read_stack, stack_header
+
+    model_dir = tiny_model("a14b")
+    high = tmp_path / "high.safetensors"
+    both = tmp_path / "both.safetensors"
+    reference = WanModelLoader().load(str(model_dir), torch.device("cpu"))
+    name = "blocks.0.attn1.to_q"
+    shape = reference.transformer.get_submodule(name).weight.shape
+    for path, value in ((high, 1.0), (both, 2.0)):
+        save_file({f"transformer.{name}.lora_A.weight": torch.full((1, shape[1]), value),
+                   f"transformer.{name}.lora_B.weight": torch.full((shape[0], 1), 0.01)}, str(path))
+    model = WanModelLoader().load(str(model_dir), torch.device("cpu"), base_loras=[
+        BaseLoRAConfig(str(high), 1.0, WanExpert.HIGH), BaseLoRAConfig(str(both), 0.5)])
+    for expert, expected_delta in ((0, 0.01 * (1.0 + 0.5 * 2.0)), (1, 0.01 * 0.5 * 2.0)):
+        delta = model.transformers()[expert].get_submodule(name).weight - \
+            reference.transformers()[expert].get_submodule(name).weight
+        assert torch.allclose(delta, torch.full(shape, expected_delta), atol=1e-6)
+    assert [r["name"] for r in read_stack(stack_header(model.base_loras, 0))] == ["high.safetensors", "both.safetensors"]
+    assert [r["name"] for r in read_stack(stack_header(model.base_loras, 1))] == ["both.safetensors"]
