@@ -305,3 +305,24 @@ def test_two_expert_models_take_each_entry_into_its_expert(tiny_model, tmp_path)
         assert torch.allclose(delta, torch.full(shape, expected_delta), atol=1e-6)
     assert [r["name"] for r in read_stack(stack_header(model.base_loras, 0))] == ["high.safetensors", "both.safetensors"]
     assert [r["name"] for r in read_stack(stack_header(model.base_loras, 1))] == ["both.safetensors"]
+
+
+@pytest.mark.slow
+def test_with_fp8_storage_the_merged_weights_are_quantised(tiny_model, video_dataset, tmp_path):
+    from modules.modelSetup.fp8_storage import stored_weights
+
+    model_dir = tiny_model("t2v")
+    lora, _ = random_file("lora", model_dir, tmp_path)
+    merged_dir = merge_lora_into_model(MergeInputs(model_dir, lora), tmp_path / "merged", DIFFUSERS)[0]
+    stored = []
+    for base, work, stack in ((model_dir, "a", [{"path": str(lora)}]), (merged_dir, "b", [])):
+        trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(
+            base, video_dataset, tmp_path / work, fp8_base_weights=True, fp8_scale="TENSOR", base_loras=stack)))
+        trainer.start()
+        stored.append(stored_weights(trainer.model.transformer))
+        trainer.close()
+    assert stored[0].keys() == stored[1].keys() and stored[0]
+    for name, (weight, scale) in stored[0].items():
+        assert weight.dtype == torch.float8_e4m3fn
+        assert torch.equal(weight.view(torch.uint8), stored[1][name][0].view(torch.uint8)), name
+        assert torch.equal(scale, stored[1][name][1]), name
