@@ -79,36 +79,28 @@ def merged_with(model_dir, *stack: tuple[object, float]) -> dict[str, torch.Tens
 
 # --- formats: the project's adapter math and ComfyUI's ---------------------------------------------------------
 @pytest.mark.parametrize("kind, fmt", [("lora", "COMFY"), ("lora", "MUSUBI"), ("lora", "DIFFUSERS"),
-                                       ("loha", "COMFY"), ("loha", "MUSUBI"), ("lokr", "COMFY"), ("lokr", "MUSUBI"),
-                                       ("dora", "COMFY")])
-def test_every_format_merges_to_the_projects_adapter_math(kind, fmt, tiny_model, tmp_path):
+                                       ("loha", "COMFY"), ("lokr", "COMFY"), ("lokr", "MUSUBI"), ("dora", "COMFY")])
+def test_every_format_merges_to_the_adapter_math_and_comfy_files_to_comfyuis_weights(kind, fmt, tiny_model, tmp_path):
     model_dir = tiny_model("t2v")
     path, weights = random_file(kind, model_dir, tmp_path, DIFFUSERS_LORA if fmt == "DIFFUSERS" else COMFY_LORA)
+    comfy_modules = file_modules(load_file(str(path))) if fmt == "COMFY" else {}
     if fmt == "MUSUBI":
         path = as_musubi(path, tmp_path)
-    merged = merged_with(model_dir, (path, 0.7))
+    strength = 1.0 if fmt == "COMFY" else 0.7  # comfy_weight is ComfyUI's weight at strength 1
+    merged = merged_with(model_dir, (path, strength))
     base = base_transformer(model_dir).state_dict()
     assert len(weights.layers) == 2 * 10  # every block Linear of both tiny blocks
     for key, value in base.items():
         layer = weights.layers.get(key.removesuffix(".weight")) if key.endswith(".weight") else None
-        expected = value if layer is None else weights.spec.merged_weight(value.float().clone(), layer, 0.7)
+        expected = value if layer is None else weights.spec.merged_weight(value.float().clone(), layer, strength)
         if fmt == "DIFFUSERS":  # alpha is baked into lora_B and taken out again: float32 rounding
             assert torch.allclose(merged[key], expected, rtol=0, atol=1e-6), key
         else:
             assert torch.equal(merged[key], expected), key
-
-
-@pytest.mark.parametrize("kind", TYPES)
-def test_a_comfy_file_merges_to_the_weights_comfyui_computes(kind, tiny_model, tmp_path):
-    model_dir = tiny_model("t2v")
-    path, _ = random_file(kind, model_dir, tmp_path)
-    merged = merged_with(model_dir, (path, 1.0))
-    base = base_transformer(model_dir).state_dict()
-    modules = file_modules(load_file(str(path)))
-    for key, value in base.items():
-        tensors = modules.get(original_key(key)[:-len(".weight")]) if key.endswith(".weight") else None
-        expected = value if tensors is None else comfy_weight(value.float(), tensors)
-        assert torch.allclose(merged[key], expected, rtol=0, atol=1e-6), key
+        if comfy_modules:
+            tensors = comfy_modules.get(original_key(key)[:-len(".weight")]) if layer is not None else None
+            comfy = value if tensors is None else comfy_weight(value.float(), tensors)
+            assert torch.allclose(merged[key], comfy, rtol=0, atol=1e-6), key
 
 
 def comfy_diff(weight: torch.Tensor, diff: torch.Tensor, strength: float) -> torch.Tensor:
@@ -236,23 +228,32 @@ def test_the_headers_stack_is_found_beside_the_lora_and_a_missing_file_is_a_warn
     assert any("gone.safetensors" in r.getMessage() and "sampling without it" in r.getMessage() for r in caplog.records)
 
 
-def sample_strip(args: list[str], output) -> np.ndarray:
-    command = [sys.executable, "scripts/sample.py", "--prompt", "a red circle", "--frames", "5", "--height", "32",
-               "--width", "32", "--steps", "2", "--cfg-scale", "1", "--seed", "3", "--device", "cpu",
-               "--output", str(output), *args]
-    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def run_script(script: str, args: list[str], monkeypatch) -> None:
+    """scripts/<script> in this process (the CLI path, without a new interpreter's imports)."""
+    import runpy
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "scripts"))
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(REPO_ROOT / "scripts" / script), run_name="__main__")
+    if exit_.value.code:
+        raise AssertionError(f"{script} exited with {exit_.value.code}")
+
+
+def sample_strip(args: list[str], output, monkeypatch) -> np.ndarray:
+    run_script("sample.py", ["--prompt", "a red circle", "--frames", "5", "--height", "32", "--width", "32", "--steps",
+                             "2", "--cfg-scale", "1", "--seed", "3", "--device", "cpu", "--output", str(output), *args],
+               monkeypatch)
     return np.asarray(Image.open(output.with_suffix(".png")))
 
 
-@pytest.mark.slow
-def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model, tmp_path):
+def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model, tmp_path, monkeypatch):
     model_dir = tiny_model("t2v")
     lora, _ = random_file("lora", model_dir, tmp_path)
     merged_dir = merge_lora_into_model(MergeInputs(model_dir, lora, strength=0.6), tmp_path / "merged", DIFFUSERS)[0]
-    with_stack = sample_strip(["--model", str(model_dir), "--base-lora", f"{lora}:0.6"], tmp_path / "a.mp4")
-    of_folder = sample_strip(["--model", str(merged_dir)], tmp_path / "b.mp4")
-    plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4")
+    with_stack = sample_strip(["--model", str(model_dir), "--base-lora", f"{lora}:0.6"], tmp_path / "a.mp4", monkeypatch)
+    of_folder = sample_strip(["--model", str(merged_dir)], tmp_path / "b.mp4", monkeypatch)
+    plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4", monkeypatch)
     assert np.array_equal(with_stack, of_folder)
     assert not np.array_equal(with_stack, plain)
 
@@ -269,8 +270,7 @@ def test_sample_overrides_replace_each_samples_own_settings():
         TrainConfig.from_dict({"sample_overrides": {"steps": 0}})
 
 
-@pytest.mark.parametrize("cfg_scale, calls_per_step", [(1.0, 1), (5.0, 2)])
-def test_cfg_1_samples_without_a_negative_pass(cfg_scale, calls_per_step, tiny_model):
+def test_cfg_1_samples_without_a_negative_pass(tiny_model):
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
@@ -278,10 +278,11 @@ def test_cfg_1_samples_without_a_negative_pass(cfg_scale, calls_per_step, tiny_m
     model = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu"))
     calls = []
     model.transformer.register_forward_hook(lambda *_: calls.append(1))
-    sample = SampleConfig(prompt="a fox", negative_prompt="blur", frames=5, height=32, width=32, steps=2,
-                          cfg_scale=cfg_scale)
-    WanModelSampler(model).generate(sample, show_progress=False)
-    assert len(calls) == 2 * calls_per_step
+    for cfg_scale in (1.0, 5.0):
+        sample = SampleConfig(prompt="a fox", negative_prompt="blur", frames=5, height=32, width=32, steps=2,
+                              cfg_scale=cfg_scale)
+        WanModelSampler(model).generate(sample, show_progress=False)
+    assert len(calls) == 2 * 1 + 2 * 2  # two steps: one pass each at CFG 1, a negative pass too at CFG 5
 
 
 def test_two_expert_models_take_each_entry_into_its_expert(tiny_model, tmp_path):
@@ -326,3 +327,19 @@ def test_with_fp8_storage_the_merged_weights_are_quantised(tiny_model, video_dat
         assert weight.dtype == torch.float8_e4m3fn
         assert torch.equal(weight.view(torch.uint8), stored[1][name][0].view(torch.uint8)), name
         assert torch.equal(scale, stored[1][name][1]), name
+
+
+@pytest.mark.parametrize("script", ["sample.py", "evaluate.py"])
+def test_the_scripts_check_base_lora_files_before_a_model_loads(script, tiny_model, tmp_path, monkeypatch, capsys):
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+
+    monkeypatch.setattr(WanModelLoader, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a fox\n")
+    extra = ["--prompt", "a fox"] if script == "sample.py" else ["--prompts", str(prompts)]
+    output = tmp_path / ("out.mp4" if script == "sample.py" else "report")
+    with pytest.raises(AssertionError, match="exited with 1"):
+        run_script(script, ["--model", str(tiny_model("t2v")), *extra, "--base-lora",
+                            f"{tmp_path / 'gone.safetensors'}:0.8", "--output", str(output)], monkeypatch)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--base-lora" in lines[0] and "gone.safetensors" in lines[0], lines
