@@ -109,7 +109,8 @@ def comfy_diff(weight: torch.Tensor, diff: torch.Tensor, strength: float) -> tor
 
 DIFFS = (("blocks.0.self_attn.q.diff_b", "blocks.0.attn1.to_q.bias"),
          ("blocks.1.ffn.2.diff_b", "blocks.1.ffn.net.2.bias"),
-         ("blocks.0.cross_attn.norm_k.diff", "blocks.0.attn2.norm_k.weight"))
+         ("blocks.0.cross_attn.norm_k.diff", "blocks.0.attn2.norm_k.weight"),
+         ("blocks.1.modulation.diff", "blocks.1.scale_shift_table"))  # ComfyUI keys a non-.weight parameter whole
 
 
 def lightning_like(path, base: dict[str, torch.Tensor], tmp_path):

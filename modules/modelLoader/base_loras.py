@@ -119,7 +119,7 @@ class BaseLoRAFile:
 
     path: str
     weights: LoRAWeights
-    diffs: dict[str, torch.Tensor]  # "<file module>.diff" / ".diff_b" key without its prefix -> tensor
+    diffs: dict[str, torch.Tensor]  # the file's "<prefix><module>.diff" / ".diff_b" keys
     skipped: list[str]
 
 
@@ -144,11 +144,13 @@ def _diff_names(transformer: torch.nn.Module) -> dict[str, str]:
     names: dict[str, str] = {}
     for name in transformer.state_dict():
         module, _, leaf = name.rpartition(".")
-        if leaf not in ("weight", "bias"):
+        table = leaf == "scale_shift_table"  # a parameter of its own (Wan: `modulation`): ComfyUI keys it whole
+        if leaf not in ("weight", "bias") and not table:
             continue
-        suffix = _DIFF if leaf == "weight" else _DIFF_B
+        suffix = _DIFF_B if leaf == "bias" else _DIFF
+        module = name if table else module
         try:
-            wan = original_key(name).rpartition(".")[0]
+            wan = original_key(name) if table else original_key(name).rpartition(".")[0]
         except UserError:  # no original name: only diffusers keys reach it
             wan = None
         names[f"{DIFFUSERS_PREFIX}{module}{suffix}"] = name
