@@ -23,6 +23,11 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
     parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--base-lora", action="append", default=[], metavar="FILE[:STRENGTH[:EXPERT]]",
+                        help="a LoRA merged into the base of every run (e.g. a Lightning speed LoRA); repeat for a "
+                             "stack. Default: the stack --lora's header records, where the files are found")
+    parser.add_argument("--no-base-loras", action="store_true",
+                        help="do not merge the base LoRAs --lora's header records")
     parser.add_argument("--embedding", help="the trained textual-inversion embedding (.safetensors, key umt5xxl); "
                                             "prompts holding its placeholder use it")
     parser.add_argument("--force", action="store_true", help="apply a LoRA whose metadata names another variant")
@@ -56,6 +61,7 @@ def main() -> int:
     from modules.evaluation.report import write_report
     from modules.evaluation.run import Encoders, Run, Settings, evaluate, read_prompts, write_metrics
     from modules.model.WanVariant import detect_variant
+    from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.e2v_options import e2v_sampling_options
@@ -73,6 +79,7 @@ def main() -> int:
         settings.sample(prompt, 0)
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
+    base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     if args.embedding:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
     trained_adds = lora is not None or bool(args.embedding)  # the trained model is --model plus these
@@ -95,25 +102,26 @@ def main() -> int:
         (enc.checkpoint_clip(args.image_encoder, device) if args.image_encoder else None) or \
         (encoders.clip_pair[0] if encoders.clip_pair else None)
 
-    def load(folder: str):
-        model = WanModelLoader().load(folder, device)
+    def load(folder: str, stack=()):
+        model = WanModelLoader().load(folder, device, base_loras=stack)
         if args.image_encoder and model.image_encoder is None:
             model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, device)
         return model
 
     runs = []
     if args.compare_base and not trained_adds:
-        runs.append(Run("base", lambda: load(args.base_model)))
+        # a full fine-tune of a merged base holds the stack already: only the base gets it
+        runs.append(Run("base", lambda: load(args.base_model, base_loras)))
         runs.append(Run("trained", lambda: load(args.model)))
     else:
         loaded = {}
 
         def base():
-            loaded["model"] = load(args.model)
+            loaded["model"] = load(args.model, base_loras)
             return loaded["model"]
 
         def trained():
-            model = loaded.pop("model", None) or load(args.model)
+            model = loaded.pop("model", None) or load(args.model, base_loras)
             if lora is not None:
                 attach_lora_for_inference(model, lora, args.lora_scale)
             if args.embedding:

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Generate a video: python scripts/sample.py --model DIR [--lora FILE] [--embedding FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
+"""Generate a video: python scripts/sample.py --model DIR [--base-lora FILE[:S]] [--lora FILE] [--embedding FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
+
+A distilled (Lightning) stack: --base-lora lightning.safetensors --steps 4 --cfg-scale 1 --shift 5 --scheduler euler
 
 SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample"""
 from __future__ import annotations
@@ -18,6 +20,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")
     parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--base-lora", action="append", default=[], metavar="FILE[:STRENGTH[:EXPERT]]",
+                        help="a LoRA merged into the base before --lora (e.g. a Lightning speed LoRA; EXPERT high, low "
+                             "or both for two-expert models); repeat for a stack. Default: the stack --lora's header "
+                             "records (the base it was trained on), where the files are found")
+    parser.add_argument("--no-base-loras", action="store_true",
+                        help="do not merge the base LoRAs --lora's header records")
     parser.add_argument("--embedding", metavar="FILE",
                         help="textual-inversion embedding (.safetensors, key umt5xxl: ours or ComfyUI's); prompts "
                              "holding its placeholder (the file's, e.g. <sks>; else <file stem>) use its vectors")
@@ -64,6 +72,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     from modules.model.WanVariant import detect_variant
+    from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.video_output import check_video_output
@@ -85,7 +94,9 @@ def main() -> int:
     }, "sample")
     # everything that can be checked without the weights is, before they load
     check_video_output(args.output)
-    lora = check_lora_file(args.lora, detect_variant(args.model), args.force, "--force") if args.lora else None
+    variant = detect_variant(args.model)
+    lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
+    base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     overrides = {f"{name}_override": getattr(args, f"{name}_file") or ""
                  for name in ("transformer", "transformer_2", "vae", "text_encoder", "image_encoder")}
     for key, file in overrides.items():
@@ -93,7 +104,7 @@ def main() -> int:
             check_input_file(f"--{key.removesuffix('_override').replace('_', '-')}-file", file, "a .safetensors file")
     if args.embedding:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
-    model = WanModelLoader().load(args.model, resolve_device(args.device), **overrides)
+    model = WanModelLoader().load(args.model, resolve_device(args.device), base_loras=base_loras, **overrides)
     if args.image_encoder and model.image_encoder is None:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)
     if lora is not None:

@@ -41,6 +41,9 @@ class WanModel:
     component_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     # A textual-inversion embedding (trained, or loaded with --embedding): prompts holding its placeholder get it.
     text_embedding: WanModelEmbedding | None = None
+    # LoRAs merged into the frozen base when it loaded (modules/modelLoader/base_loras.py), as the saved LoRA's
+    # header records them: {"name", "path", "sha256", "strength", "expert"} with "experts" (the indexes it went into).
+    base_loras: list[dict] = dataclasses.field(default_factory=list)
 
     def component_source(self, name: str) -> Path:
         return self.component_sources.get(name, self.model_dir / name)

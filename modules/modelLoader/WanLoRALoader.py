@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from modules.adapter.spec import AdapterSpec
 from modules.modelSaver.lora_formats import (
     LoRAFormatError,
@@ -70,20 +72,26 @@ def read_lora_adapter(path: str | os.PathLike) -> AdapterSpec:
         raise _not_a_lora(path, e) from e
 
 
-def load_lora_file(path: str | os.PathLike) -> tuple[LoRAWeights, dict[str, str]]:
-    """(weights, safetensors header metadata); `UserError` naming the file when it is missing, corrupt or no LoRA."""
+def read_lora_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(every tensor by key, header metadata) of a .safetensors file; `UserError` naming it when missing or corrupt."""
     from safetensors import safe_open
 
     path = os.fspath(path)
     _check_lora_path(path)
     try:
         with safe_open(path, framework="pt") as f:
-            metadata = dict(f.metadata() or {})
-            state_dict = {key: f.get_tensor(key) for key in f.keys()}
+            return {key: f.get_tensor(key) for key in f.keys()}, dict(f.metadata() or {})
     except Exception as e:  # safetensors raises several types for corrupt/truncated files
         raise _unreadable(path, e) from e
+
+
+def load_lora_file(path: str | os.PathLike, skipped: list[str] | None = None) -> tuple[LoRAWeights, dict[str, str]]:
+    """(weights, safetensors header metadata); `UserError` naming the file when it is missing, corrupt or no LoRA.
+    `skipped` given: keys WanTrainer cannot use are listed there instead of refused (`from_state_dict`)."""
+    path = os.fspath(path)
+    state_dict, metadata = read_lora_tensors(path)
     try:
-        weights = from_state_dict(state_dict, metadata)
+        weights = from_state_dict(state_dict, metadata, skipped)
     except LoRAFormatError as e:
         raise _not_a_lora(path, e) from e
     return weights, metadata

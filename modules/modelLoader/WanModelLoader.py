@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
@@ -25,8 +25,9 @@ from modules.modelLoader.component_files import (
     load_transformer_file,
     load_vae_file,
 )
+from modules.modelLoader.base_loras import merge_base_loras
 from modules.modelLoader.single_file import SingleFile
-from modules.util.config.train_config import TrainConfig
+from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 
@@ -69,8 +70,10 @@ class WanModelLoader:
         vae_override: str = "",
         text_encoder_override: str = "",
         image_encoder_override: str = "",
+        base_loras: Sequence[BaseLoRAConfig] = (),
     ) -> WanModel:
-        """The base folder's model; each `*_override` file replaces that component's weights."""
+        """The base folder's model; each `*_override` file replaces that component's weights; `base_loras` are
+        merged into the transformer(s) before anything else sees them (`base_loras.py`)."""
         model_dir = Path(base_model_name)
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
@@ -91,7 +94,7 @@ class WanModelLoader:
             if module is not None:
                 module.requires_grad_(False)
                 module.eval()
-        return WanModel(
+        model = WanModel(
             variant=variant, model_dir=model_dir, tokenizer=tokenizer, text_encoder=text_encoder, vae=vae,
             transformer=transformer, transformer_2=transformer_2, image_encoder=image_encoder,
             image_processor=image_processor, scheduler=scheduler, train_device=train_device,
@@ -101,6 +104,8 @@ class WanModelLoader:
                 ("image_encoder", image_encoder_override), ("transformer", transformer_override),
                 ("transformer_2", transformer_2_override)) if file},
         )
+        merge_base_loras(model, base_loras)  # the one point: before fp8, block swap and adapters (model setup)
+        return model
 
     def load_for_config(self, config: TrainConfig, device: torch.device) -> WanModel:
         """The model a training config names: base folder, override files and dtypes (one place for that
@@ -111,7 +116,7 @@ class WanModelLoader:
             image_encoder_dtype=config.image_encoder_dtype, train_dtype=config.train_dtype,
             transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
             vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
-            image_encoder_override=config.image_encoder_override,
+            image_encoder_override=config.image_encoder_override, base_loras=config.base_loras,
         )
         folder = config.e2v.image_encoder_model_name
         if config.dataset_config and folder and model.image_encoder is None:  # E2V's CLIP from another checkpoint

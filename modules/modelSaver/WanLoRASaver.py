@@ -15,7 +15,7 @@ import os
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -43,6 +43,7 @@ EXPERT_KEY = "wantrainer.expert"  # `high_noise` / `low_noise`; absent for one-e
 BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the experts split (of 1000 timesteps)
 BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base
 ADAPTER_KEY = "wantrainer.adapter"
+BASE_LORAS_KEY = "wantrainer.base_loras"  # JSON list of the LoRAs merged into the base: name, path, sha256, strength
 EXPERT_NAMES = ("high_noise", "low_noise")  # by expert index: transformer, transformer_2
 
 # What `modelspec.implementation` names: the code whose key convention the file uses.
@@ -82,6 +83,23 @@ def lora_metadata(variant: str | LoRAFileInfo, base_model: str = "", config_hash
                 "wantrainer.weights": info.weights}
     meta.update({k: v for k, v in optional.items() if v})
     return meta
+
+
+def stack_header(records: Iterable[Mapping[str, Any]], expert: int) -> dict[str, str]:
+    """The trained LoRA's header entry for the base LoRAs merged into `expert` ({} when none)."""
+    stack = [{key: record[key] for key in ("name", "path", "sha256", "strength")}
+             for record in records if expert in record["experts"]]
+    return {BASE_LORAS_KEY: json.dumps(stack, separators=(",", ":"))} if stack else {}
+
+
+def read_stack(metadata: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The base-LoRA records of a LoRA header ([] when it has none or they do not parse)."""
+    try:
+        stack = json.loads(metadata.get(BASE_LORAS_KEY, "") or "[]")
+    except ValueError:
+        return []
+    return [s for s in stack if isinstance(s, dict) and {"name", "strength"} <= s.keys()] \
+        if isinstance(stack, list) else []
 
 
 def _creation_date() -> str:

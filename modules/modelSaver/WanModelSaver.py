@@ -15,7 +15,7 @@ from modules.model.WanModel import WanModel
 from modules.modelSaver.diffusers_folder import copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
-from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
+from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora, stack_header
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
 from modules.util.config.train_config import TrainConfig
@@ -122,6 +122,7 @@ class WanModelSaver:
             full = self.setup.full_train.get(expert, [])
             weights = extract_from_peft(transformer, "default", full_weight_names=full)
             metadata = lora_metadata(self.file_info(expert, trained))
+            metadata.update(stack_header(self.model.base_loras, expert))  # so samples apply the same base
             if full:  # an E2V-expanded transformer: loading needs its new shape
                 metadata[TRANSFORMER_CONFIG_KEY] = json.dumps(
                     {k: v for k, v in transformer.config.items() if not k.startswith("_")})

@@ -80,6 +80,11 @@ import torch
 from modules.adapter.lora import LORA, LoRALayer
 from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
 from modules.adapter.spec import AdapterLayer, AdapterSpec
+from modules.modelSaver.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
+    diffusers_to_wan_name,
+    musubi_to_wan_name,
+    wan_to_diffusers_name,
+)
 from modules.util.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,39 +102,6 @@ COMFY_PREFIX = "diffusion_model."
 MUSUBI_PREFIX = "lora_unet_"
 ALPHA_MAP_KEY = "wantrainer.alpha_map"
 DIFFUSERS_ADAPTER_METADATA_KEY = "lora_adapter_metadata"
-
-# diffusers module path inside a block -> Wan original name inside a block
-_BLOCK_NAMES = {
-    "attn1.to_q": "self_attn.q",
-    "attn1.to_k": "self_attn.k",
-    "attn1.to_v": "self_attn.v",
-    "attn1.to_out.0": "self_attn.o",
-    "attn2.to_q": "cross_attn.q",
-    "attn2.to_k": "cross_attn.k",
-    "attn2.to_v": "cross_attn.v",
-    "attn2.to_out.0": "cross_attn.o",
-    "attn2.add_k_proj": "cross_attn.k_img",
-    "attn2.add_v_proj": "cross_attn.v_img",
-    "ffn.net.0.proj": "ffn.0",
-    "ffn.net.2": "ffn.2",
-}
-# diffusers module path -> Wan original name, outside the blocks
-_GLOBAL_NAMES = {
-    "condition_embedder.time_proj": "time_projection.1",
-    "proj_out": "head.head",
-    "condition_embedder.text_embedder.linear_1": "text_embedding.0",
-    "condition_embedder.text_embedder.linear_2": "text_embedding.2",
-    "condition_embedder.time_embedder.linear_1": "time_embedding.0",
-    "condition_embedder.time_embedder.linear_2": "time_embedding.2",
-    "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
-    "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
-}
-_BLOCK_NAMES_REV = {v: k for k, v in _BLOCK_NAMES.items()}
-_GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
-_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
-_MUSUBI_BLOCK_RE = re.compile(r"^blocks_(\d+)_(.+)$")
-_MUSUBI_BLOCK_NAMES = {v.replace(".", "_"): v for v in _BLOCK_NAMES.values()}
-_MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
 
 _DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
 _UP_SUFFIXES = (".lora_B.weight", ".lora_up.weight")
@@ -155,36 +127,6 @@ class LoRAWeights:
     @property
     def spec(self) -> AdapterSpec:
         return adapter_named(self.adapter)
-
-
-# --------------------------------------------------------------------------------------------- names
-
-
-def diffusers_to_wan_name(module: str) -> str | None:
-    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
-    m = _BLOCK_RE.match(module)
-    if m:
-        inner = _BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES.get(module)
-
-
-def wan_to_diffusers_name(name: str) -> str | None:
-    """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
-    m = _BLOCK_RE.match(name)
-    if m:
-        inner = _BLOCK_NAMES_REV.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES_REV.get(name)
-
-
-def musubi_to_wan_name(name: str) -> str | None:
-    """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
-    m = _MUSUBI_BLOCK_RE.match(name)
-    if m:
-        inner = _MUSUBI_BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _MUSUBI_GLOBAL_NAMES.get(name)
 
 
 def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
@@ -485,8 +427,9 @@ def _strip_prefix(rest: Mapping[str, torch.Tensor], fmt: str, bad: list[str]) ->
     return stripped
 
 
-def _wan_module_names(groups: Iterable[str], fmt: str) -> dict[str, str]:
-    """File module name (Wan original / musubi) -> diffusers module path; unknown names are refused."""
+def _wan_module_names(groups: Iterable[str], fmt: str, skipped: list[str] | None = None) -> dict[str, str]:
+    """File module name (Wan original / musubi) -> diffusers module path; unknown names are refused (`skipped`
+    given: left out and listed there)."""
     to_wan = (lambda n: n) if fmt == COMFY_LORA else musubi_to_wan_name
     names = {}
     unknown = []
@@ -497,8 +440,9 @@ def _wan_module_names(groups: Iterable[str], fmt: str) -> dict[str, str]:
             unknown.append(g)
         else:
             names[g] = diffusers_name
-    if unknown:
+    if unknown and skipped is None:
         raise LoRAFormatError(f"{fmt} has LoRA on modules unknown to WanTrainer: {_short_list(sorted(unknown))}")
+    skipped is None or skipped.extend(unknown)
     return names
 
 
@@ -525,13 +469,16 @@ def _group_by_suffix(keys_to_tensors: Mapping[str, torch.Tensor], suffixes: Iter
 
 
 def _read_adapter(spec: AdapterSpec, fmt: str, rest: Mapping[str, torch.Tensor],
-                  full: dict[str, torch.Tensor]) -> LoRAWeights:
+                  full: dict[str, torch.Tensor], skipped: list[str] | None) -> LoRAWeights:
     """A LoHa / LoKr / DoRA file (COMFY_LORA or musubi names) through its type's codec."""
     bad: list[str] = []
     groups = _group_by_suffix(_strip_prefix(rest, fmt, bad), spec.file_keys, bad)
-    if bad:
+    if bad and skipped is None:
         raise LoRAFormatError(f"unsupported keys in {spec.title} {fmt} file: {_short_list(sorted(bad))}")
-    names = _wan_module_names(groups, fmt)
+    unknown: list[str] | None = None if skipped is None else []
+    names = _wan_module_names(groups, fmt, unknown)
+    if skipped is not None:
+        skipped += bad + [f"{g}.{suffix}" for g in unknown or () for suffix in groups.pop(g)]
     incomplete = sorted(f"{g} ({', '.join(spec.missing_keys(parts))})" for g, parts in groups.items()
                         if spec.missing_keys(parts))
     if incomplete:
@@ -542,8 +489,12 @@ def _read_adapter(spec: AdapterSpec, fmt: str, rest: Mapping[str, torch.Tensor],
     return LoRAWeights(layers=layers, full_weights=full, adapter=spec.name)
 
 
-def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> LoRAWeights:
-    """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional)."""
+def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None,
+                    skipped: list[str] | None = None) -> LoRAWeights:
+    """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional).
+
+    Keys it cannot use (other suffixes, modules WanTrainer has no name for) are refused; with `skipped` given they
+    are left out and listed there instead (a base LoRA from elsewhere: `modules/modelLoader/base_loras.py`)."""
     fmt = detect_format(state_dict)
     full = {k[len(FULL_WEIGHTS_PREFIX):]: v for k, v in state_dict.items() if k.startswith(FULL_WEIGHTS_PREFIX)}
     rest = {k: v for k, v in state_dict.items() if not k.startswith(FULL_WEIGHTS_PREFIX)}
@@ -562,9 +513,15 @@ def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[st
     else:
         spec = adapter_of_keys(rest)
         if spec is not LORA:
-            return _read_adapter(spec, fmt, rest, full)
+            return _read_adapter(spec, fmt, rest, full, skipped)
         groups = _group(_strip_prefix(rest, fmt, bad), bad)
-        names = _wan_module_names(groups, fmt)
+        unknown: list[str] | None = None if skipped is None else []
+        names = _wan_module_names(groups, fmt, unknown)
+        if skipped is not None:
+            skipped += [f"{g}.{kind}" for g in unknown or () for kind in groups.pop(g)]
+    if skipped is not None:
+        skipped += bad
+        bad = []
     if bad:
         raise LoRAFormatError(f"unsupported keys in {fmt} file: {_short_list(sorted(bad))}")
 

@@ -520,7 +520,7 @@ class GenericTrainer:
 
     def _sample(self) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
-        samples = [s for s in self.config.samples if s.enabled]
+        samples = [self.config.sample_overrides.apply(s) for s in self.config.samples if s.enabled]
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")

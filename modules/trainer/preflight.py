@@ -2,6 +2,8 @@
 be and every output location can be created and written. A mistake costs a second, not an hour."""
 from __future__ import annotations
 
+from modules.model.WanVariant import detect_variant
+from modules.modelLoader.base_loras import check_base_loras
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod
 from modules.util.errors import UserError
@@ -22,6 +24,8 @@ def check_paths(config: TrainConfig) -> None:
                 "image_encoder_override"):
         if getattr(config, key):
             check_input_file(key, getattr(config, key), f"a .safetensors {key.removesuffix('_override')} file")
+    if config.base_loras:  # files, their experts and headers against the base's variant
+        check_base_loras(config.base_loras, detect_variant(config.base_model_name))
     if config.lora_weight_path:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.embedding_weight_path:

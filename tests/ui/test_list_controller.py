@@ -65,3 +65,18 @@ def test_a_concept_row_can_be_made_a_validation_concept(tmp_path):
     assert app.concepts.specs["type"].choices == ("STANDARD", "VALIDATION")
     app.concepts.set(0, "type", "VALIDATION")
     assert app.config.data["concepts"][0]["type"] == "VALIDATION"
+
+
+def test_base_lora_rows_use_their_record_and_the_lightning_preset_fills_them(tmp_path):
+    from modules.util.config.train_config import BaseLoRAConfig
+
+    app = make(tmp_path)
+    app.base_loras.add(path="loras/lightning.safetensors")
+    assert app.config.data["base_loras"] == [BaseLoRAConfig(path="loras/lightning.safetensors").to_dict()]
+    app.base_loras.set(0, "path", "")
+    assert app.base_loras.error(0, "path").startswith("is empty")
+    shipped = AppController()  # the shipped presets
+    shipped.config.apply_preset("#wan2.1 t2v 14B lora on lightning")
+    app = shipped
+    assert [row["strength"] for row in app.config.data["base_loras"]] == [1.0]
+    assert app.config.value("sample_overrides.steps") == 4 and app.config.value("sample_overrides.cfg_scale") == 1.0

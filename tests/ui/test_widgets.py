@@ -242,3 +242,17 @@ def test_the_tensorboard_button_without_logs_says_so(make_ui, tmp_path):
     ui.app.config.set("workspace_dir", str(tmp_path / "fresh"))
     ui.bottom_bar.tensorboard_button.invoke()
     assert "no tensorboard logs yet" in ui.last_dialog.message
+
+
+def test_the_model_tab_edits_the_base_loras_and_the_sampling_tab_the_overrides(make_ui):
+    ui = make_ui()
+    ui.show_tab("model")
+    tab = ui.tabs["model"]
+    tab.base_loras.add_button.invoke()
+    ui.update()
+    assert len(tab.base_loras.cards) == 1 and ui.app.config.data["base_loras"][0]["expert"] == "BOTH"
+    assert tab.field_errors() == {"base_loras[0].path": tab.base_loras.field_errors()["base_loras[0].path"]}
+    steps = field(ui, "sampling", "sample_overrides.steps")
+    steps.input.var.set("4")
+    ui.update()
+    assert ui.app.config.value("sample_overrides.steps") == 4

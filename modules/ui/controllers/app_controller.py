@@ -28,6 +28,7 @@ class AppController:
         self.config = ConfigController(preset_dir)
         self.concepts = ConceptListController(self.config)
         self.samples = RecordListController(self.config, "samples")
+        self.base_loras = RecordListController(self.config, "base_loras")
         self.dataset = DatasetController()
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)

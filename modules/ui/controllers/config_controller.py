@@ -34,12 +34,12 @@ from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
 from modules.util.config.base_config import BaseConfig, ConfigError
 from modules.util.config.loading import PRESET_DIR, deep_merge, load_train_config, migrate, read_json, save_config
-from modules.util.config.train_config import ConceptConfig, SampleConfig, TrainConfig
+from modules.util.config.train_config import BaseLoRAConfig, ConceptConfig, SampleConfig, TrainConfig
 from modules.util.enum import ModelFormat, TrainingMethod
 from modules.util.errors import UserError
 
 # Lists of records, edited row by row (see RecordListController).
-LIST_KEYS: dict[str, type[BaseConfig]] = {"concepts": ConceptConfig, "samples": SampleConfig}
+LIST_KEYS: dict[str, type[BaseConfig]] = {"concepts": ConceptConfig, "samples": SampleConfig, "base_loras": BaseLoRAConfig}
 # What a user's data is made of: a preset never changes or stores these.
 USER_DATA_KEYS = ("concepts", "samples", "dataset_config")
 # Keys with no widget of their own.

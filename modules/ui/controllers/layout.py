@@ -67,7 +67,7 @@ def shown(key: str, value: Callable[[str], Any]) -> bool:
         return str(value(other)) in values
     return True
 # Keys with an editor of their own (list editors, the E2V dataset file) rather than a plain field.
-SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements"}
+SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements", "base_loras": "model"}
 
 TABS: tuple[Tab, ...] = (
     _tab("general",
@@ -107,7 +107,10 @@ TABS: tuple[Tab, ...] = (
                               "expert_step_share"))),
     _tab("sampling",
          ("Schedule", ("sample_after", "sample_after_unit", "sample_at_end", "sample_metrics",
-                       "sample_attention_backend"))),
+                       "sample_attention_backend")),
+         ("Every sample (empty: each sample's own; a distilled base: 4 steps, CFG 1)",
+          ("sample_overrides.steps", "sample_overrides.cfg_scale", "sample_overrides.shift",
+           "sample_overrides.scheduler"))),
     _tab("backup",
          ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
          ("Resume", ("continue_last_backup",)),

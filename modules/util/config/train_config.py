@@ -161,6 +161,19 @@ class ConceptConfig(BaseConfig):
         check_clip_options(path, self)
 
 
+@dataclasses.dataclass
+class BaseLoRAConfig(BaseConfig):
+    """A LoRA merged into the frozen base before training (a distilled "Lightning" / lightx2v / CausVid speed LoRA)."""
+
+    path: str = option("", "A LoRA .safetensors file: ComfyUI (diffusion_model.*), musubi / sd-scripts (lora_unet_*), diffusers / PEFT (transformer.*) keys; LoRA, LoHa, LoKr or DoRA.")
+    strength: float = option(1.0, "Its strength (ComfyUI's strength_model): W + strength · ΔW.")
+    expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
+
+    def validate(self, path: str) -> None:
+        if not self.path:
+            raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
+
+
 SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
 E2V_POSTERIORS = ("mode", "sample")
 
@@ -199,6 +212,24 @@ class SampleConfig(BaseConfig):
         for key in ("height", "width"):
             if getattr(self, key) < 16 or getattr(self, key) % 16:
                 raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
+
+
+@dataclasses.dataclass
+class SampleOverrides(BaseConfig):
+    """Sampler settings every training sample takes instead of its own (null: the sample's). A base distilled for
+    few steps (a Lightning LoRA in base_loras) samples as users run it: e.g. 4 steps, CFG 1, shift 5, euler."""
+
+    steps: int | None = option(None, "Denoising steps of every sample (distilled bases: 4-8; null = each sample's).")
+    cfg_scale: float | None = option(None, "CFG of every sample; 1 = no guidance and no negative pass, what CFG-distilled bases need (null = each sample's).")
+    shift: float | None = option(None, "Flow shift of every sample's schedule; 0 = the model folder's (null = each sample's).")
+    scheduler: str | None = option(None, "default | unipc | euler | dpmpp for every sample (null = each sample's).")
+
+    def apply(self, sample: SampleConfig) -> SampleConfig:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return dataclasses.replace(sample, **values) if values else sample
+
+    def validate(self, path: str) -> None:
+        self.apply(SampleConfig()).validate(path)  # the sample's own checks, naming sample_overrides.<key>
 
 
 @dataclasses.dataclass
@@ -254,6 +285,7 @@ class TrainConfig(BaseConfig):
     vae_override: str = option("", "Optional single-file VAE (.safetensors: ComfyUI's vae/wan_2.1_vae or wan2.2_vae, or diffusers key names) that replaces the folder's VAE.")
     text_encoder_override: str = option("", "Optional single-file UMT5 text encoder (.safetensors: ComfyUI's text_encoders/umt5_xxl_*, bf16/fp16/fp8/fp8_scaled) that replaces the folder's.")
     image_encoder_override: str = option("", "Optional single-file CLIP vision encoder (.safetensors: ComfyUI's clip_vision/clip_vision_h) that replaces the folder's (or e2v.image_encoder_model_name's).")
+    base_loras: list[BaseLoRAConfig] = option([], "LoRAs merged into the frozen base at load time, in order, before fp8 / block swap / the trained adapter (e.g. a Lightning speed LoRA the trained LoRA will be used with); recorded in the saved LoRA's header (file name, sha256, strength) so scripts/sample.py and evaluate.py apply the same stack.")
     transformer_dtype: DataType = option(DataType.AUTO, "Weight dtype of the transformer(s).")
     text_encoder_dtype: DataType = option(DataType.AUTO, "Weight dtype of the UMT5 text encoder.")
     vae_dtype: DataType = option(DataType.FLOAT32, "Weight dtype of the VAE.")
@@ -362,6 +394,7 @@ class TrainConfig(BaseConfig):
 
     # --- sampling, backups, logging ------------------------------------------------------------
     samples: list[SampleConfig] = option([], "Prompts sampled during training.")
+    sample_overrides: SampleOverrides = option(SampleOverrides(), "Steps, CFG, shift and scheduler every training sample takes instead of its own (a distilled base: 4 steps, CFG 1).")
     sample_after: int = option(0, "Sample every N units (0 = never).")
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
