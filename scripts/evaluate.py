@@ -55,7 +55,7 @@ def main() -> int:
     from modules.evaluation import encoders as enc
     from modules.evaluation.report import write_report
     from modules.evaluation.run import Encoders, Run, Settings, evaluate, read_prompts, write_metrics
-    from modules.model.WanVariant import detect_variant
+    from modules.model.detection import detect_variant
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.e2v_options import e2v_sampling_options

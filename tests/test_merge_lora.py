@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, LoRALayer, LoRAWeights
 from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, export_e2v_as_i2v, merge_lora_into_model
 from modules.modelSaver.original_keys import original_key
-from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
-from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
+from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, lora_metadata, save_lora
 from tests.conftest import REPO_ROOT, train_config_dict
 
 VARIANT_TAGS = {"t2v": "wan-2.1-t2v", "i2v": "wan-2.1-i2v", "ti2v": "wan-2.2-ti2v", "a14b": "wan-2.2-a14b-t2v",

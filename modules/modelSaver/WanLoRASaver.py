@@ -43,6 +43,8 @@ EXPERT_KEY = "wantrainer.expert"  # `high_noise` / `low_noise`; absent for one-e
 BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the experts split (of 1000 timesteps)
 BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base
 ADAPTER_KEY = "wantrainer.adapter"
+# E2V-expanded bases: the expanded transformer config, so a sampler or a merge rebuilds the layout from the file
+TRANSFORMER_CONFIG_KEY = "wantrainer.transformer_config"
 EXPERT_NAMES = ("high_noise", "low_noise")  # by expert index: transformer, transformer_2
 
 # What `modelspec.implementation` names: the code whose key convention the file uses.

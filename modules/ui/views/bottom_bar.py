@@ -1,20 +1,18 @@
 """Bottom bar: progress (step and epoch), loss, ETA, status, what blocks Start, and the buttons."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import customtkinter as ctk
 
 from modules.ui.views.widgets import GRAY, RED, button, small_font
-
-if TYPE_CHECKING:
-    from modules.ui.views.main_window import TrainUI
+from modules.ui.views.window import Window
 
 START_COLOR, STOP_COLOR, IDLE_COLOR = "#2e7d32", "#c62828", ("gray70", "gray35")
 
 
 class BottomBar(ctk.CTkFrame):
-    def __init__(self, master: Any, ui: "TrainUI"):
+    def __init__(self, master: Any, ui: Window):
         super().__init__(master, corner_radius=0)
         self.ui, self.app = ui, ui.app
         self.grid_columnconfigure(1, weight=1)
