@@ -11,15 +11,16 @@ Everything is read from local folders; nothing is downloaded.
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.train_config import SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
 
-    parser = OneLineArgumentParser(description=__doc__.splitlines()[1])
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
     parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
     parser.add_argument("--lora-scale", type=float, default=1.0)

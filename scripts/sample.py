@@ -11,9 +11,9 @@ from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.train_config import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
 
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")

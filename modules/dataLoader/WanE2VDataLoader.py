@@ -33,7 +33,6 @@ from modules.model.condition_layout import (
     fold_mask,
     latent_loss_mask,
     layout_elements,
-    min_num_frames,
     reference_latent_frames,
 )
 from modules.dataLoader.e2v.modules import (
@@ -56,7 +55,6 @@ from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
-from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
@@ -75,25 +73,6 @@ def resolve_e2v_type(requested: str, model: WanModel) -> str:
         raise UserError(f"config key 'e2v.e2v_type' is '{requested}' but the {model.variant.name} base has no CLIP "
                         "branch and image encoder: use 'vae' (or 'auto')")
     return requested
-
-
-def validate_e2v_config(config: TrainConfig) -> None:
-    """Dataset JSON and layout checks that need no model (run before loading one)."""
-    datasets = load_dataset_config(config.dataset_config).datasets
-    for index, dataset in enumerate(datasets):
-        needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
-        if needed > dataset.max_num_frames:
-            raise ConfigError(
-                f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
-                f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
-                f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
-    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
-    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
-        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
-        for index, sample in enumerate(config.samples):
-            if sample.enabled and sample.elements:
-                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
-                                     f"config key 'samples[{index}].elements'")
 
 
 def check_e2v_base(model: WanModel) -> None:

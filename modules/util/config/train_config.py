@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
 from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
@@ -158,10 +159,6 @@ class ConceptConfig(BaseConfig):
         if self.loss_weight < 0:
             raise ConfigError(f"config key '{path}.loss_weight' must not be negative, got {self.loss_weight}")
         check_clip_options(path, self)
-
-
-SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
-E2V_POSTERIORS = ("mode", "sample")
 
 
 @dataclasses.dataclass
