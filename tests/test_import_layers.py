@@ -1,4 +1,4 @@
-"""Imports point downward (ARCHITECTURE.md §4): util, optimizer, adapter (their type names and options are part
+"""Imports point downward (docs/architecture.md): util, optimizer, adapter (their type names and options are part
 of the config) < model < dataLoader, modelSetup (which do not import
 each other) < modelSaver, modelLoader, modelSampler < trainer < ui. The test reads every module's imports,
 function-level ones included.

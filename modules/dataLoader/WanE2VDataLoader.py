@@ -3,7 +3,7 @@
 Built on our pipeline engine (dataLoader/pipeline). Per sample, cache stages hold: the caption's UMT5
 embedding; the target video's VAE posterior; the ONE reference clip's VAE posterior and pixel mask; and
 each element's CLIP embedding (one stage per element, so editing one element's CLIP settings re-encodes
-only that element). `assemble()` turns a batch into exactly what E2V_SPEC.md §6 feeds the transformer.
+only that element). `assemble()` turns a batch into exactly what docs/e2v.md §6 feeds the transformer.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_e2v_type(requested: str, model: WanModel) -> str:
-    """`auto` is `dual` when the base has a CLIP branch and an image encoder, else `vae` (E2V_SPEC §8)."""
+    """`auto` is `dual` when the base has a CLIP branch and an image encoder, else `vae` (docs/e2v.md §8)."""
     has_clip = model.variant.has_clip_branch and model.image_encoder is not None
     if requested == "auto":
         return "dual" if has_clip else "vae"
@@ -359,7 +359,7 @@ class WanE2VDataLoader:
             self._empty_embeds = encode_caption(self.model, "")
         return self._empty_embeds
 
-    # --- step inputs (E2V_SPEC §6) ------------------------------------------------------------------------
+    # --- step inputs (docs/e2v.md §6) ------------------------------------------------------------------------
     def assemble(self, batch: dict[str, Any], random: StepRandom) -> StepInputs:
         return self._step_inputs(batch, lambda shape: random.randn(shape), self.config.e2v.vae_posterior)
 

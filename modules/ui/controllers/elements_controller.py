@@ -1,6 +1,6 @@
 """The E2V element table: plain dict rows in the dataset JSON's nested form, and a live preview.
 
-A row is exactly what the dataset JSON holds (seed 000 / E2V_SPEC.md §1):
+A row is exactly what the dataset JSON holds (seed 000 / docs/e2v.md §1):
 ``{"name", "suffixes": [...], "required", "vae": {"repeat", "position", "preprocess"?},
 "clip": {"preprocess"?} | false}``. The table edits these dicts in place (add / remove / reorder /
 edit), checks them all at once (unique names and positions, non-empty image suffixes, known

@@ -1,6 +1,6 @@
 """The training configuration: every key a user, a preset or the GUI can set.
 
-Top-level names follow OneTrainer so presets and habits carry over (ARCHITECTURE.md §3).
+Top-level names follow OneTrainer so presets and habits carry over (docs/architecture.md, contracts).
 `CONFIG_VERSION` goes up whenever a key is renamed or its meaning changes; `migrations.py` then
 upgrades older files.
 """
@@ -199,7 +199,7 @@ class SampleConfig(BaseConfig):
 
 @dataclasses.dataclass
 class E2VConfig(BaseConfig):
-    """Elements-to-Video options (E2V_SPEC.md). The element layout itself lives in `dataset_config`."""
+    """Elements-to-Video options (docs/e2v.md). The element layout itself lives in `dataset_config`."""
 
     e2v_type: str = option("auto", "auto | dual | vae | clip: which conditioning pathways are used.")
     vae_posterior: str = option("mode", "sample | mode: how the cached VAE posterior becomes the condition.")
