@@ -167,7 +167,7 @@ class SampleConfig(BaseConfig):
     negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
     image: str = option("", "First-frame image for image-to-video models.")
     elements: list[str] = option([], "E2V reference images in layout order (subject, object, background).")
-    frames: int = option(17, "Frame count (4k+1). E2V samples need more than their reference frames: with A2's three elements (9 reference frames) at least 13.")
+    frames: int = option(17, "Frame count (4k+1). With elements (E2V) it counts the reference frames too, which the video drops: 4K frames with target_layout separate (A2's three elements: K = 3, so 17 give 5 video frames and 81 give 69; at least 13), the P reference frames with joint.")
     height: int = option(256, "Height in pixels (multiple of 16).")
     width: int = option(256, "Width in pixels (multiple of 16).")
     steps: int = option(20, "Denoising steps.")
