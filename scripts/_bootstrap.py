@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -27,11 +26,10 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[], int | None]) -> None:
     """Run `main`; a UserError ends the process with its one-line message and exit code 1."""
+    from modules.util.console_log import setup_console_logging
     from modules.util.errors import UserError
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "urllib3", "huggingface_hub", "diffusers", "transformers"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    setup_console_logging()
     try:
         code = main()
     except UserError as e:

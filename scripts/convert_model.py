@@ -8,6 +8,7 @@ scripts/merge_lora.py for a diffusers model).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -21,7 +22,7 @@ FORMATS = ("DIFFUSERS_LORA", "COMFY_LORA")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="LoRA .safetensors (diffusers, ComfyUI or musubi-tuner keys)")
     parser.add_argument("--output", required=True, help="the .safetensors file to write")
     parser.add_argument("--format", required=True, type=str.upper, choices=FORMATS, help="format of the output")

@@ -5,13 +5,14 @@ alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [
 The model behind the figures is in modules/modelSetup/memory_estimate.py and docs/performance.md."""
 from __future__ import annotations
 
+import argparse
 import json
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
 
 
 def main() -> int:
-    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-path", required=True, help="training config JSON")
     parser.add_argument("--preset-path", help="a preset layered under the config")
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")

@@ -11,15 +11,16 @@ Everything is read from local folders; nothing is downloaded.
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.train_config import SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
 
-    parser = OneLineArgumentParser(description=__doc__.splitlines()[1])
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
     parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
     parser.add_argument("--lora-scale", type=float, default=1.0)
@@ -60,7 +61,7 @@ def main() -> int:
     from modules.evaluation import encoders as enc
     from modules.evaluation.report import write_report
     from modules.evaluation.run import Encoders, Run, Settings, evaluate, read_prompts, write_metrics
-    from modules.model.WanVariant import detect_variant
+    from modules.model.detection import detect_variant
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device

@@ -37,8 +37,9 @@ def render() -> str:
     for name, spec in OPTIMIZERS.items():  # the registry decides which blocks exist
         out += [f"## `optimizer_options.{name}`", "", spec.doc, "", *_table(spec.options), ""]
     out += ["# E2V dataset JSON (`dataset_config`)", "",
-            "The seeds' format: `{\"datasets\": [ ... ]}`; the flat form (`vae_repeat`, `position`, `clip_process`,",
-            "`vae_combine`, `clip_resolution`) is accepted too and read as the nested one. See E2V_SPEC.md.", ""]
+            "The format: `{\"datasets\": [ ... ]}`; the flat form (`vae_repeat`, `position`, `clip_process`,",
+            "`vae_combine`, `clip_resolution`) is accepted too and read as the nested one. What each setting does to the",
+            "tensors: [e2v.md](e2v.md).", ""]
     for title, cls in (("`datasets[]`", e2v.E2VDatasetConfig), ("`datasets[].elements[]`", e2v.ElementConfig),
                        ("`elements[].vae`", e2v.ElementVaeConfig), ("`elements[].clip` (or `false`)", e2v.ElementClipConfig),
                        ("`processors.vae`", e2v.VaeProcessorConfig), ("`processors.clip`", e2v.ClipProcessorConfig),

@@ -24,9 +24,20 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 VENV_PY=.venv/bin/python
+# The stamp holds one "<sha256> <file>" line per requirements file the venv satisfies. The lock is generated from
+# requirements.txt and pins all it pins, so a locked install satisfies both files: start-ui.sh / demo.sh (which
+# ask for requirements.txt) then start at once after test.sh (the lock), and test.sh after them installs the lock
+# only once. A plain requirements.txt install satisfies that file alone.
 stamp=.venv/.requirements.sha256
-want="$(sha256sum "$requirements" | cut -d' ' -f1) $requirements"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV_PY" -c "import torch, diffusers" 2>/dev/null; then
+stamp_line() { echo "$(sha256sum "$1" | cut -d' ' -f1) $1"; }
+stamped() {
+  [ -f "$stamp" ] || return 1
+  local line
+  while IFS= read -r line; do [ "$line" = "$1" ] && return 0; done < "$stamp"
+  return 1
+}
+want="$(stamp_line "$requirements")"
+if stamped "$want" && "$VENV_PY" -c "import torch, diffusers" 2>/dev/null; then
   exit 0  # already installed
 fi
 "$VENV_PY" -m pip install --quiet --upgrade pip
@@ -53,4 +64,8 @@ else
   echo "installing requirements.txt"
   "$VENV_PY" -m pip install -r requirements.txt
 fi
-echo "$want" > "$stamp"
+if [ "$locked" = 1 ]; then
+  { stamp_line requirements.lock; stamp_line requirements.txt; } > "$stamp"
+else
+  echo "$want" > "$stamp"
+fi

@@ -19,7 +19,7 @@ DTYPES = ("BFLOAT16", "FLOAT16", "FLOAT32")
 
 
 def parse_args() -> argparse.Namespace:
-    parser = OneLineArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="the diffusers Wan folder the LoRA was trained on")
     parser.add_argument("--lora", required=True, help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert "
                                                       "models either expert's file, its sibling is found by name")

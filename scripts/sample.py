@@ -13,9 +13,9 @@ from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.train_config import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
 
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")
@@ -71,7 +71,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from modules.model.WanVariant import detect_variant
+    from modules.model.detection import detect_variant
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device

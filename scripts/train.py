@@ -11,7 +11,7 @@ from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-path", help="training config JSON")
     parser.add_argument("--preset-path", help="a preset file or the name of a shipped preset, layered under the config")
     parser.add_argument("--config-value", action="append", default=[], metavar="KEY=VALUE",
@@ -24,11 +24,17 @@ def main() -> int:
     if not args.config_path and not args.preset_path:
         print("error: give --config-path (and/or --preset-path)", file=sys.stderr)
         return 2
-    from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
-    from modules.util.commands import StopSignalHandler, TrainCommands
+    from modules.trainer.preflight import check_before_loading
     from modules.util.config.loading import load_train_config
 
+    # The config and every check that needs no model first: importing the trainer (diffusers' Wan pipelines)
+    # takes many seconds, a config error should not wait for it.
     config = load_train_config(args.config_path, args.preset_path, args.config_value)
+    check_before_loading(config)
+
+    from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+    from modules.util.commands import StopSignalHandler, TrainCommands
+
     commands = TrainCommands()
     request_stop = StopSignalHandler(commands)  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
     signal.signal(signal.SIGINT, request_stop)

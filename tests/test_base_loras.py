@@ -31,7 +31,7 @@ from modules.modelLoader.base_loras import (
     read_base_lora,
 )
 from modules.modelLoader.lora_inference import check_lora_file
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, extract_from_peft
 from modules.modelSaver.merged_model import DIFFUSERS, MergeInputs, merge_lora_into_model
 from modules.modelSaver.original_keys import original_key

@@ -1,4 +1,4 @@
-"""E2V bad data (E2V_SPEC.md §7): a training run over a folder that mixes good samples with broken ones
+"""E2V bad data (docs/e2v.md §7): a training run over a folder that mixes good samples with broken ones
 finishes, skipping and counting each broken sample; config errors stop before any model loads; and
 scripts/preview_e2v.py writes what the trainer feeds the transformer, or a one-line error."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""E2V conditioning math (E2V_SPEC.md §2–§6) against hand-computed values, a reference
+"""E2V conditioning math (docs/e2v.md §2–§6) against hand-computed values, a reference
 implementation written here from the spec text, and diffusers' own I2V mask."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""WanE2VDataLoader against a reference implementation of E2V_SPEC.md §2–§6 written here.
+"""WanE2VDataLoader against a reference implementation of docs/e2v.md §2–§6 written here.
 
 The expected tensors are built from the element PNGs and the mp4 with PIL / cv2 and the tiny i2v model's
 own VAE, CLIP image processor and encoder, without calling any production E2V function: one pixel clip

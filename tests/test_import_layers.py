@@ -1,10 +1,14 @@
-"""Imports point downward (ARCHITECTURE.md §4): util, optimizer, adapter (their type names and options are part
+"""Imports point downward (docs/architecture.md): util, optimizer, adapter (their type names and options are part
 of the config) < model < dataLoader, modelSetup (which do not import
 each other) < modelSaver, modelLoader, modelSampler < trainer < ui. The test reads every module's imports,
 function-level ones included.
 
 `PENDING` lists the upward imports that exist today, each with what removes it (issue #12, deliverable 6).
 A new upward import fails; so does an entry that no longer exists, so the list stays the true debt.
+
+No file may reach itself through imports either (issue #25): a circle works only while the import order happens
+to suit it, and a reader cannot tell which file is the lower one. `TYPE_CHECKING` imports count (a type the
+lower file needs belongs below both, or is a Protocol there).
 """
 from __future__ import annotations
 
@@ -20,6 +24,17 @@ SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
 PENDING: dict[tuple[str, str], str] = {}  # (importing file, imported module): what removes it
 
 
+def imported_names(path: Path) -> list[tuple[str, list[str]]]:
+    """Every import statement of a file, wherever it sits: (module, the names `from module import` takes)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+    return found
+
+
 def upward_imports(root: Path = REPO_ROOT) -> set[tuple[str, str]]:
     found = set()
     for path in sorted((root / "modules").rglob("*.py")):
@@ -27,20 +42,13 @@ def upward_imports(root: Path = REPO_ROOT) -> set[tuple[str, str]]:
         package = relative.parts[1] if len(relative.parts) > 2 else None
         if package not in LAYERS:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
+        for name in (module for module, _ in imported_names(path)):
+            parts = name.split(".")
+            if parts[0] != "modules" or len(parts) < 2 or parts[1] not in LAYERS:
                 continue
-            for name in names:
-                parts = name.split(".")
-                if parts[0] != "modules" or len(parts) < 2 or parts[1] not in LAYERS:
-                    continue
-                target = parts[1]
-                if LAYERS[target] > LAYERS[package] or frozenset({package, target}) in SIBLINGS_APART:
-                    found.add((relative.as_posix(), name))
+            target = parts[1]
+            if LAYERS[target] > LAYERS[package] or frozenset({package, target}) in SIBLINGS_APART:
+                found.add((relative.as_posix(), name))
     return found
 
 
@@ -62,3 +70,101 @@ def test_the_reader_finds_function_level_and_sibling_imports(tmp_path):
     (tmp_path / "modules" / "dataLoader" / "c.py").write_text("import modules.modelSetup.step_inputs\n")
     assert upward_imports(tmp_path) == {("modules/util/a.py", "modules.trainer.GenericTrainer"),
                                         ("modules/dataLoader/c.py", "modules.modelSetup.step_inputs")}
+
+
+def module_graph(root: Path = REPO_ROOT) -> dict[str, set[str]]:
+    """File -> the files it imports, among modules/ and scripts/ (`from pkg import sub` is the file `sub`)."""
+    files = {}
+    for path in sorted([*(root / "modules").rglob("*.py"), *(root / "scripts").glob("*.py")]):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for module, taken in imported_names(path):
+            targets.update(t for t in (module, *(f"{module}.{n}" for n in taken)) if t in files and t != name)
+        graph[name] = targets
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one file (Tarjan, iterative), each as one circle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(_circle_through(sorted(group), graph))
+    return groups
+
+
+def _circle_through(group: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """The shortest circle from the group's first file back to it, for the message (a group is strongly
+    connected, so there is one)."""
+    members, start = set(group), group[0]
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node] & members):
+                if target == start:
+                    circle = [node]
+                    while circle[-1] != start:
+                        circle.append(came_from[circle[-1]])
+                    return [start, *reversed(circle[:-1]), start]
+                if target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"{group} is not strongly connected")
+
+
+def test_no_file_reaches_itself_through_imports():
+    circles = [" -> ".join(circle) for circle in import_circles(module_graph())]
+    assert circles == [], "import circles (move what both need into a lower file, or name it by a Protocol)"
+
+
+def test_the_circle_finder_sees_type_checking_and_function_level_imports(tmp_path):
+    (tmp_path / "modules" / "model").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "modules" / "model" / "a.py").write_text("from modules.model import b\n")
+    (tmp_path / "modules" / "model" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from modules.model.c import C\n")
+    (tmp_path / "modules" / "model" / "c.py").write_text("def f():\n    import modules.model.a\n")
+    (tmp_path / "modules" / "model" / "d.py").write_text("import modules.model.a\n")  # on no circle
+    (tmp_path / "scripts" / "s.py").write_text("from modules.model.d import x\n")
+    circles = import_circles(module_graph(tmp_path))
+    assert circles == [["modules.model.a", "modules.model.b", "modules.model.c", "modules.model.a"]]
+    assert import_circles({"x": {"y"}, "y": set()}) == []

@@ -108,9 +108,23 @@ def test_install_sh_locked_installs_the_lock_with_hashes_then_the_cpu_torch(tmp_
                    "-m pip install --require-hashes --no-deps -r requirements.lock",  # every file hash-checked
                    "-m pip install torch==2.13.0",  # then torch: its dependencies are already there, from the lock
                    "-m pip check"]
-    assert (tmp_path / "repo" / ".venv" / ".requirements.sha256").read_text().endswith(" requirements.lock\n")
+    stamp = (tmp_path / "repo" / ".venv" / ".requirements.sha256").read_text().splitlines()
+    assert [line.split(" ")[1] for line in stamp] == ["requirements.lock", "requirements.txt"]
     assert install(tmp_path, "--locked")[1] == []  # installed: a second run does nothing
-    assert install(tmp_path)[1][-1] == "-m pip install -r requirements.txt"  # the other file: installs it
+
+
+def test_switching_between_start_ui_demo_and_test_sh_installs_nothing_again(tmp_path):
+    """start-ui.sh and demo.sh install requirements.txt, test.sh the lock made from it: after each has run once,
+    switching between them starts at once (it re-ran pip every time while the stamp held only the last file)."""
+    assert install(tmp_path)[1][-1] == "-m pip install -r requirements.txt"  # start-ui.sh, first run
+    assert install(tmp_path, "--locked")[1][1:2] == ["-m pip install --require-hashes --no-deps -r requirements.lock"]
+    for _ in range(2):
+        assert install(tmp_path)[1] == []  # start-ui.sh / demo.sh after test.sh
+        assert install(tmp_path, "--locked")[1] == []  # test.sh after them
+    requirements = tmp_path / "repo" / "requirements.txt"
+    requirements.write_text(requirements.read_text() + "# changed\n")
+    assert install(tmp_path)[1][-1] == "-m pip install -r requirements.txt"  # a changed file installs again
+    assert install(tmp_path, "--locked")[1][1:2] == ["-m pip install --require-hashes --no-deps -r requirements.lock"]
 
 
 def test_install_sh_unlocked_installs_torch_then_requirements_txt(tmp_path):

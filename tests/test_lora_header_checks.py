@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.modelLoader.lora_inference import check_lora_file
 from modules.modelSaver.lora_formats import COMFY_LORA
 from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora

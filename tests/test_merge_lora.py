@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, LoRALayer, LoRAWeights
 from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, export_e2v_as_i2v, merge_lora_into_model
 from modules.modelSaver.original_keys import original_key
-from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
-from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
+from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, lora_metadata, save_lora
 from tests.conftest import REPO_ROOT, train_config_dict
 
 VARIANT_TAGS = {"t2v": "wan-2.1-t2v", "i2v": "wan-2.1-i2v", "ti2v": "wan-2.2-ti2v", "a14b": "wan-2.2-a14b-t2v",
@@ -356,7 +355,7 @@ def sampler_and_pipeline(tiny_model, lora: Path, export: Path, image: Path):
     inputs: (our denoised latents, our decoded video, the pipeline's latents, its video in [0, 1]).
 
     The pipeline conditions on one image: with ONE element of repeat 1 our E2V conditioning is exactly Wan
-    I2V's (E2V_SPEC §4: P = 1 gives the plain I2V mask, the VAE clip is [image, zero frames], CLIP encodes
+    I2V's (docs/e2v.md §4: P = 1 gives the plain I2V mask, the VAE clip is [image, zero frames], CLIP encodes
     that one image). The image is 32×32, the video size, and our CLIP resolution is set to 32×32 too, so
     both pad_white steps leave the pixels as they are and the pipeline's own image path (its CLIP processor,
     its VAE preprocessing) sees the pixels ours sees. Same seed, steps, CFG (text only, as A2) and scheduler."""

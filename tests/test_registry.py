@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.model.registry import FAMILIES, NOT_SUPPORTED, family_for
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.WanLoRASetup import WanLoRASetup

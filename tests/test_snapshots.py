@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.schedule import Schedule
 from modules.util.config.train_config import TrainConfig

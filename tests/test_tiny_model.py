@@ -62,7 +62,7 @@ def test_tiny_model_loads_and_generates(variant: str, tmp_path: Path) -> None:
     from diffusers import DiffusionPipeline, UniPCMultistepScheduler
     from transformers import AutoTokenizer
 
-    from modules.model.WanVariant import detect_variant
+    from modules.model.detection import detect_variant
 
     pipe_cls, in_ch, out_ch, z_dim, two_experts, boundary, expand, clip, shift, wan_name = EXPECTED[variant]
     path = write_tiny_model(variant, tmp_path / "model", seed=0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig

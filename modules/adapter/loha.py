@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from modules.adapter.spec import AdapterLayer, AdapterSpec, copy_parameter, rescaled
+from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
     from peft import PeftConfig
-
-    from modules.util.config.train_config import TrainConfig
 
 FACTORS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")
 
@@ -35,7 +33,7 @@ class LoHaSpec(AdapterSpec):
 
         return LoHaLayer
 
-    def peft_config(self, config: "TrainConfig", targets: list[str]) -> "PeftConfig":
+    def peft_config(self, config: AdapterOptions, targets: list[str]) -> "PeftConfig":
         from peft import LoHaConfig
 
         return LoHaConfig(r=config.lora_rank, alpha=config.lora_alpha, target_modules=targets, init_weights=True)

@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from modules.adapter.spec import AdapterLayer, AdapterSpec, copy_parameter, rescaled
+from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
     from peft import PeftConfig
-
-    from modules.util.config.train_config import TrainConfig
 
 KEYS = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
 _FIRST = ("lokr_w1", "lokr_w1_a")  # the key that a scale of the whole product goes into, whole or decomposed
@@ -50,7 +48,7 @@ class LoKrSpec(AdapterSpec):
 
         return LoKrLayer
 
-    def peft_config(self, config: "TrainConfig", targets: list[str]) -> "PeftConfig":
+    def peft_config(self, config: AdapterOptions, targets: list[str]) -> "PeftConfig":
         from peft import LoKrConfig
 
         return LoKrConfig(r=config.lora_rank, alpha=config.lora_alpha, decompose_factor=config.lokr_factor,

@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from modules.adapter.spec import AdapterLayer, AdapterSpec, base_weight, copy_parameter, rescaled
+from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, base_weight, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
     from peft import PeftConfig
-
-    from modules.util.config.train_config import TrainConfig
 
 DOWN, UP, DORA_SCALE = "lora_down.weight", "lora_up.weight", "dora_scale"
 _EPS = torch.finfo(torch.float32).eps  # ComfyUI's eps: it patches weights in float32
@@ -58,7 +56,7 @@ def peft_scale(module: Any, adapter_name: str) -> float:
     return alpha / math.sqrt(r) if module.use_rslora.get(adapter_name, False) else alpha / r
 
 
-def _lora_config(config: "TrainConfig", targets: list[str], use_dora: bool) -> "PeftConfig":
+def _lora_config(config: AdapterOptions, targets: list[str], use_dora: bool) -> "PeftConfig":
     from peft import LoraConfig
 
     extra = {"use_dora": True} if use_dora else {}
@@ -92,7 +90,7 @@ class LoRASpec(AdapterSpec):
 
         return LoraLayer
 
-    def peft_config(self, config: "TrainConfig", targets: list[str]) -> "PeftConfig":
+    def peft_config(self, config: AdapterOptions, targets: list[str]) -> "PeftConfig":
         return _lora_config(config, targets, use_dora=False)
 
     def owns(self, module: torch.nn.Module, adapter_name: str) -> bool:
@@ -149,7 +147,7 @@ class DoRASpec(AdapterSpec):
     def peft_layer(self) -> type:
         return LoRASpec().peft_layer()
 
-    def peft_config(self, config: "TrainConfig", targets: list[str]) -> "PeftConfig":
+    def peft_config(self, config: AdapterOptions, targets: list[str]) -> "PeftConfig":
         return _lora_config(config, targets, use_dora=True)
 
     def owns(self, module: torch.nn.Module, adapter_name: str) -> bool:

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
     from peft import PeftConfig
 
-    from modules.util.config.train_config import TrainConfig
+
+
+class AdapterOptions(Protocol):
+    """The config keys an adapter's peft config reads (TrainConfig has them; the adapters sit below the config,
+    whose `peft_type` enum is made from their registry, so they name the keys, not the config class)."""
+
+    lora_rank: int
+    lora_alpha: float
+    lora_dropout: float
+    lokr_factor: int
+
 
 ALPHA = "alpha"  # the `.alpha` key of every type: a float32 0-dim tensor
 
@@ -46,7 +56,7 @@ class AdapterSpec(ABC):
         """peft's layer class; its `adapter_layer_names` are the weights that train."""
 
     @abstractmethod
-    def peft_config(self, config: "TrainConfig", targets: list[str]) -> "PeftConfig":
+    def peft_config(self, config: AdapterOptions, targets: list[str]) -> "PeftConfig":
         """The peft config that injects this type on the `targets` modules."""
 
     def owns(self, module: torch.nn.Module, adapter_name: str) -> bool:

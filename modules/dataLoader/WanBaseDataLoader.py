@@ -145,7 +145,7 @@ class DecodeClip(PipelineModule):
 
 
 class FirstFrameCondition(PipelineModule):
-    """Plain I2V: the first frame, then zero frames up to F (E2V_SPEC §3 with one reference)."""
+    """Plain I2V: the first frame, then zero frames up to F (docs/e2v.md §3 with one reference)."""
 
     inputs = ("video_frames",)
     outputs = ("condition_clip",)

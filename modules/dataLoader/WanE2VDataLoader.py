@@ -3,7 +3,7 @@
 Built on our pipeline engine (dataLoader/pipeline). Per sample, cache stages hold: the caption's UMT5
 embedding; the target video's VAE posterior; the ONE reference clip's VAE posterior and pixel mask; and
 each element's CLIP embedding (one stage per element, so editing one element's CLIP settings re-encodes
-only that element). `assemble()` turns a batch into exactly what E2V_SPEC.md §6 feeds the transformer.
+only that element). `assemble()` turns a batch into exactly what docs/e2v.md §6 feeds the transformer.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from modules.model.condition_layout import (
     fold_mask,
     latent_loss_mask,
     layout_elements,
-    min_num_frames,
     reference_latent_frames,
 )
 from modules.dataLoader.e2v.modules import (
@@ -56,7 +55,6 @@ from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
-from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
@@ -67,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_e2v_type(requested: str, model: WanModel) -> str:
-    """`auto` is `dual` when the base has a CLIP branch and an image encoder, else `vae` (E2V_SPEC §8)."""
+    """`auto` is `dual` when the base has a CLIP branch and an image encoder, else `vae` (docs/e2v.md §8)."""
     has_clip = model.variant.has_clip_branch and model.image_encoder is not None
     if requested == "auto":
         return "dual" if has_clip else "vae"
@@ -75,25 +73,6 @@ def resolve_e2v_type(requested: str, model: WanModel) -> str:
         raise UserError(f"config key 'e2v.e2v_type' is '{requested}' but the {model.variant.name} base has no CLIP "
                         "branch and image encoder: use 'vae' (or 'auto')")
     return requested
-
-
-def validate_e2v_config(config: TrainConfig) -> None:
-    """Dataset JSON and layout checks that need no model (run before loading one)."""
-    datasets = load_dataset_config(config.dataset_config).datasets
-    for index, dataset in enumerate(datasets):
-        needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
-        if needed > dataset.max_num_frames:
-            raise ConfigError(
-                f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
-                f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
-                f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
-    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
-    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
-        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
-        for index, sample in enumerate(config.samples):
-            if sample.enabled and sample.elements:
-                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
-                                     f"config key 'samples[{index}].elements'")
 
 
 def check_e2v_base(model: WanModel) -> None:
@@ -380,7 +359,7 @@ class WanE2VDataLoader:
             self._empty_embeds = encode_caption(self.model, "")
         return self._empty_embeds
 
-    # --- step inputs (E2V_SPEC §6) ------------------------------------------------------------------------
+    # --- step inputs (docs/e2v.md §6) ------------------------------------------------------------------------
     def assemble(self, batch: dict[str, Any], random: StepRandom) -> StepInputs:
         return self._step_inputs(batch, lambda shape: random.randn(shape), self.config.e2v.vae_posterior)
 

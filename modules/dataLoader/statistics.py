@@ -123,7 +123,7 @@ def describe(stats: list[ConceptStatistics]) -> list[str]:
 def model_facts(model_dir: Path, fps: float):
     """(training fps, UMT5 tokenizer or None) from the model folder's JSON configs and tokenizer files alone:
     the config's fps, else the variant's; no weights are read."""
-    from modules.model.WanVariant import detect_variant
+    from modules.model.detection import detect_variant
 
     if not fps:
         fps = detect_variant(model_dir).fps

@@ -1,4 +1,4 @@
-"""The conditioning layout of E2V (E2V_SPEC.md §3–§6) and of plain I2V (its one-reference case), as pure torch
+"""The conditioning layout of E2V (docs/e2v.md §3–§6) and of plain I2V (its one-reference case), as pure torch
 functions shared by the data loaders and the sampler.
 
 Pixel tensors are (3, F, H, W) in [−1, 1]; masks are float32. Nothing here touches a model: the

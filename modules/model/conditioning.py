@@ -12,12 +12,10 @@ them (P reference frames in the condition channels, or K clean reference latents
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # pragma: no cover  (WanVariant's detection reads the registry, which holds these)
-    from modules.model.WanVariant import WanVariant
+from modules.model.WanVariant import WanVariant
 
 TRAIN_TIMESTEPS = 1000  # diffusers' Wan schedulers: t = 1000σ
 
@@ -117,7 +115,7 @@ class VariantConditioning:
         return weights
 
 
-def conditioning_for(variant: "WanVariant") -> VariantConditioning:
+def conditioning_for(variant: WanVariant) -> VariantConditioning:
     """The family object of a checkpoint, from what its configs say (`WanVariant`)."""
     return VariantConditioning(
         family=variant.name, channel_concat=variant.channel_concat_condition,

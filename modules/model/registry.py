@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diffusers import WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
 
+from modules.model.WanVariant import WanVariant
 from modules.model.conditioning import VariantConditioning, conditioning_for
 from modules.util.errors import UserError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from modules.model.WanVariant import WanVariant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +84,7 @@ def family_of(model_dir: Any, class_name: str, in_channels: int, out_channels: i
     return family
 
 
-def family_for(variant: "WanVariant") -> VariantFamily:
+def family_for(variant: WanVariant) -> VariantFamily:
     """The family a variant's current layout belongs to (an E2V-expanded T2V base has the I2V layout)."""
     layout = channel_layout(variant.in_channels, variant.out_channels, variant.vae_scale_temporal,
                             variant.expand_timesteps)

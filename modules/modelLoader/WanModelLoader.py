@@ -18,7 +18,8 @@ from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
 from transformers import AutoTokenizer, CLIPImageProcessor, CLIPVisionModel, UMT5EncoderModel
 
 from modules.model.WanModel import WanModel
-from modules.model.WanVariant import WanVariant, detect_variant
+from modules.model.WanVariant import WanVariant
+from modules.model.detection import detect_variant
 from modules.modelLoader.component_files import (
     load_image_encoder_file,
     load_text_encoder_file,

@@ -23,8 +23,13 @@ from modules.model.WanVariant import WanVariant
 from modules.modelLoader.WanLoRALoader import first_line, load_lora_file, read_lora_adapter, read_lora_header
 from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths
 from modules.modelSaver.merge import merge_into_transformer
-from modules.modelSaver.WanLoRASaver import BASE_CONFIG_HASH_KEY, EXPERT_KEY, EXPERT_NAMES, VARIANT_KEY
-from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY
+from modules.modelSaver.WanLoRASaver import (
+    BASE_CONFIG_HASH_KEY,
+    EXPERT_KEY,
+    EXPERT_NAMES,
+    TRANSFORMER_CONFIG_KEY,
+    VARIANT_KEY,
+)
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Elements-to-Video generation, as SkyReels-A2's pipeline does it (E2V_SPEC.md §3–§6).
+"""Elements-to-Video generation, as SkyReels-A2's pipeline does it (docs/e2v.md §3–§6).
 
 The references are laid out, encoded with ONE VAE call and masked exactly as in training (the same
 functions build both), the transformer denoises with classifier-free guidance on the text only (the

@@ -9,7 +9,7 @@ from __future__ import annotations
 from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 from diffusers.schedulers import SchedulerMixin
 
-from modules.util.config.train_config import SAMPLE_SCHEDULERS
+from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
 from modules.util.errors import UserError
 
 _SHIFT_KEYS = ("flow_shift", "shift")  # UniPC / DPM++ call it flow_shift, FlowMatchEuler shift

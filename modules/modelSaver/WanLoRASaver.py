@@ -44,6 +44,8 @@ BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the exper
 BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base
 ADAPTER_KEY = "wantrainer.adapter"
 BASE_LORAS_KEY = "wantrainer.base_loras"  # JSON list of the LoRAs merged into the base: name, path, sha256, strength
+# E2V-expanded bases: the expanded transformer config, so a sampler or a merge rebuilds the layout from the file
+TRANSFORMER_CONFIG_KEY = "wantrainer.transformer_config"
 EXPERT_NAMES = ("high_noise", "low_noise")  # by expert index: transformer, transformer_2
 
 # What `modelspec.implementation` names: the code whose key convention the file uses.

@@ -12,10 +12,10 @@ import torch
 from huggingface_hub import save_torch_state_dict
 
 from modules.model.WanModel import WanModel
-from modules.modelSaver.diffusers_folder import copy_base_components
+from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
 from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
-from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora, stack_header
+from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, LoRAFileInfo, lora_metadata, save_lora, stack_header
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
 from modules.util.config.train_config import TrainConfig
@@ -24,9 +24,6 @@ from modules.util.enum import ModelFormat, TrainingMethod
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
-
-TRANSFORMER_FOLDERS = ("transformer", "transformer_2")
-TRANSFORMER_CONFIG_KEY = "wantrainer.transformer_config"
 
 
 def variant_tag(model: WanModel) -> str:

@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterator
 import torch
 from tqdm import tqdm
 
-from modules.model.WanVariant import WanVariant, detect_variant
+from modules.model.WanVariant import WanVariant
+from modules.model.detection import detect_variant
 from modules.modelLoader.lora_inference import check_lora_file
 from modules.modelLoader.WanLoRALoader import load_lora_file
-from modules.modelSaver.diffusers_folder import copy_base_components, write_transformer_folder
+from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
 from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths
 from modules.modelSaver.merge import (
     MergedTransformer,
@@ -39,8 +40,7 @@ from modules.modelSaver.merge import (
     read_config,
 )
 from modules.modelSaver.original_keys import write_original_file
-from modules.modelSaver.WanLoRASaver import EXPERT_KEY, EXPERT_NAMES, VARIANT_KEY
-from modules.modelSaver.WanModelSaver import TRANSFORMER_CONFIG_KEY, TRANSFORMER_FOLDERS
+from modules.modelSaver.WanLoRASaver import EXPERT_KEY, EXPERT_NAMES, TRANSFORMER_CONFIG_KEY, VARIANT_KEY
 from modules.modelSetup.e2v_expansion import expand_transformer, expanded_config
 from modules.util.atomic import atomic_dir
 from modules.util.errors import UserError

@@ -1,4 +1,4 @@
-"""E2V on 16-channel bases (Wan 2.1 T2V 1.3B/14B, Wan 2.2 T2V A14B), E2V_SPEC.md §8.
+"""E2V on 16-channel bases (Wan 2.1 T2V 1.3B/14B, Wan 2.2 T2V A14B), docs/e2v.md §8.
 
 The patch embedding grows from 16 to 36 input channels ([x_t, 4 mask channels, 16 condition
 channels]); the new input channels start at zero, so the expanded model computes exactly what the base

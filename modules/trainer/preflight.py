@@ -1,8 +1,13 @@
 """Checks a training config against the disk before anything loads: every input path is what it should
-be and every output location can be created and written. A mistake costs a second, not an hour."""
+be and every output location can be created and written, and the dataset's own checks. A mistake costs a second,
+not an hour. Light on imports (no model code): scripts/train.py runs `check_before_loading` before it imports the
+trainer and diffusers."""
 from __future__ import annotations
 
-from modules.model.WanVariant import detect_variant
+from collections.abc import Callable
+
+from modules.dataLoader.e2v.config_check import validate_e2v_config
+from modules.model.detection import detect_variant
 from modules.modelLoader.base_loras import check_base_loras
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod
@@ -15,6 +20,26 @@ from modules.util.path_checks import (
 )
 
 _MODEL_FOLDER = "a diffusers-format Wan folder (the one holding model_index.json)"
+
+
+def data_kind_name(config: TrainConfig) -> str:
+    """Which kind of dataset a config trains on (the key of the trainer's `DATA_KINDS`)."""
+    return "e2v" if config.dataset_config else "clips"
+
+
+def _no_check(config: TrainConfig) -> None:
+    return None
+
+
+# Per data kind, its config errors that need no model (the trainer's `DATA_KINDS[...].check`)
+DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": _no_check, "e2v": validate_e2v_config}
+
+
+def check_before_loading(config: TrainConfig) -> None:
+    """What the trainer's start checks before a model loads (`check_paths`, then the data kind's check), for the
+    command line to run before the heavy imports."""
+    check_paths(config)
+    DATA_CHECKS[data_kind_name(config)](config)
 
 
 def check_paths(config: TrainConfig) -> None:

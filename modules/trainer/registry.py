@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
-from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
+from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import prepare_e2v_model
@@ -17,6 +17,7 @@ from modules.modelSetup.WanEmbeddingSetup import WanEmbeddingSetup
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.initial_weights import continue_from_lora, no_adapter_to_continue
+from modules.trainer.preflight import DATA_CHECKS, data_kind_name
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TrainingMethod
 
@@ -37,14 +38,10 @@ SETUPS: dict[TrainingMethod, Method] = {
 @dataclasses.dataclass(frozen=True)
 class DataKind:
     loader: type[WanBaseDataLoader]
-    check: Callable[[TrainConfig], None]  # config errors, before any model loads
+    check: Callable[[TrainConfig], None]  # config errors, before any model loads (preflight.DATA_CHECKS)
     prepare_model: Callable[[WanModel, TrainConfig], dict[int, list[str]]]  # -> fully trained names per expert
     # The layout and pathways of E2V samples during training; None: the sampler's own (A2's roles, CLIP if any).
     sampling_options: Callable[[WanBaseDataLoader], E2VSamplingOptions | None]
-
-
-def _no_check(config: TrainConfig) -> None:
-    return None
 
 
 def _as_loaded(model: WanModel, config: TrainConfig) -> dict[int, list[str]]:
@@ -57,11 +54,11 @@ def _sampler_defaults(data: WanBaseDataLoader) -> None:
 
 DATA_KINDS: dict[str, DataKind] = {
     # concepts: videos and images with captions
-    "clips": DataKind(WanBaseDataLoader, _no_check, _as_loaded, _sampler_defaults),
+    "clips": DataKind(WanBaseDataLoader, DATA_CHECKS["clips"], _as_loaded, _sampler_defaults),
     # dataset_config: E2V elements
-    "e2v": DataKind(WanE2VDataLoader, validate_e2v_config, prepare_e2v_model, WanE2VDataLoader.sampling_options),
+    "e2v": DataKind(WanE2VDataLoader, DATA_CHECKS["e2v"], prepare_e2v_model, WanE2VDataLoader.sampling_options),
 }
 
 
 def data_kind(config: TrainConfig) -> DataKind:
-    return DATA_KINDS["e2v" if config.dataset_config else "clips"]
+    return DATA_KINDS[data_kind_name(config)]

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from modules.util.video_write import write_video
 from modules.model.WanModel import WanModel
-from modules.model.WanVariant import detect_variant
+from modules.model.detection import detect_variant
 from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.video_output import write_video_output

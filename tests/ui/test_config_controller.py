@@ -231,6 +231,34 @@ def test_a_missing_model_folder_is_described_not_raised(config, tmp_path):
 
 
 # --- the app as a whole ------------------------------------------------------------------------------
+def test_start_waits_for_a_base_model_and_data_and_says_which(tmp_path):
+    """A fresh config is valid but has neither: Start stays disabled with the reason (it used to start and fail)."""
+    from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
+
+    app = AppController(tmp_path / "presets")
+    assert app.can_start() == (False, app.missing_for_start())
+    assert app.missing_for_start().startswith("config key 'base_model_name' is empty")
+    app.config.set("base_model_name", str(tmp_path / "nowhere"))
+    assert "base_model_name" in app.can_start()[1] and "does not exist" in app.can_start()[1]
+    app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
+    assert app.can_start() == (False, "no training data: add a concept in the concepts tab, or set an E2V dataset "
+                                      "JSON in the E2V elements tab")
+    app.concepts.add(path=str(tmp_path))
+    assert app.can_start() == (True, "")
+    app.concepts.set(0, "enabled", False)
+    assert not app.can_start()[0]
+    app.concepts.set_concept_file(str(tmp_path / "concepts.json"))
+    assert app.can_start() == (True, "")
+
+
+def test_the_empty_concept_list_points_to_the_e2v_tab(tmp_path):
+    app = AppController(tmp_path / "presets")
+    assert "E2V elements tab" in app.concepts.empty_note() and app.concepts.empty_note().startswith("(none yet")
+    app.config.set("dataset_config", str(tmp_path / "e2v.json"))
+    note = app.concepts.empty_note()
+    assert "trains on the E2V dataset set in the E2V elements tab" in note and "not used" in note
+
+
 def test_start_is_blocked_with_the_first_problem_named(tmp_path):
     app = AppController(tmp_path / "presets")
     app.config.set("frames", "8")

@@ -27,12 +27,19 @@ def test_the_app_starts_and_every_tab_renders(make_ui):
     assert tuple(ui.tabs) == TAB_NAMES
     keys = {key for tab in ui.tabs.values() for form in tab.forms for key in form.rows}
     assert set(ui.app.config.specs) - {"model_type", "training_method", "dataset_config"} <= keys
-    assert ui.bottom_bar.start_button.cget("state") == "normal"
+    # a fresh config has no base model and no data: Start waits for them and says so (it used to start and fail)
+    assert ui.bottom_bar.start_button.cget("state") == "disabled"
+    assert ui.bottom_bar.status_text.startswith("cannot start: config key 'base_model_name' is empty")
     assert ui.bottom_bar.stop_button.cget("state") == "disabled"
+    assert ui.tabs["concepts"].list_view.empty.cget("text").startswith("(none yet: add a concept folder")
 
 
-def test_a_bad_value_is_shown_beside_its_field_and_blocks_start(make_ui):
+def test_a_bad_value_is_shown_beside_its_field_and_blocks_start(make_ui, tmp_path):
+    from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
+
     ui = make_ui()
+    ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
+    ui.app.concepts.add(path=str(tmp_path))
     epochs = field(ui, "training", "epochs")
     epochs.input.var.set("ten")
     ui.update()
@@ -67,12 +74,16 @@ def test_dropdowns_switches_and_lists_write_typed_values(make_ui):
 def test_a_worker_error_is_shown_in_a_dialog_and_the_ui_returns_to_idle(make_ui, tmp_path):
     ui = make_ui()
     ui.app.concepts.add(path=str(tmp_path))
+    base = tmp_path / "wan"  # passes the start-up check (a folder with model_index.json), fails in the worker
+    base.mkdir()
+    (base / "model_index.json").write_text("{}")
+    ui.app.config.set("base_model_name", str(base))
     ui.app.config.set("workspace_dir", str(tmp_path / "workspace"))
     ui.update()
     ui.bottom_bar.start_button.invoke()
     pump(ui, lambda: not ui.app.training.running, 60, "the worker to finish")
     pump(ui, lambda: ui.last_dialog is not None, 5, "the error dialog")
-    assert ui.last_dialog.message.startswith("config key 'base_model_name' is empty")
+    assert "transformer" in ui.last_dialog.message and "config.json" in ui.last_dialog.message
     assert ui.bottom_bar.start_button.cget("state") == "normal"
     ui.last_dialog.ok.invoke()
 
@@ -209,9 +220,17 @@ def test_the_vram_estimate_is_shown_beside_start(make_ui, tmp_path):
     ui = make_ui()
     ui.app.vram.detect = False
     ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
+    ui.app.vram.gpu_gib = 4.0  # over it: the estimate's longest text, with a suggestion
     label = ui.bottom_bar.vram_label
     pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, f"the VRAM estimate ({ui.app.vram.text()!r})")
-    assert "GiB" in label.cget("text")
+    assert "GiB" in label.cget("text") and "over 4 GiB: " in label.cget("text")
+    ui.update()
+    # whole at the default window width (beside the step counters it had no room and was cut off to nothing)
+    assert ui.winfo_width() == 1280
+    left = label.winfo_rootx() - ui.winfo_rootx()
+    assert label.winfo_width() >= label.winfo_reqwidth() and left >= 0 and left + label.winfo_width() <= 1280
+    start = ui.bottom_bar.start_button
+    assert label.winfo_rooty() >= start.winfo_rooty() + start.winfo_height()  # below the buttons, not under them
 
 
 def test_the_tensorboard_button_serves_the_runs_logs_on_localhost(make_ui, tmp_path):

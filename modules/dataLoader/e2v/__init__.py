@@ -1,2 +1,2 @@
 """Elements-to-Video data: element discovery, per-element preprocessing and the conditioning layout
-(E2V_SPEC.md). Everything here is model-free and pure."""
+(docs/e2v.md). Everything here is model-free and pure."""

@@ -1,5 +1,5 @@
 """Finding E2V samples in a folder: ``001.mp4`` + ``001.txt`` + ``001<suffix>`` per element
-(ARCHITECTURE.md §3, E2V_SPEC.md §1, §7)."""
+(docs/architecture.md, contracts, docs/e2v.md §1, §7)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Pipeline modules of the E2V data path (E2V_SPEC.md §2–§6), for the engine in dataLoader/pipeline.
+"""Pipeline modules of the E2V data path (docs/e2v.md §2–§6), for the engine in dataLoader/pipeline.
 
 Decoding and encoding modules are deterministic, so they sit in CacheStages: the VAE, UMT5 and CLIP
 run once per sample and setting. Posterior sampling and noise happen later, at train time, from the
@@ -44,7 +44,7 @@ def flipped(ctx: ItemContext) -> bool:
 
 
 class DecodeTargetVideo(PipelineModule):
-    """The training video's frames that the target needs, and the clip length F (E2V_SPEC §6).
+    """The training video's frames that the target needs, and the clip length F (docs/e2v.md §6).
 
     `separate`: the first F − 4K frames are encoded on their own; `joint`: the first F − P frames follow
     the P reference frames. With auto frame buckets F is the largest 4k+1 the video supports (capped by

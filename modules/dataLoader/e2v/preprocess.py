@@ -1,4 +1,4 @@
-"""Per-element image preprocessing, exactly as E2V_SPEC.md §2 (and A2's `_crop_and_resize[_pad]`).
+"""Per-element image preprocessing, exactly as docs/e2v.md §2 (and A2's `_crop_and_resize[_pad]`).
 
 Input: uint8 H0×W0×3 RGB (numpy). Output: uint8 H×W×3. The resize is PIL's BICUBIC, which is what
 A2's ``Image.resize((W, H))`` uses by default for RGB images, so the results are A2-exact (cv2's

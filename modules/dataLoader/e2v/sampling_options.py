@@ -20,7 +20,7 @@ class ElementSpec:
     clip_preprocess: str | None = "pad_white"  # None: left out of CLIP
 
 
-# A2's roles: main subject, object, background (E2V_SPEC §1–§2).
+# A2's roles: main subject, object, background (docs/e2v.md §1–§2).
 A2_ELEMENTS = (ElementSpec(1, "pad_white", "pad_white"), ElementSpec(4, "pad_white", "pad_white"),
                ElementSpec(4, "center_crop", "pad_white"))
 

@@ -14,6 +14,7 @@ from modules.ui.controllers.list_controller import ConceptListController, Record
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.vram_controller import VramEstimate
+from modules.trainer.preflight import check_base_model
 from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
 from modules.util.sample_record import samples_folder
@@ -62,6 +63,18 @@ class AppController:
             problems += [f"E2V dataset: {p}" for p in self.dataset.problems()]
         return problems
 
+    def missing_for_start(self) -> str:
+        """What a run needs that a config may leave out (an exported template may): a base model folder and
+        training data. The run would stop on them at start-up; the GUI keeps Start disabled and says why."""
+        try:
+            check_base_model(str(self.config.value("base_model_name") or "").strip())
+        except UserError as e:
+            return str(e)
+        if not self.uses_dataset() and not self.concepts.has_data():
+            return ("no training data: add a concept in the concepts tab, or set an E2V dataset JSON in the "
+                    "E2V elements tab")
+        return ""
+
     def can_start(self) -> tuple[bool, str]:
         if self.training.running:
             return False, "training is running"
@@ -69,7 +82,8 @@ class AppController:
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             return False, problems[0] + more
-        return True, ""
+        missing = self.missing_for_start()
+        return (False, missing) if missing else (True, "")
 
     # --- actions ---------------------------------------------------------------------------------------
     def start(self) -> None:

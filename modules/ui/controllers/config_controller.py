@@ -286,7 +286,7 @@ class ConfigController(Observable):
     # --- model ------------------------------------------------------------------------------------
     def detected_variant(self) -> tuple[str, bool]:
         """(text, ok) describing the checkpoint at base_model_name, read from its own configs."""
-        from modules.model.WanVariant import detect_variant
+        from modules.model.detection import detect_variant
 
         folder = str(self.data.get("base_model_name", "")).strip()
         if not folder:

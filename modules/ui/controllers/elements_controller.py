@@ -1,6 +1,6 @@
 """The E2V element table: plain dict rows in the dataset JSON's nested form, and a live preview.
 
-A row is exactly what the dataset JSON holds (seed 000 / E2V_SPEC.md §1):
+A row is exactly what the dataset JSON holds (seed 000 / docs/e2v.md §1):
 ``{"name", "suffixes": [...], "required", "vae": {"repeat", "position", "preprocess"?},
 "clip": {"preprocess"?} | false}``. The table edits these dicts in place (add / remove / reorder /
 edit), checks them all at once (unique names and positions, non-empty image suffixes, known
@@ -19,15 +19,12 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from modules.ui.controllers.fields import (
     BOOL, CHOICE, INT, TEXT, TEXT_LIST, FieldError, FieldSpec, field_specs, parse_text,
 )
 from modules.util.config.e2v_dataset_config import IMAGE_SUFFIX_EXTENSIONS, PREPROCESS_METHODS, ElementConfig
-
-if TYPE_CHECKING:
-    from modules.ui.controllers.e2v_dataset import DatasetController
 
 DEFAULT, OFF = "default", "off"
 
@@ -205,10 +202,21 @@ def new_element(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "vae": {"repeat": 1 if not rows else 4, "position": position}, "clip": {"preprocess": "pad_white"}}
 
 
+class DatasetDocument(Protocol):
+    """What the table needs of the dataset it edits (`e2v_dataset.DatasetController`, which owns the table)."""
+
+    @property
+    def current(self) -> dict[str, Any]: ...  # the selected dataset entry of the JSON
+
+    def changed(self, what: Any) -> None: ...  # after an edit: marks the document dirty, tells the views
+
+    def data_root_path(self) -> Path | None: ...
+
+
 class ElementsController:
     """The element table of the selected dataset of a `DatasetController`."""
 
-    def __init__(self, dataset: "DatasetController"):
+    def __init__(self, dataset: DatasetDocument):
         self.dataset = dataset
         self.pending: dict[tuple[int, str], str] = {}  # (row, column) -> text that did not parse
         self._preview_key: Any = None

@@ -88,6 +88,18 @@ class ConceptListController(RecordListController):
         value = self.config.data.get("concepts")
         return value if isinstance(value, str) else ""
 
+    def has_data(self) -> bool:
+        """A concept file, or at least one enabled concept in the list."""
+        return bool(self.concept_file.strip()) or any(row.get("enabled", True) for row in self.rows)
+
+    def empty_note(self) -> str:
+        """What the empty list says: with `dataset_config` set the run trains on the E2V dataset instead."""
+        if str(self.config.data.get("dataset_config") or "").strip():
+            return ("(none: this config trains on the E2V dataset set in the E2V elements tab; concepts are "
+                    "not used while dataset_config is set)")
+        return ("(none yet: add a concept folder or .jsonl manifest; for Elements-to-Video, set a dataset in the "
+                "E2V elements tab instead)")
+
     def statistics(self) -> list[str]:
         """What the concepts train on (scripts/dataset_stats.py's table), from the config as it is now; probes
         the clips (cached like training does), loads no model. A config problem is the one line returned."""

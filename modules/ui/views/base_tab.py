@@ -1,21 +1,19 @@
 """Common frame of every tab: a scrollable body and generated forms that refresh together."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import customtkinter as ctk
 
 from modules.ui.controllers.layout import DATASET_SECTIONS, Section, sections_of
 from modules.ui.views.widgets import GRAY, FieldForm, scrollable, small_font
-
-if TYPE_CHECKING:
-    from modules.ui.views.main_window import TrainUI
+from modules.ui.views.window import Window
 
 
 class BaseTab:
     name = ""
 
-    def __init__(self, master: Any, ui: "TrainUI"):
+    def __init__(self, master: Any, ui: Window):
         self.ui = ui
         self.app = ui.app
         self.body = scrollable(master)

@@ -1,20 +1,18 @@
 """Bottom bar: progress (step and epoch), loss, ETA, status, what blocks Start, and the buttons."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import customtkinter as ctk
 
 from modules.ui.views.widgets import GRAY, RED, button, small_font
-
-if TYPE_CHECKING:
-    from modules.ui.views.main_window import TrainUI
+from modules.ui.views.window import Window
 
 START_COLOR, STOP_COLOR, IDLE_COLOR = "#2e7d32", "#c62828", ("gray70", "gray35")
 
 
 class BottomBar(ctk.CTkFrame):
-    def __init__(self, master: Any, ui: "TrainUI"):
+    def __init__(self, master: Any, ui: Window):
         super().__init__(master, corner_radius=0)
         self.ui, self.app = ui, ui.app
         self.grid_columnconfigure(1, weight=1)
@@ -29,11 +27,8 @@ class BottomBar(ctk.CTkFrame):
         self.loss_label.pack(side="left", padx=4)
         self.eta_label = ctk.CTkLabel(stats, text="", width=100, anchor="w")
         self.eta_label.pack(side="left", padx=4)
-        # the estimated peak GPU memory of the config as it is (scripts/estimate_vram.py's figure)
-        self.vram_label = ctk.CTkLabel(stats, text="", anchor="w", font=small_font(), text_color=GRAY)
-        self.vram_label.pack(side="left", padx=8)
         buttons = ctk.CTkFrame(self, fg_color="transparent")
-        buttons.grid(row=0, column=2, rowspan=2, padx=8, pady=6, sticky="e")
+        buttons.grid(row=0, column=2, padx=8, pady=(6, 0), sticky="e")
         self.load_button = button(buttons, "Load config…", self.ui.load_config, width=110)
         self.load_button.pack(side="left", padx=3)
         self.export_button = button(buttons, "Export config…", self.ui.export_config, width=120)
@@ -46,9 +41,15 @@ class BottomBar(ctk.CTkFrame):
         self.stop_button = button(buttons, "Stop", self.ui.stop_training, width=90, fg_color=STOP_COLOR,
                                   hover_color="#8e0000")
         self.stop_button.pack(side="left", padx=3)
-        self.status_label = ctk.CTkLabel(self, text="", anchor="w", justify="left", wraplength=760, font=small_font(),
+        self.status_label = ctk.CTkLabel(self, text="", anchor="w", justify="left", wraplength=640, font=small_font(),
                                          text_color=GRAY)
         self.status_label.grid(row=1, column=0, columnspan=2, padx=12, pady=(0, 8), sticky="w")
+        # The estimated peak GPU memory of the config as it is (scripts/estimate_vram.py's figure), under Start:
+        # in the row of the step counters it had no room at the default 1280 px and was cut off. Its suggestion
+        # (when over the GPU) wraps instead.
+        self.vram_label = ctk.CTkLabel(self, text="", anchor="e", justify="right", wraplength=540, font=small_font(),
+                                       text_color=GRAY)
+        self.vram_label.grid(row=1, column=2, padx=12, pady=(0, 8), sticky="ne")
         self._shown: tuple[Any, ...] = ()
 
     def refresh(self) -> None:
@@ -56,8 +57,9 @@ class BottomBar(ctk.CTkFrame):
         can_start, reason = self.app.can_start()
         if state.running:
             status, color = state.status, GRAY
-        elif not can_start:
-            status, color = f"cannot start: {reason}", RED
+        elif not can_start:  # a message of the last action (export, preset saved) stays above the reason
+            told = state.status if state.status and state.status != "ready" else ""
+            status, color = "\n".join(filter(None, (told, f"cannot start: {reason}"))), RED
         else:
             status, color = state.status, RED if state.error and state.status.startswith("error") else GRAY
         shown = (state.fraction, state.progress_text(), state.loss_text(), state.eta_text(), status, color,

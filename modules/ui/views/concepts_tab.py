@@ -34,7 +34,7 @@ class ConceptsTab(BaseTab):
         self._updating = False
         self.file_var.trace_add("write", self._file_typed)
         self.list_view = self.place(RecordListView(self.body, self.app.concepts, "Concepts", "Add concept",
-                                                   concept_summary))
+                                                   concept_summary, self.app.concepts.empty_note))
         stats_bar = self.place(ctk.CTkFrame(self.body, fg_color="transparent"), padx=12, pady=(10, 2))
         self.stats_button = button(stats_bar, "Count clips", self._count, width=120)
         self.stats_button.pack(side="left")

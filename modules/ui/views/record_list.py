@@ -12,16 +12,16 @@ from modules.ui.views.widgets import FieldForm, bold_font, button, small_button
 
 class RecordListView(ctk.CTkFrame):
     def __init__(self, master: Any, rows: RecordListController, title: str, add_text: str,
-                 summary: Callable[[dict[str, Any]], str]):
+                 summary: Callable[[dict[str, Any]], str], empty_note: Callable[[], str] = lambda: "(none yet)"):
         super().__init__(master, fg_color="transparent")
-        self.rows, self.summary = rows, summary
+        self.rows, self.summary, self.empty_note = rows, summary, empty_note
         self.grid_columnconfigure(0, weight=1)
         header = ctk.CTkFrame(self, fg_color="transparent")
         header.grid(row=0, column=0, sticky="ew", padx=8, pady=(4, 2))
         ctk.CTkLabel(header, text=title, font=bold_font()).pack(side="left")
         self.add_button = button(header, add_text, self._add)
         self.add_button.pack(side="left", padx=12)
-        self.empty = ctk.CTkLabel(self, text="(none yet)", anchor="w")
+        self.empty = ctk.CTkLabel(self, text=empty_note(), anchor="w", justify="left", wraplength=900)
         self.cards: list[tuple[ctk.CTkFrame, ctk.CTkLabel, FieldForm]] = []
         self._signature: Any = None
         self.refresh()
@@ -60,6 +60,8 @@ class RecordListView(ctk.CTkFrame):
     def refresh(self) -> None:
         if self._signature != self._signature_now():
             self.rebuild()
+        if not self.cards and self.empty.cget("text") != self.empty_note():
+            self.empty.configure(text=self.empty_note())
         for i, (_, title, form) in enumerate(self.cards):
             title.configure(text=f"{i + 1}. {self.summary(self.rows.rows[i])}")
             form.refresh()

@@ -13,7 +13,9 @@ from modules.ui.views.widgets import button
 def sample_summary(row: dict[str, Any]) -> str:
     prompt = str(row.get("prompt") or "(no prompt yet)")
     prompt = prompt if len(prompt) <= 60 else prompt[:57] + "…"
-    return f"{prompt} — {row.get('frames')}×{row.get('height')}×{row.get('width')}"
+    size = f"{row.get('frames')}×{row.get('height')}×{row.get('width')}"
+    # E2V: the frames include the reference frames the video drops (samples[].frames' doc says how many)
+    return f"{prompt} — {size}" + (" (frames include the reference frames)" if row.get("elements") else "")
 
 
 class SamplingTab(BaseTab):

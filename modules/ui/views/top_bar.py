@@ -1,21 +1,19 @@
 """Top bar: preset dropdown and "save preset", model type with the detected variant, training method."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import customtkinter as ctk
 
 from modules.ui.controllers.app_controller import APP_NAME
 from modules.ui.views.widgets import GRAY, RED, FieldInput, Tooltip, bold_font, button, small_font
-
-if TYPE_CHECKING:
-    from modules.ui.views.main_window import TrainUI
+from modules.ui.views.window import Window
 
 NO_PRESET = "choose a preset…"
 
 
 class TopBar(ctk.CTkFrame):
-    def __init__(self, master: Any, ui: "TrainUI"):
+    def __init__(self, master: Any, ui: Window):
         super().__init__(master, corner_radius=0)
         self.ui, self.app = ui, ui.app
         config = self.app.config

@@ -1,4 +1,4 @@
-"""The E2V dataset JSON (the seeds' format; E2V_SPEC.md §1–§4, §7), as strict typed configs.
+"""The E2V dataset JSON (the seeds' format; docs/e2v.md §1–§4, §7), as strict typed configs.
 
 Two spellings load: the nested form (seeds 000/002: ``elements[].vae{repeat, position}``,
 ``elements[].clip{preprocess}``, ``processors{vae, clip}``) and the flat form (seed 001:
@@ -167,7 +167,7 @@ class VaeProcessorConfig(BaseConfig):
         if self.resolution is not None:
             _check_resolution(_key(path, "resolution"), self.resolution)
         if self.combine != "before":
-            _fail(_key(path, "combine"), f"must be 'before' (the only supported mode, E2V_SPEC §3), got '{self.combine}'")
+            _fail(_key(path, "combine"), f"must be 'before' (the only supported mode, docs/e2v.md §3), got '{self.combine}'")
         _check_choice(_key(path, "default_preprocess"), self.default_preprocess, PREPROCESS_METHODS)
         _check_choice(_key(path, "frame_conditioning"), self.frame_conditioning, FRAME_CONDITIONING_MODES)
         if self.frame_index < 0:
@@ -264,7 +264,7 @@ class E2VDatasetConfig(BaseConfig):
         return list(self.processors.vae.resolution or self.target_resolution)
 
     def reference_frame_count(self, present: dict[str, bool] | None = None) -> int:
-        """P = Σ vae.repeat over the present elements (all when `present` is None), E2V_SPEC §3.1."""
+        """P = Σ vae.repeat over the present elements (all when `present` is None), docs/e2v.md §3.1."""
         return sum(e.vae.repeat for e in self.elements if present is None or present.get(e.name, False))
 
     def vae_preprocess(self, element: ElementConfig) -> str:
@@ -333,7 +333,7 @@ class E2VDatasetConfig(BaseConfig):
                 suffixes[suffix_key(suffix)] = element.name
 
     def layout_order(self) -> list[ElementConfig]:
-        """All elements by ascending vae.position (E2V_SPEC §1)."""
+        """All elements by ascending vae.position (docs/e2v.md §1)."""
         return sorted(self.elements, key=lambda e: -1 if e.vae.position is None else e.vae.position)
 
 

@@ -1,6 +1,6 @@
 """The training configuration: every key a user, a preset or the GUI can set.
 
-Top-level names follow OneTrainer so presets and habits carry over (ARCHITECTURE.md §3).
+Top-level names follow OneTrainer so presets and habits carry over (docs/architecture.md, contracts).
 `CONFIG_VERSION` goes up whenever a key is renamed or its meaning changes; `migrations.py` then
 upgrades older files.
 """
@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
 from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
@@ -174,17 +175,13 @@ class BaseLoRAConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
 
 
-SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
-E2V_POSTERIORS = ("mode", "sample")
-
-
 @dataclasses.dataclass
 class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
     negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
     image: str = option("", "First-frame image for image-to-video models.")
     elements: list[str] = option([], "E2V reference images in layout order (subject, object, background).")
-    frames: int = option(17, "Frame count (4k+1). E2V samples need more than their reference frames: with A2's three elements (9 reference frames) at least 13.")
+    frames: int = option(17, "Frame count (4k+1). With elements (E2V) it counts the reference frames too, which the video drops: 4K frames with target_layout separate (A2's three elements: K = 3, so 17 give 5 video frames and 81 give 69; at least 13), the P reference frames with joint.")
     height: int = option(256, "Height in pixels (multiple of 16).")
     width: int = option(256, "Width in pixels (multiple of 16).")
     steps: int = option(20, "Denoising steps.")
@@ -234,7 +231,7 @@ class SampleOverrides(BaseConfig):
 
 @dataclasses.dataclass
 class E2VConfig(BaseConfig):
-    """Elements-to-Video options (E2V_SPEC.md). The element layout itself lives in `dataset_config`."""
+    """Elements-to-Video options (docs/e2v.md). The element layout itself lives in `dataset_config`."""
 
     e2v_type: str = option("auto", "auto | dual | vae | clip: which conditioning pathways are used.")
     vae_posterior: str = option("mode", "sample | mode: how the cached VAE posterior becomes the condition.")

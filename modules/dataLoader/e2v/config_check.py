@@ -1,0 +1,30 @@
+"""The E2V dataset checks that need no model: the dataset JSON, each dataset's frame budget against its reference
+frames, and the samples' frames against the layout. Light on imports, so scripts/train.py runs it before the
+trainer (and diffusers) is imported: a dataset error in a second or two."""
+from __future__ import annotations
+
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
+from modules.model.condition_layout import min_num_frames
+from modules.util.config.base_config import ConfigError
+from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import ConceptType
+
+
+def validate_e2v_config(config: TrainConfig) -> None:
+    """Dataset JSON and layout checks that need no model (run before loading one)."""
+    datasets = load_dataset_config(config.dataset_config).datasets
+    for index, dataset in enumerate(datasets):
+        needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
+        if needed > dataset.max_num_frames:
+            raise ConfigError(
+                f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
+                f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
+                f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
+    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
+    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
+        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
+        for index, sample in enumerate(config.samples):
+            if sample.enabled and sample.elements:
+                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
+                                     f"config key 'samples[{index}].elements'")

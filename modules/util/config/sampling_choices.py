@@ -1,0 +1,6 @@
+"""The sampler's named choices, shared by the typed config and the scripts' argument parsers. Plain strings with no
+imports, so `sample.py --help` and `evaluate.py --help` answer without importing torch."""
+from __future__ import annotations
+
+SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
+E2V_POSTERIORS = ("mode", "sample")
