@@ -29,6 +29,7 @@ from modules.modelLoader.single_file import SingleFile
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
+from modules.util.model_folders import require_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class WanModelLoader:
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
         t_dtype = resolve_dtype(transformer_dtype, train_device)
-        tokenizer = _from_folder(model_dir / "tokenizer", "", AutoTokenizer.from_pretrained)
+        tokenizer = _from_folder(model_dir / "tokenizer", "", None, AutoTokenizer.from_pretrained)
         text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
                                                text_encoder_override)
         vae = self._load_vae(model_dir, resolve_dtype(vae_dtype, train_device), vae_override)
@@ -85,7 +86,7 @@ class WanModelLoader:
             transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override)
         image_encoder, image_processor = self._load_image_encoder(
             model_dir, variant, resolve_dtype(image_encoder_dtype, train_device), image_encoder_override)
-        scheduler = _from_folder(model_dir, "", self._load_scheduler)
+        scheduler = _from_folder(model_dir, "", None, self._load_scheduler)
 
         for module in (text_encoder, vae, transformer, transformer_2, image_encoder):
             if module is not None:
@@ -134,7 +135,8 @@ class WanModelLoader:
             raise UserError(f"'{root}' has no image_encoder/ and image_processor/ folders: point "
                             "e2v.image_encoder_model_name at an I2V checkpoint folder")
         else:
-            encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=torch_dtype)
+            require_safetensors(root / "image_encoder", CLIPVisionModel, ", or set image_encoder_override")
+            encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=torch_dtype, use_safetensors=True)
             processor = CLIPImageProcessor.from_pretrained(root / "image_processor")
         encoder.requires_grad_(False)
         encoder.eval()
@@ -144,23 +146,25 @@ class WanModelLoader:
     def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
         if override:
             return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
-        return _from_folder(model_dir / name, f"{name}_override",
-                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype))
+        return _from_folder(model_dir / name, f"{name}_override", WanTransformer3DModel,
+                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype,
+                                                                                 use_safetensors=True))
 
     @staticmethod
     def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:
         if override:
             return load_vae_file(SingleFile("vae_override", Path(override)), model_dir / "vae", dtype)
-        return _from_folder(model_dir / "vae", "vae_override",
-                            lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype))
+        return _from_folder(model_dir / "vae", "vae_override", AutoencoderKLWan,
+                            lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype,
+                                                                            use_safetensors=True))
 
     @staticmethod
     def _load_text_encoder(model_dir: Path, dtype: torch.dtype, override: str) -> UMT5EncoderModel:
         if override:
             return load_text_encoder_file(SingleFile("text_encoder_override", Path(override)),
                                           model_dir / "text_encoder", dtype)
-        return _from_folder(model_dir / "text_encoder", "text_encoder_override",
-                            lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype))
+        return _from_folder(model_dir / "text_encoder", "text_encoder_override", UMT5EncoderModel,
+                            lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
 
     @staticmethod
     def _load_image_encoder(model_dir: Path, variant: WanVariant, dtype: torch.dtype,
@@ -171,9 +175,9 @@ class WanModelLoader:
             return load_image_encoder_file(SingleFile("image_encoder_override", Path(override)), model_dir, dtype)
         if not variant.has_image_encoder:
             return None, None
-        encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override",
-                               lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype))
-        return encoder, _from_folder(model_dir / "image_processor", "", CLIPImageProcessor.from_pretrained)
+        encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override", CLIPVisionModel,
+                               lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
+        return encoder, _from_folder(model_dir / "image_processor", "", None, CLIPImageProcessor.from_pretrained)
 
     @staticmethod
     def _load_scheduler(model_dir: Path):
@@ -191,11 +195,14 @@ class WanModelLoader:
 Loaded = TypeVar("Loaded")
 
 
-def _from_folder(folder: Path, override_key: str, load: Callable[[Path], Loaded]) -> Loaded:
-    """`load(folder)`; a folder without what it needs is one line (naming the override key that can stand in)."""
+def _from_folder(folder: Path, override_key: str, model_class: type | None, load: Callable[[Path], Loaded]) -> Loaded:
+    """`load(folder)`; a folder without what it needs is one line (naming the override key that can stand in).
+    With `model_class` the folder holds weights: safetensors only (`require_safetensors`)."""
+    instead = f", or set {override_key} to a single .safetensors file" if override_key else ""
+    if model_class is not None:
+        require_safetensors(folder, model_class, instead)
     try:
         return load(folder)
     except (OSError, ValueError) as e:
-        instead = f", or set {override_key} to a single .safetensors file" if override_key else ""
         raise UserError(f"could not load '{folder}' from the model folder: {str(e).splitlines()[0]}: "
                         f"give a complete diffusers-format folder in base_model_name{instead}") from None
