@@ -162,7 +162,7 @@ class ConceptConfig(BaseConfig):
         check_clip_options(path, self)
 
 
-SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
+SAMPLE_SCHEDULERS = ("default", "unipc", "unipc_a2", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
 E2V_POSTERIORS = ("mode", "sample")
 
 
@@ -178,7 +178,7 @@ class SampleConfig(BaseConfig):
     steps: int = option(20, "Denoising steps.")
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
     seed: int = option(42, "Noise seed.")
-    scheduler: str = option("default", "default | unipc | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration (SkyReels-A2 samples with unipc).")
+    scheduler: str = option("default", "default | unipc | unipc_a2 | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration. unipc_a2 is UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on (first sigma 0.99987 at shift 8; diffusers >= 0.37's unipc starts at 1 - 1e-6).")
     shift: float = option(0.0, "Flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's (3 for Wan2.1 480P).")
     e2v_posterior: str = option("mode", "mode | sample: E2V samples condition on the VAE posterior's mode, or on a sample drawn with the seed right after the noise (SkyReels-A2's inference).")
     enabled: bool = option(True, "Disabled samples are skipped.")
