@@ -80,6 +80,11 @@ import torch
 from modules.adapter.lora import LORA, LoRALayer
 from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
 from modules.adapter.spec import AdapterLayer, AdapterSpec
+from modules.modelSaver.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
+    diffusers_to_wan_name,
+    musubi_to_wan_name,
+    wan_to_diffusers_name,
+)
 from modules.util.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,39 +102,6 @@ COMFY_PREFIX = "diffusion_model."
 MUSUBI_PREFIX = "lora_unet_"
 ALPHA_MAP_KEY = "wantrainer.alpha_map"
 DIFFUSERS_ADAPTER_METADATA_KEY = "lora_adapter_metadata"
-
-# diffusers module path inside a block -> Wan original name inside a block
-_BLOCK_NAMES = {
-    "attn1.to_q": "self_attn.q",
-    "attn1.to_k": "self_attn.k",
-    "attn1.to_v": "self_attn.v",
-    "attn1.to_out.0": "self_attn.o",
-    "attn2.to_q": "cross_attn.q",
-    "attn2.to_k": "cross_attn.k",
-    "attn2.to_v": "cross_attn.v",
-    "attn2.to_out.0": "cross_attn.o",
-    "attn2.add_k_proj": "cross_attn.k_img",
-    "attn2.add_v_proj": "cross_attn.v_img",
-    "ffn.net.0.proj": "ffn.0",
-    "ffn.net.2": "ffn.2",
-}
-# diffusers module path -> Wan original name, outside the blocks
-_GLOBAL_NAMES = {
-    "condition_embedder.time_proj": "time_projection.1",
-    "proj_out": "head.head",
-    "condition_embedder.text_embedder.linear_1": "text_embedding.0",
-    "condition_embedder.text_embedder.linear_2": "text_embedding.2",
-    "condition_embedder.time_embedder.linear_1": "time_embedding.0",
-    "condition_embedder.time_embedder.linear_2": "time_embedding.2",
-    "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
-    "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
-}
-_BLOCK_NAMES_REV = {v: k for k, v in _BLOCK_NAMES.items()}
-_GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
-_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
-_MUSUBI_BLOCK_RE = re.compile(r"^blocks_(\d+)_(.+)$")
-_MUSUBI_BLOCK_NAMES = {v.replace(".", "_"): v for v in _BLOCK_NAMES.values()}
-_MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
 
 _DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
 _UP_SUFFIXES = (".lora_B.weight", ".lora_up.weight")
@@ -155,36 +127,6 @@ class LoRAWeights:
     @property
     def spec(self) -> AdapterSpec:
         return adapter_named(self.adapter)
-
-
-# --------------------------------------------------------------------------------------------- names
-
-
-def diffusers_to_wan_name(module: str) -> str | None:
-    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
-    m = _BLOCK_RE.match(module)
-    if m:
-        inner = _BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES.get(module)
-
-
-def wan_to_diffusers_name(name: str) -> str | None:
-    """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
-    m = _BLOCK_RE.match(name)
-    if m:
-        inner = _BLOCK_NAMES_REV.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES_REV.get(name)
-
-
-def musubi_to_wan_name(name: str) -> str | None:
-    """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
-    m = _MUSUBI_BLOCK_RE.match(name)
-    if m:
-        inner = _MUSUBI_BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _MUSUBI_GLOBAL_NAMES.get(name)
 
 
 def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
