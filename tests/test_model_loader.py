@@ -118,6 +118,11 @@ def test_a_pickle_only_component_is_refused_and_never_unpickled(tiny_model, tmp_
     monkeypatch.setattr(torch, "load", no_unpickling)
     assert WanModelLoader().load(str(folder), torch.device("cpu")).text_encoder is not None  # both: safetensors read
     weights.unlink()
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import UMT5EncoderModel
+
+    for cls in (AutoencoderKLWan, WanTransformer3DModel, UMT5EncoderModel):  # refused before any component loads
+        monkeypatch.setattr(cls, "from_pretrained", no_unpickling)
     with pytest.raises(UserError) as caught:
         WanModelLoader().load(str(folder), torch.device("cpu"))
     message = str(caught.value)

@@ -76,7 +76,10 @@ class WanModelLoader:
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
         t_dtype = resolve_dtype(transformer_dtype, train_device)
-        tokenizer = _from_folder(model_dir / "tokenizer", "", None, AutoTokenizer.from_pretrained)
+        overrides = {"text_encoder": text_encoder_override, "vae": vae_override, "transformer": transformer_override,
+                     "transformer_2": transformer_2_override, "image_encoder": image_encoder_override}
+        _check_weight_folders(model_dir, overrides)  # every component before any loads: a refusal takes no minutes
+        tokenizer = _from_folder(model_dir / "tokenizer", "", AutoTokenizer.from_pretrained)
         text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
                                                text_encoder_override)
         vae = self._load_vae(model_dir, resolve_dtype(vae_dtype, train_device), vae_override)
@@ -86,7 +89,7 @@ class WanModelLoader:
             transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override)
         image_encoder, image_processor = self._load_image_encoder(
             model_dir, variant, resolve_dtype(image_encoder_dtype, train_device), image_encoder_override)
-        scheduler = _from_folder(model_dir, "", None, self._load_scheduler)
+        scheduler = _from_folder(model_dir, "", self._load_scheduler)
 
         for module in (text_encoder, vae, transformer, transformer_2, image_encoder):
             if module is not None:
@@ -146,7 +149,7 @@ class WanModelLoader:
     def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
         if override:
             return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
-        return _from_folder(model_dir / name, f"{name}_override", WanTransformer3DModel,
+        return _from_folder(model_dir / name, f"{name}_override",
                             lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype,
                                                                                  use_safetensors=True))
 
@@ -154,7 +157,7 @@ class WanModelLoader:
     def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:
         if override:
             return load_vae_file(SingleFile("vae_override", Path(override)), model_dir / "vae", dtype)
-        return _from_folder(model_dir / "vae", "vae_override", AutoencoderKLWan,
+        return _from_folder(model_dir / "vae", "vae_override",
                             lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype,
                                                                             use_safetensors=True))
 
@@ -163,7 +166,7 @@ class WanModelLoader:
         if override:
             return load_text_encoder_file(SingleFile("text_encoder_override", Path(override)),
                                           model_dir / "text_encoder", dtype)
-        return _from_folder(model_dir / "text_encoder", "text_encoder_override", UMT5EncoderModel,
+        return _from_folder(model_dir / "text_encoder", "text_encoder_override",
                             lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
 
     @staticmethod
@@ -175,9 +178,9 @@ class WanModelLoader:
             return load_image_encoder_file(SingleFile("image_encoder_override", Path(override)), model_dir, dtype)
         if not variant.has_image_encoder:
             return None, None
-        encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override", CLIPVisionModel,
+        encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override",
                                lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
-        return encoder, _from_folder(model_dir / "image_processor", "", None, CLIPImageProcessor.from_pretrained)
+        return encoder, _from_folder(model_dir / "image_processor", "", CLIPImageProcessor.from_pretrained)
 
     @staticmethod
     def _load_scheduler(model_dir: Path):
@@ -195,14 +198,24 @@ class WanModelLoader:
 Loaded = TypeVar("Loaded")
 
 
-def _from_folder(folder: Path, override_key: str, model_class: type | None, load: Callable[[Path], Loaded]) -> Loaded:
-    """`load(folder)`; a folder without what it needs is one line (naming the override key that can stand in).
-    With `model_class` the folder holds weights: safetensors only (`require_safetensors`)."""
-    instead = f", or set {override_key} to a single .safetensors file" if override_key else ""
-    if model_class is not None:
-        require_safetensors(folder, model_class, instead)
+_WEIGHT_CLASSES = {"text_encoder": UMT5EncoderModel, "vae": AutoencoderKLWan, "transformer": WanTransformer3DModel,
+                   "transformer_2": WanTransformer3DModel, "image_encoder": CLIPVisionModel}
+
+
+def _check_weight_folders(model_dir: Path, overrides: dict[str, str]) -> None:
+    """The base folder's weights are safetensors only (`require_safetensors`), for each component no override
+    file replaces; the loaders then pass use_safetensors=True, so nothing falls back to a pickle."""
+    for name, model_class in _WEIGHT_CLASSES.items():
+        if not overrides.get(name):
+            require_safetensors(model_dir / name, model_class,
+                                f", or set {name}_override to a single .safetensors file")
+
+
+def _from_folder(folder: Path, override_key: str, load: Callable[[Path], Loaded]) -> Loaded:
+    """`load(folder)`; a folder without what it needs is one line (naming the override key that can stand in)."""
     try:
         return load(folder)
     except (OSError, ValueError) as e:
+        instead = f", or set {override_key} to a single .safetensors file" if override_key else ""
         raise UserError(f"could not load '{folder}' from the model folder: {str(e).splitlines()[0]}: "
                         f"give a complete diffusers-format folder in base_model_name{instead}") from None
