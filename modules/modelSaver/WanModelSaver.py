@@ -75,7 +75,8 @@ class WanModelSaver:
                     "wantrainer.weights": trained.weights if trained else "", "wantrainer.variant": variant_tag(self.model)}
         path = save_embedding(self.setup.embedding_training.embedding, destination, str(self.config.base_model_name),
                               metadata)
-        logger.info("embedding %s written to %s (in ComfyUI: models/embeddings, prompt 'embedding:%s')",
+        logger.info("embedding %s written to %s (in ComfyUI: models/embeddings, the text encoder through the node in "
+                    "comfyui/wantrainer_nodes, prompt 'embedding:%s')",
                     self.setup.embedding_training.embedding.placeholder, path, path.stem)
         return path
 

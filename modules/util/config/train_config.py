@@ -357,7 +357,7 @@ class TrainConfig(BaseConfig):
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
 
     # --- embedding (textual inversion) -----------------------------------------------------------
-    embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings.")
+    embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings (with the node in comfyui/wantrainer_nodes: stock ComfyUI ignores embeddings for Wan).")
     embedding_weight_path: str = option("", "An embedding file (ours or ComfyUI's, key umt5xxl) to continue training from.")
 
     # --- sampling, backups, logging ------------------------------------------------------------
