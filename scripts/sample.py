@@ -53,8 +53,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cfg-scale", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
-                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ "
-                             "(SkyReels-A2: unipc)")
+                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++; "
+                             "unipc_a2: UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on")
     parser.add_argument("--shift", type=float, default=0.0,
                         help="flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's")
     parser.add_argument("--e2v-posterior", default="mode", choices=E2V_POSTERIORS,

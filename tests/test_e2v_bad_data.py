@@ -22,6 +22,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.util.synthetic_data import e2v_dataset_json, render_clip, write_e2v_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.test_pixel_budget import huge_png
 
 F, H, W = 17, 32, 32
 T = (F - 1) // 4 + 1
@@ -32,6 +33,7 @@ BROKEN = {  # sample -> (skip category, the file the skip names)
     "006": ("too few frames", "006.mp4"),  # 3 frames; a fixed F = 17 with K = 3 reference latents needs 17 − 12 = 5
     "007": ("unreadable image", "007_subject.png"),  # garbage bytes named .png
     "008": ("missing element", "008.mp4"),  # the required subject image is absent
+    "009": ("too many pixels", "009_subject.png"),  # its header declares 20000x20000: refused before decoding
 }
 
 
@@ -53,6 +55,7 @@ def mixed(tmp_path_factory) -> Path:
     write_video(data / "006.mp4", render_clip("circle", "red", "left to right", 3, H, W), 16.0)
     (data / "007_subject.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     (data / "008_subject.png").unlink()
+    huge_png(data / "009_subject.png")
     (work / "dataset.json").write_text(json.dumps(dataset_json(data)))
     return work
 

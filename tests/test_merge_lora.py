@@ -3,6 +3,7 @@ strength·delta, the diffusers folder and the ComfyUI single file load where the
 trained on a T2V base is exported as a Wan I2V model that `WanImageToVideoPipeline` runs like our sampler."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, LoRALaye
 from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, export_e2v_as_i2v, merge_lora_into_model
 from modules.modelSaver.original_keys import original_key
 from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, lora_metadata, save_lora
+from modules.modelSaver.WanModelSaver import WanModelSaver
+from modules.util.enum import DataType
 from tests.conftest import REPO_ROOT, train_config_dict
 
 VARIANT_TAGS = {"t2v": "wan-2.1-t2v", "i2v": "wan-2.1-i2v", "ti2v": "wan-2.2-ti2v", "a14b": "wan-2.2-a14b-t2v",
@@ -442,7 +445,19 @@ def test_e2v_training_writes_the_i2v_export_that_runs_like_our_sampler(tiny_mode
     out = tmp_path / "output"
     assert written == [out / "lora.safetensors", out / "lora-i2v", out / "lora-i2v.safetensors"]
     assert comfy_detects(written[2])["model"] == "WAN21_I2V"
-    outputs = sampler_and_pipeline(tiny_model, written[0], written[1], reference_image(tmp_path))
+    # the export is the trained weights, not the bf16 file (output_dtype's default): its float32 folder carries
+    # no bf16 rounding, so it runs like our sampler on the same weights written in FLOAT32
+    assert trainer.config.output_dtype == DataType.BFLOAT16
+    exact = WanModelSaver(trainer.model, trainer.setup, dataclasses.replace(trainer.config, output_dtype=DataType.FLOAT32))
+    (f32,) = exact.save_lora(tmp_path / "float32" / "lora.safetensors", trainer.config.output_model_format)
+    trained = load_file(str(f32))
+    exported = base_state(written[1])
+    for key in ("wantrainer_full_weights.patch_embedding.weight",
+                "wantrainer_full_weights.blocks.0.attn2.add_k_proj.weight"):
+        name = key.removeprefix("wantrainer_full_weights.")
+        assert exported[name].dtype == torch.float32 and torch.equal(exported[name], trained[key])
+        assert not torch.equal(exported[name], load_file(str(written[0]))[key].float())  # the file is rounded
+    outputs = sampler_and_pipeline(tiny_model, f32, written[1], reference_image(tmp_path))
     assert max(compare("trained E2V LoRA", outputs)) < 1e-4
 
 

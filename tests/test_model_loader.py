@@ -94,3 +94,59 @@ def test_prompt_embeddings_match_the_diffusers_pipeline(tiny_model):
     pipe = DiffusionPipeline.from_pretrained(tiny_model("t2v"))
     expected, _ = pipe.encode_prompt("a red circle", do_classifier_free_guidance=False, max_sequence_length=512)
     assert torch.allclose(model.encode_prompts(["a red circle"]), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("component", ["text_encoder", "transformer"])
+def test_a_pickle_only_component_is_refused_and_never_unpickled(tiny_model, tmp_path, monkeypatch, component):
+    """A base folder whose component holds only a pickle (`pytorch_model.bin`) is one line naming the file and
+    the conversion; torch.load (even its restricted loader) never runs. A folder with a pickle beside the
+    safetensors loads from the safetensors."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "base"
+    shutil.copytree(tiny_model("t2v"), folder)
+    weights = folder / component / ("model.safetensors" if component == "text_encoder"
+                                    else "diffusion_pytorch_model.safetensors")
+    pickle = weights.with_name("pytorch_model.bin" if component == "text_encoder" else "diffusion_pytorch_model.bin")
+    torch.save(load_file(str(weights)), pickle)
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("a pickle was loaded")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    assert WanModelLoader().load(str(folder), torch.device("cpu")).text_encoder is not None  # both: safetensors read
+    weights.unlink()
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import UMT5EncoderModel
+
+    for cls in (AutoencoderKLWan, WanTransformer3DModel, UMT5EncoderModel):  # refused before any component loads
+        monkeypatch.setattr(cls, "from_pretrained", no_unpickling)
+    with pytest.raises(UserError) as caught:
+        WanModelLoader().load(str(folder), torch.device("cpu"))
+    message = str(caught.value)
+    assert "\n" not in message and str(pickle) in message and "is a pickle" in message
+    assert ".save_pretrained(" in message and "use_safetensors=False" in message and f"{component}_override" in message
+
+
+def test_the_conversion_the_refusal_names_gives_a_folder_that_loads(tiny_model, tmp_path):
+    """The one-line conversion the refusal prints works (run here on a file we trust)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "base"
+    shutil.copytree(tiny_model("t2v"), folder)
+    weights = folder / "text_encoder" / "model.safetensors"
+    torch.save(load_file(str(weights)), folder / "text_encoder" / "pytorch_model.bin")
+    weights.unlink()
+    with pytest.raises(UserError) as caught:
+        WanModelLoader().load(str(folder), torch.device("cpu"))
+    command = re.search(r'python -c "(.*?)"', str(caught.value)).group(1)
+    subprocess.run([sys.executable, "-c", command], check=True, capture_output=True)
+    assert weights.is_file()
+    assert WanModelLoader().load(str(folder), torch.device("cpu")).text_encoder is not None

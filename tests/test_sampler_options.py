@@ -79,6 +79,69 @@ def test_unipc_shift_8_is_the_scheduler_a2_infer_builds(i2v):
         assert torch.equal(ours.timesteps, a2.timesteps) and torch.equal(ours.sigmas, a2.sigmas)
 
 
+def diffusers_033_flow_sigmas(num_inference_steps: int, shift: float, num_train_timesteps: int = 1000) -> np.ndarray:
+    """diffusers v0.33.1 (375ec930) UniPCMultistepScheduler.set_timesteps, the `use_flow_sigmas` branch, as written
+    there (the same through 0.36.0; SkyReels-A2 ran on it), with the final sigma ("zero") appended as it does:
+
+        alphas = np.linspace(1, 1 / self.config.num_train_timesteps, num_inference_steps + 1)
+        sigmas = 1.0 - alphas
+        sigmas = np.flip(self.config.flow_shift * sigmas / (1 + (self.config.flow_shift - 1) * sigmas))[:-1].copy()
+        timesteps = (sigmas * self.config.num_train_timesteps).copy()
+        ...
+        sigmas = np.concatenate([sigmas, [sigma_last]]).astype(np.float32)
+        self.timesteps = torch.from_numpy(timesteps).to(device=device, dtype=torch.int64)
+    """
+    alphas = np.linspace(1, 1 / num_train_timesteps, num_inference_steps + 1)
+    sigmas = 1.0 - alphas
+    sigmas = np.flip(shift * sigmas / (1 + (shift - 1) * sigmas))[:-1].copy()
+    return sigmas
+
+
+@pytest.mark.parametrize("steps", [4, 30, 50])
+def test_unipc_a2_has_the_flow_sigmas_of_diffusers_0_33(i2v, steps):
+    """A2's frames come from diffusers <= 0.36's UniPC, whose flow sigmas start at 0.99987 (shift 8); diffusers
+    >= 0.37 starts at 1 - 1e-6. unipc_a2 gives 0.33's sigmas and timesteps (tools/check_unipc_a2.py compares it with
+    diffusers 0.33.1 itself: the same sigmas, timesteps and 50-step trajectory)."""
+    a2 = build_scheduler(i2v.scheduler, "unipc_a2", 8.0)
+    a2.set_timesteps(steps)
+    expected = diffusers_033_flow_sigmas(steps, 8.0)
+    assert isinstance(a2, UniPCMultistepScheduler) and a2.config.flow_shift == 8.0
+    assert torch.equal(a2.sigmas, torch.from_numpy(np.concatenate([expected, [0.0]]).astype(np.float32)))
+    assert torch.equal(a2.timesteps, torch.from_numpy(expected * 1000).to(torch.int64))
+    assert abs(float(a2.sigmas[0]) - 0.999875) < 1e-6
+    today = build_scheduler(i2v.scheduler, "unipc", 8.0)
+    today.set_timesteps(steps)
+    assert float(today.sigmas[0]) == pytest.approx(1 - 1e-6, abs=1e-7)  # the installed diffusers' own schedule
+
+
+def test_the_a2_preset_samples_as_a2s_infer_py(i2v):
+    """`#wan2.1 i2v 14B e2v skyreels-a2`: SkyReels-A2's infer.py (7c14e2e3) recipe as the preset's sample, and a LoRA
+    format A2's pipeline loads on the diffusers of its time (COMFY_LORA's lora_down/.alpha keys fail there:
+    diffusers 0.33.1's Wan converter reads lora_A/lora_B only, 0.34.0's leaves .alpha behind and raises)."""
+    from modules.modelSampler.schedulers import A2FlowUniPC
+    from modules.util.config.loading import load_train_config
+    from modules.util.enum import ModelFormat
+
+    config = load_train_config(preset="#wan2.1 i2v 14B e2v skyreels-a2")
+    config.validate("preset")
+    (a2,) = config.samples
+    # infer.py: negative_prompt, refer_images (3), height 480, width 832, seed 42, num_frames 81, guidance_scale 5.0,
+    # num_inference_steps 50, UniPCMultistepScheduler(..., flow_shift=8), the pipeline's latent_dist.sample()
+    assert a2.negative_prompt.startswith("Bright tones, overexposed, static, blurred details, subtitles, style, works")
+    assert a2.negative_prompt.endswith("three legs, many people in the background, walking backwards")
+    assert (len(a2.elements), a2.height, a2.width, a2.seed, a2.frames) == (3, 480, 832, 42, 81)
+    assert (a2.cfg_scale, a2.steps, a2.scheduler, a2.shift, a2.e2v_posterior) == (5.0, 50, "unipc_a2", 8.0, "sample")
+    assert type(build_scheduler(i2v.scheduler, a2.scheduler, a2.shift)) is A2FlowUniPC
+    assert config.output_model_format == ModelFormat.DIFFUSERS_LORA
+    assert (config.e2v.e2v_type, config.e2v.target_layout, config.resolution) == ("dual", "separate", [480, 832])
+
+
+def test_unipc_a2_is_a_scheduler_key_and_a_sample_py_choice():
+    assert SampleConfig.from_dict({"prompt": "x", "scheduler": "unipc_a2"}, "sample").scheduler == "unipc_a2"
+    out = subprocess.run([sys.executable, "scripts/sample.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert "unipc_a2" in out.stdout
+
+
 @pytest.mark.parametrize("name, cls", [("unipc", UniPCMultistepScheduler), ("euler", FlowMatchEulerDiscreteScheduler),
                                        ("dpmpp", DPMSolverMultistepScheduler)])
 def test_named_schedulers_are_flow_solvers_with_the_folder_shift_unless_one_is_given(i2v, name, cls):
@@ -98,7 +161,7 @@ def test_default_scheduler_is_a_fresh_copy_of_the_folders_with_the_shift_replace
 
 
 def test_a_shift_on_a_folder_scheduler_without_one_names_the_fix():
-    with pytest.raises(UserError, match="DDIMScheduler has no flow shift; pick scheduler unipc, euler or dpmpp"):
+    with pytest.raises(UserError, match="DDIMScheduler has no flow shift; pick scheduler unipc, unipc_a2, euler or dpmpp"):
         build_scheduler(DDIMScheduler(), "default", 8.0)
 
 

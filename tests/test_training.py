@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
+from tests.test_pixel_budget import huge_png
 
 
 def make_trainer(model_dir, data_dir, work, **overrides) -> GenericTrainer:
@@ -188,10 +190,12 @@ def test_broken_and_short_files_are_skipped_and_counted(tiny_model, video_datase
     shutil.copytree(video_dataset, data)
     (data / "broken.mp4").write_bytes(b"not a video at all")
     (data / "broken.txt").write_text("broken")
+    huge_png(data / "huge.png")  # a 20000x20000 header over a few bytes: refused before decoding
+    (data / "huge.txt").write_text("huge")
     trainer = make_trainer(tiny_model("t2v"), data, tmp_path, epochs=1)
     run(trainer)
-    assert trainer.skips.counts() == {"unreadable video": 1}
-    assert "broken.mp4" in trainer.skips.entries[0].path
+    assert trainer.skips.counts() == {"too many pixels": 1, "unreadable video": 1}
+    assert sorted(Path(e.path).name for e in trainer.skips.entries) == ["broken.mp4", "huge.png"]
 
 
 def test_jsonl_manifest_of_npz_clips_trains(tiny_model, tmp_path):

@@ -143,6 +143,7 @@ class DoRASpec(AdapterSpec):
     file_keys = (DOWN, UP, DORA_SCALE, "alpha")
     marker_keys = (DORA_SCALE,)
     up_weights = ("lora_B",)
+    float32_keys = (DORA_SCALE,)
 
     def peft_layer(self) -> type:
         return LoRASpec().peft_layer()
@@ -165,7 +166,7 @@ class DoRASpec(AdapterSpec):
         merged = weight + up.float() @ down.float() * scale
         magnitude = module.lora_magnitude_vector[adapter_name].weight.detach().float().view(-1, 1)
         dora_scale = magnitude * (_row_norm(weight) + _EPS) / _row_norm(merged)
-        return AdapterLayer({DOWN: down, UP: up, DORA_SCALE: dora_scale.to(down.dtype)},
+        return AdapterLayer({DOWN: down, UP: up, DORA_SCALE: dora_scale},  # float32 (float32_keys)
                             alpha=float(scale * module.r[adapter_name]))
 
     def missing_keys(self, tensors: dict[str, torch.Tensor]) -> list[str]:

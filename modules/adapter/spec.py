@@ -50,6 +50,9 @@ class AdapterSpec(ABC):
     diffusers_loadable: ClassVar[bool] = False  # diffusers' load_lora_weights applies it to Wan
     # peft's `adapter_layer_names` that are up (B) matrices, which LoRA+ trains faster; () = LoRA+ does not apply
     up_weights: ClassVar[tuple[str, ...]] = ()
+    # file keys written in float32 whatever output_dtype is (DoRA's dora_scale: rounded to bf16 it cost 3-9 % of
+    # the trained change in ComfyUI, for a few KB); `.alpha` is always a float32 scalar
+    float32_keys: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def peft_layer(self) -> type:

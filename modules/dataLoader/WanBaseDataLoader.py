@@ -50,7 +50,7 @@ from modules.model.condition_layout import condition_clip, frame_mask
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
-from modules.util.config.train_config import ConceptConfig, TrainConfig, resolutions
+from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig, TrainConfig, resolutions
 from modules.util.distributed import DistributedContext
 from modules.util.enum import BalancingStrategy, ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError
@@ -106,13 +106,14 @@ class DecodeClip(PipelineModule):
 
     def __init__(self, fps: float, frames: int | list[int], resolutions: list[tuple[int, int]],
                  background: Sequence[int], aspect_bucketing: bool, augmentation: Augmentation,
-                 per_epoch_random: bool = False):
+                 per_epoch_random: bool = False, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         # The run's own fps, frames and resolutions key the cache; a concept's own values are in the item's
         # `clip`, a key field whenever any concept differs from the run.
         self.fps, self.frames, self.resolutions, self.background = fps, frames, resolutions, list(background)
         self.aspect_bucketing = aspect_bucketing
         self.augmentation = augmentation
         self.per_epoch_random = per_epoch_random  # uncached RANDOM windows / augmentation: new draws each epoch
+        self.max_pixels = max_pixels  # not in the identity: it decides which files are read, not what they give
 
     def cache_identity(self) -> Any:
         identity = [self.fps, self.frames, self.resolutions, self.background]
@@ -124,7 +125,7 @@ class DecodeClip(PipelineModule):
         if start is None:
             start = random_start(clip["total"], length, ctx.rng(self.name, "window"))
         frames, _ = read_video_frames(path, target_fps=clip["fps"], max_frames=start + length,
-                                      background=self.background)
+                                      background=self.background, max_pixels=self.max_pixels)
         if start and len(frames) < start + length:
             raise DataError(path, f"changed during the run: {len(frames)} frames, planned a window at "
                             f"{start}-{start + length}", CHANGED_FILE)
@@ -230,7 +231,7 @@ class WanBaseDataLoader:
         if self.variations > 1:
             self.pipelines[self.variations] = self._pipeline(self.variations)[0]
         self.planner = ItemPlanner(self.fps, config.transparent_background,
-                                   self.cache if config.latent_caching else None, config.seed)
+                                   self.cache if config.latent_caching else None, config.seed, config.max_frame_pixels)
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
@@ -246,7 +247,7 @@ class WanBaseDataLoader:
         identities = EncoderIdentities.of(model)
         vae_identity, text_identity = identities.vae, identities.text
         decode = DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
-                            config.aspect_bucketing, self.augmentation, per_epoch)
+                            config.aspect_bucketing, self.augmentation, per_epoch, config.max_frame_pixels)
         video = [decode, EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
         if config.masked_training:  # cached with the latents, keyed by the mask file too

@@ -127,7 +127,8 @@ class WanE2VDataLoader:
         self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
                                  for d in self.datasets]
         self.decoders: list[DecodeTargetVideo] = []  # per dataset: plans how many video frames a window holds
-        self.planner = ItemPlanner(self.fps, self.background, self.cache, config.seed)  # probes windowed videos
+        self.max_pixels = config.max_frame_pixels
+        self.planner = ItemPlanner(self.fps, self.background, self.cache, config.seed, self.max_pixels)  # probes windowed videos
         self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
         self.visualization = self.datasets[0].visualization if self.datasets else None
         self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
@@ -143,12 +144,12 @@ class WanE2VDataLoader:
     def _pipeline(self, dataset: E2VDatasetConfig, text: EncodeCaption) -> Pipeline:
         height, width = self._resolution(dataset)
         model = self.model
-        decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip)
+        decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip, self.max_pixels)
         self.decoders.append(decode)
         windowed = _windowed(dataset)
         random_window = dataset.frame_sample_strategy == FrameSampleStrategy.RANDOM
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
-        references = LoadReferences(dataset, height, width, self.background, self.flip)
+        references = LoadReferences(dataset, height, width, self.background, self.flip, self.max_pixels)
         vae = dataset.processors.vae
         variations = 4 if vae.frame_conditioning == "random" else 1
         if self.flip or random_window:  # the video's and the references' stages hold the same variants
@@ -184,7 +185,7 @@ class WanE2VDataLoader:
             for element in dataset.elements:
                 if element.in_clip:
                     stages.append(CacheStage([EncodeClipElement(model, dataset, element.name, self._clip_identity,
-                                                                self.background)],
+                                                                self.background, self.max_pixels)],
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
@@ -429,7 +430,8 @@ class WanE2VDataLoader:
         dataset = self.datasets[item.dataset]
         references = torch.zeros(3, 0, h, w)
         if self.uses_vae:
-            fields = LoadReferences(dataset, *self._resolution(dataset), self.background).process(item.source, None)
+            fields = LoadReferences(dataset, *self._resolution(dataset), self.background,
+                                    max_pixels=self.max_pixels).process(item.source, None)
             references = torch.cat([frame[:, None].expand(-1, repeat, -1, -1)
                                     for frame, repeat in zip(fields["reference_frames"].unbind(1), fields["repeats"])], 1)
         return out, references

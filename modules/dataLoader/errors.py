@@ -13,6 +13,7 @@ BAD_MANIFEST = "bad manifest"
 UNSUPPORTED_FILE = "unsupported file"
 TOO_FEW_FRAMES = "too few frames"
 CHANGED_FILE = "changed file"
+TOO_MANY_PIXELS = "too many pixels"
 
 
 class DataError(UserError):

@@ -21,7 +21,7 @@ from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, Pipel
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import probe_video
 from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows
-from modules.util.config.train_config import ConceptConfig
+from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig
 from modules.util.enum import FrameSampleStrategy, PromptSource
 from modules.util.errors import UserError
 
@@ -35,14 +35,16 @@ class ProbeClip(PipelineModule):
     inputs = ("media_path", "probe")
     outputs = ("clip_frames", "source_size", "cuts")
 
-    def __init__(self, background: Sequence[int]):
+    def __init__(self, background: Sequence[int], max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         self.background = list(background)
+        self.max_pixels = max_pixels  # not in the identity: it decides which files are read, not what they give
 
     def cache_identity(self) -> Any:
         return 2  # 2: cuts found on 64 px thumbnails
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        thumbnails, size = probe_video(item["media_path"], item["probe"]["fps"], self.background)
+        thumbnails, size = probe_video(item["media_path"], item["probe"]["fps"], self.background,
+                                       max_pixels=self.max_pixels)
         return {"clip_frames": len(thumbnails), "source_size": [int(size[0]), int(size[1])],
                 "cuts": detect_cuts(thumbnails) if item["probe"]["cuts"] else []}
 
@@ -69,9 +71,10 @@ class PlannedItem:
 
 
 class ItemPlanner:
-    def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0):
+    def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0,
+                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         self.run_fps = run_fps  # the run's fps (config.fps or the variant's)
-        probe = ProbeClip(background)
+        probe = ProbeClip(background, max_pixels)
         modules = [CacheStage([probe], ["media_fp", "probe"], cache, "probe", name="probe")] if cache else [probe]
         self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
 

@@ -49,7 +49,7 @@ def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
     written to) the run's cache, as training does."""
     concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
     cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
-    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed)
+    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed, config.max_frame_pixels)
     return [_concept(planner, concept, config, tokenizer) for concept in concepts if concept.enabled]
 
 

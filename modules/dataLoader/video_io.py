@@ -21,11 +21,13 @@ from PIL import Image, ImageOps, ImageSequence
 from modules.dataLoader.errors import (
     BAD_NPZ,
     MISSING_FILE,
+    TOO_MANY_PIXELS,
     UNREADABLE_IMAGE,
     UNREADABLE_VIDEO,
     UNSUPPORTED_FILE,
     DataError,
 )
+from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +58,20 @@ def _quiet_video_decoders() -> None:
 _quiet_video_decoders()
 
 
+def check_frame_pixels(path: str | os.PathLike, width: int, height: int, max_pixels: int) -> None:
+    """Refuse (a `DataError` in its own skip category) a file whose header declares frames of more than
+    `max_pixels` pixels, before anything is decoded: a small file may declare a huge canvas."""
+    if width * height > max_pixels:
+        raise DataError(path, f"its frames are {width}x{height} = {width * height} pixels, more than "
+                        f"max_frame_pixels {max_pixels}: shrink it or raise max_frame_pixels", TOO_MANY_PIXELS)
+
+
 def read_video_frames(
     path: str | os.PathLike,
     target_fps: float | None = None,
     max_frames: int | None = None,
     background: Sequence[int] = WHITE,
+    max_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
 ) -> tuple[np.ndarray, float]:
     """Read a video, image or .npz as (frames uint8 (F, H, W, 3) RGB, source_fps).
 
@@ -68,7 +79,7 @@ def read_video_frames(
     frame, timestamps inside the clip). `max_frames` caps the number of returned frames (decoding
     stops early). `source_fps` is 0.0 when unknown (images; .npz without an `fps` key and no
     `target_fps`). Transparent image pixels are composited on `background` (RGB). Raises
-    `DataError` for missing, unreadable or empty files.
+    `DataError` for missing, unreadable or empty files, and for frames over `max_pixels` (read from the header).
     """
     path = Path(path)
     if max_frames is not None and max_frames < 1:
@@ -79,23 +90,23 @@ def read_video_frames(
         raise DataError(path, "file not found", MISSING_FILE)
     suffix = path.suffix.lower()
     if suffix in ANIMATED_IMAGE_EXTENSIONS and _frame_count(path) > 1:  # animated GIF / WebP: a video
-        return _read_animated_image(path, target_fps, max_frames, background)
+        return _read_animated_image(path, target_fps, max_frames, background, max_pixels)
     if suffix in IMAGE_EXTENSIONS or suffix in ANIMATED_IMAGE_EXTENSIONS:  # a one-frame GIF is a still
-        return read_image(path, background)[None], 0.0
+        return read_image(path, background, max_pixels)[None], 0.0
     if suffix in NPZ_EXTENSIONS:
-        frames, fps = _read_npz(path)
+        frames, fps = _read_npz(path, max_pixels)
         source_fps = fps if fps is not None else (target_fps or 0.0)
         period = 1 / Fraction(source_fps) if source_fps else None  # no fps: every frame, as given
         timed = ((i * period, (i + 1) * period, frame) for i, frame in enumerate(frames)) if period else None
         picked = collect_by_time(timed, target_fps, max_frames, path) if timed else list(frames[:max_frames])
         return np.ascontiguousarray(np.stack(picked)), source_fps
     if suffix in VIDEO_EXTENSIONS:
-        return _read_video(path, target_fps, max_frames, background)
+        return _read_video(path, target_fps, max_frames, background, max_pixels=max_pixels)
     raise DataError(path, f"unsupported file type '{suffix}'", UNSUPPORTED_FILE)
 
 
 def probe_video(path: str | os.PathLike, target_fps: float, background: Sequence[int] = WHITE,
-                width: int = 64) -> tuple[np.ndarray, tuple[int, int]]:
+                width: int = 64, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> tuple[np.ndarray, tuple[int, int]]:
     """Thumbnails `width` pixels wide of the frames `read_video_frames(path, target_fps)` returns, and the
     source's (H, W): a clip's length and content, holding one full-size frame at a time."""
     size: list[tuple[int, int]] = []
@@ -108,9 +119,9 @@ def probe_video(path: str | os.PathLike, target_fps: float, background: Sequence
 
     path = Path(path)
     if path.suffix.lower() in _FFMPEG_EXTENSIONS and path.is_file():
-        frames, _ = _read_video(path, target_fps, None, background, shrink)
+        frames, _ = _read_video(path, target_fps, None, background, shrink, max_pixels)
         return frames, size[0]
-    frames, _ = read_video_frames(path, target_fps=target_fps, background=background)  # images, .npz, GIF, WebP
+    frames, _ = read_video_frames(path, target_fps=target_fps, background=background, max_pixels=max_pixels)  # images, .npz, GIF, WebP
     return np.stack([shrink(frame) for frame in frames]), size[0]
 
 
@@ -124,12 +135,13 @@ def _frame_count(path: Path) -> int:
 
 
 def _read_animated_image(path: Path, target_fps: float | None, max_frames: int | None,
-                         background: Sequence[int]) -> tuple[np.ndarray, float]:
+                         background: Sequence[int], max_pixels: int) -> tuple[np.ndarray, float]:
     """An animated GIF or WebP as a video: PIL's frames (disposal and blending applied) shown for their own delays
     (`info["duration"]`, ms; <= 10 ms is 100 ms, as browsers play them), transparency composited on
     `background`, resampled by time like videos."""
     try:
         with Image.open(path) as image:
+            check_frame_pixels(path, *image.size, max_pixels)  # every frame of a GIF / WebP has the canvas's size
             durations = []
 
             def timed():
@@ -152,9 +164,11 @@ def _read_animated_image(path: Path, target_fps: float | None, max_frames: int |
     return np.stack(frames), rate
 
 
-def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE) -> np.ndarray:
+def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE,
+               max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> np.ndarray:
     """Decode an image file to (H, W, 3) RGB uint8: grey expanded, transparent pixels (RGBA, LA, palette
-    or colour-key transparency) composited on `background`. Raises `DataError` naming the file."""
+    or colour-key transparency) composited on `background`. Raises `DataError` naming the file, also when its
+    header (read by Pillow before anything is decoded) declares more than `max_pixels` pixels."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -162,7 +176,7 @@ def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE) -> np
         raise DataError(path, "file not found", MISSING_FILE) from None
     except OSError as e:
         raise DataError(path, f"cannot read image ({e.strerror or e})", UNREADABLE_IMAGE) from None
-    rgba = _decode_transparent(path, data)
+    rgba = _decode_transparent(path, data, max_pixels)
     if rgba is not None:
         return composite_alpha(rgba, background)
     buffer = np.frombuffer(data, dtype=np.uint8)  # imdecode also works for non-ASCII paths
@@ -172,14 +186,19 @@ def read_image(path: str | os.PathLike, background: Sequence[int] = WHITE) -> np
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
-def _decode_transparent(path: Path, data: bytes) -> np.ndarray | None:
-    """(H, W, 4) RGBA of an image that has transparency, else None (also when PIL cannot identify it:
-    OpenCV then decodes it, or names it unreadable). OpenCV's colour decode would drop the alpha."""
+def _decode_transparent(path: Path, data: bytes, max_pixels: int) -> np.ndarray | None:
+    """(H, W, 4) RGBA of an image that has transparency, else None (OpenCV then decodes it: its colour decode
+    would drop the alpha). The size is checked first, from the header; an image whose header Pillow cannot
+    read is unreadable (OpenCV would decode it without a look at its size)."""
     try:
-        image = Image.open(io.BytesIO(data))
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return None
+        image = Image.open(io.BytesIO(data))  # reads the header only
+    except Image.DecompressionBombError:  # Pillow's own limit, twice its MAX_IMAGE_PIXELS: no size to name
+        raise DataError(path, f"its frames are over Pillow's limit of {2 * (Image.MAX_IMAGE_PIXELS or 0)} pixels "
+                        f"and max_frame_pixels {max_pixels}: shrink it", TOO_MANY_PIXELS) from None
+    except (OSError, ValueError) as e:
+        raise DataError(path, f"cannot decode image ({e})", UNREADABLE_IMAGE) from None
     with image:
+        check_frame_pixels(path, *image.size, max_pixels)
         if image.mode not in _ALPHA_MODES and "transparency" not in image.info:
             return None
         try:
@@ -196,10 +215,15 @@ def composite_alpha(rgba: np.ndarray, background: Sequence[int] = WHITE) -> np.n
     return np.ascontiguousarray(np.rint(blended).astype(np.uint8))
 
 
-def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
-    """Load the frame array (key `frames`, or the only array) and the optional `fps`."""
+def _read_npz(path: Path, max_pixels: int) -> tuple[np.ndarray, float | None]:
+    """Load the frame array (key `frames`, or the only array) and the optional `fps`; arrays whose headers
+    declare frames over `max_pixels` are refused before they are read (a compressed npz may be tiny)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
+            for name in archive.files:
+                shape = _npy_shape(archive.zip, name)
+                if len(shape) == 4:
+                    check_frame_pixels(path, shape[2], shape[1], max_pixels)
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(path, f"cannot load npz ({type(e).__name__}: {e})", BAD_NPZ) from e
@@ -227,10 +251,21 @@ def _read_npz(path: Path) -> tuple[np.ndarray, float | None]:
     return frames, fps
 
 
+def _npy_shape(archive: zipfile.ZipFile, name: str) -> tuple[int, ...]:
+    """The shape an npz member's .npy header declares, read without its data."""
+    with archive.open(f"{name}.npy") as member:
+        major, _ = np.lib.format.read_magic(member)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        return read(member)[0]
+
+
 def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
-                background: Sequence[int] = WHITE, shrink=None) -> tuple[np.ndarray, float]:
+                background: Sequence[int] = WHITE, shrink=None,
+                max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> tuple[np.ndarray, float]:
     """Decode a video with FFmpeg through PyAV, by presentation timestamps, streaming and keeping only the frames
-    we need; rotation metadata is applied as players do, an alpha channel composited like images'."""
+    we need; rotation metadata is applied as players do, an alpha channel composited like images'. Frames over
+    `max_pixels` are refused: the stream's declared size before decoding, each decoded frame's before its
+    conversion (a stream may change size)."""
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, ValueError) as e:
@@ -239,6 +274,7 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
         if not container.streams.video:
             raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
         stream = container.streams.video[0]
+        check_frame_pixels(path, stream.codec_context.width, stream.codec_context.height, max_pixels)
         stream.thread_type = "AUTO"
         rate = stream.average_rate or stream.guessed_rate
         source_fps = float(rate) if rate else 0.0
@@ -253,7 +289,7 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
         try:
             tick = Fraction(stream.time_base) if stream.time_base else Fraction(0)
             frames = collect_by_time(timed(), target_fps, max_frames, path, tick,
-                                     lambda frame: _frame_pixels(frame, background, shrink))
+                                     lambda frame: _frame_pixels(frame, background, shrink, path, max_pixels))
         except (av.error.FFmpegError, ValueError) as e:
             raise DataError(path, f"decoder error ({e})", UNREADABLE_VIDEO) from None
     if not frames:
@@ -287,9 +323,11 @@ def _timed_frames(decoded, time_base, rate):
         yield previous[0], previous[0] + previous[1], previous[2]
 
 
-def _frame_pixels(frame: av.VideoFrame, background: Sequence[int], shrink=None) -> np.ndarray:
+def _frame_pixels(frame: av.VideoFrame, background: Sequence[int], shrink=None, path: str | os.PathLike = "",
+                  max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> np.ndarray:
     """RGB uint8 of a decoded frame: alpha composited on `background`, the display matrix's rotation applied,
     passed through `shrink` when given."""
+    check_frame_pixels(path, frame.width, frame.height, max_pixels)
     if frame.format.has_palette or any(c.is_alpha for c in frame.format.components):  # rgba, yuva, ProRes 4444
         pixels = composite_alpha(frame.to_ndarray(format="rgba"), background)
     else:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from modules.util.errors import UserError
+from modules.util.model_folders import require_safetensors
 
 _BATCH = 16
 
@@ -55,7 +56,8 @@ def checkpoint_clip(model_dir: str | Path, device: torch.device) -> ImageEncoder
     folder = Path(model_dir)
     if not (folder / "image_encoder" / "config.json").is_file():
         return None
-    model = CLIPVisionModel.from_pretrained(folder / "image_encoder")
+    require_safetensors(folder / "image_encoder", CLIPVisionModel)
+    model = CLIPVisionModel.from_pretrained(folder / "image_encoder", use_safetensors=True)
     processor = CLIPImageProcessor.from_pretrained(folder / "image_processor")
     return ImageEncoder(f"checkpoint CLIP ({folder.name}/image_encoder)", model, processor,
                         lambda m, pixels: m(pixel_values=pixels).pooler_output, device)
@@ -74,7 +76,8 @@ def clip_model(folder: str | Path, device: torch.device) -> tuple[ImageEncoder, 
     from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
 
     folder = _folder(folder, "--clip-model", "a CLIP folder (CLIPModel config.json, tokenizer, image processor)")
-    model = CLIPModel.from_pretrained(folder)
+    require_safetensors(folder, CLIPModel)
+    model = CLIPModel.from_pretrained(folder, use_safetensors=True)
     image = ImageEncoder(f"CLIP ({folder.name})", model, CLIPImageProcessor.from_pretrained(folder),
                          lambda m, pixels: _output(m.get_image_features(pixel_values=pixels)), device)
     return image, TextEncoder(model, AutoTokenizer.from_pretrained(folder), device)
@@ -85,7 +88,8 @@ def dino_model(folder: str | Path, device: torch.device) -> ImageEncoder:
     from transformers import AutoImageProcessor, AutoModel
 
     folder = _folder(folder, "--dino-model", "a DINOv2 folder (config.json, preprocessor_config.json)")
-    model = AutoModel.from_pretrained(folder)
+    require_safetensors(folder, AutoModel)
+    model = AutoModel.from_pretrained(folder, use_safetensors=True)
     return ImageEncoder(f"DINOv2 ({folder.name})", model, AutoImageProcessor.from_pretrained(folder),
                         lambda m, pixels: m(pixel_values=pixels).pooler_output, device)
 

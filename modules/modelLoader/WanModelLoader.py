@@ -31,6 +31,7 @@ from modules.modelLoader.single_file import SingleFile
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
+from modules.util.model_folders import require_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class WanModelLoader:
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
         t_dtype = resolve_dtype(transformer_dtype, train_device)
+        overrides = {"text_encoder": text_encoder_override, "vae": vae_override, "transformer": transformer_override,
+                     "transformer_2": transformer_2_override, "image_encoder": image_encoder_override}
+        _check_weight_folders(model_dir, overrides)  # every component before any loads: a refusal takes no minutes
         tokenizer = _from_folder(model_dir / "tokenizer", "", AutoTokenizer.from_pretrained)
         text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
                                                text_encoder_override)
@@ -140,7 +144,8 @@ class WanModelLoader:
             raise UserError(f"'{root}' has no image_encoder/ and image_processor/ folders: point "
                             "e2v.image_encoder_model_name at an I2V checkpoint folder")
         else:
-            encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=torch_dtype)
+            require_safetensors(root / "image_encoder", CLIPVisionModel, ", or set image_encoder_override")
+            encoder = CLIPVisionModel.from_pretrained(root / "image_encoder", dtype=torch_dtype, use_safetensors=True)
             processor = CLIPImageProcessor.from_pretrained(root / "image_processor")
         encoder.requires_grad_(False)
         encoder.eval()
@@ -151,14 +156,16 @@ class WanModelLoader:
         if override:
             return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
         return _from_folder(model_dir / name, f"{name}_override",
-                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype))
+                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype,
+                                                                                 use_safetensors=True))
 
     @staticmethod
     def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:
         if override:
             return load_vae_file(SingleFile("vae_override", Path(override)), model_dir / "vae", dtype)
         return _from_folder(model_dir / "vae", "vae_override",
-                            lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype))
+                            lambda folder: AutoencoderKLWan.from_pretrained(folder, torch_dtype=dtype,
+                                                                            use_safetensors=True))
 
     @staticmethod
     def _load_text_encoder(model_dir: Path, dtype: torch.dtype, override: str) -> UMT5EncoderModel:
@@ -166,7 +173,7 @@ class WanModelLoader:
             return load_text_encoder_file(SingleFile("text_encoder_override", Path(override)),
                                           model_dir / "text_encoder", dtype)
         return _from_folder(model_dir / "text_encoder", "text_encoder_override",
-                            lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype))
+                            lambda folder: UMT5EncoderModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
 
     @staticmethod
     def _load_image_encoder(model_dir: Path, variant: WanVariant, dtype: torch.dtype,
@@ -178,7 +185,7 @@ class WanModelLoader:
         if not variant.has_image_encoder:
             return None, None
         encoder = _from_folder(model_dir / "image_encoder", "image_encoder_override",
-                               lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype))
+                               lambda folder: CLIPVisionModel.from_pretrained(folder, dtype=dtype, use_safetensors=True))
         return encoder, _from_folder(model_dir / "image_processor", "", CLIPImageProcessor.from_pretrained)
 
     @staticmethod
@@ -195,6 +202,19 @@ class WanModelLoader:
 
 
 Loaded = TypeVar("Loaded")
+
+
+_WEIGHT_CLASSES = {"text_encoder": UMT5EncoderModel, "vae": AutoencoderKLWan, "transformer": WanTransformer3DModel,
+                   "transformer_2": WanTransformer3DModel, "image_encoder": CLIPVisionModel}
+
+
+def _check_weight_folders(model_dir: Path, overrides: dict[str, str]) -> None:
+    """The base folder's weights are safetensors only (`require_safetensors`), for each component no override
+    file replaces; the loaders then pass use_safetensors=True, so nothing falls back to a pickle."""
+    for name, model_class in _WEIGHT_CLASSES.items():
+        if not overrides.get(name):
+            require_safetensors(model_dir / name, model_class,
+                                f", or set {name}_override to a single .safetensors file")
 
 
 def _from_folder(folder: Path, override_key: str, load: Callable[[Path], Loaded]) -> Loaded:

@@ -1,11 +1,12 @@
 """The one place a sampling scheduler is built: the model folder's own, or a named flow-matching solver.
 
 Named solvers are diffusers' classes in the flow configuration diffusers' Wan folders use
-(`prediction_type="flow_prediction"`, `use_flow_sigmas=True`); `unipc` with shift 8 is exactly the
-scheduler SkyReels-A2's infer.py builds. Shift 0 keeps the folder's shift (3 for Wan2.1 480P).
+(`prediction_type="flow_prediction"`, `use_flow_sigmas=True`); `unipc` with shift 8 is the scheduler
+SkyReels-A2's infer.py builds, and `unipc_a2` the same with the flow sigmas A2 ran on (`A2FlowUniPC`). Shift 0 keeps the folder's shift (3 for Wan2.1 480P).
 """
 from __future__ import annotations
 
+import numpy as np
 from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 from diffusers.schedulers import SchedulerMixin
 
@@ -24,10 +25,39 @@ def folder_shift(scheduler: SchedulerMixin) -> float | None:
     return float(scheduler.config[key]) if key else None
 
 
+def a2_flow_sigmas(num_inference_steps: int, num_train_timesteps: int) -> np.ndarray:
+    """The unshifted flow sigmas of diffusers 0.33's UniPCMultistepScheduler.set_timesteps (v0.33.1, 375ec930,
+    scheduling_unipc_multistep.py, the `use_flow_sigmas` branch)::
+
+        alphas = np.linspace(1, 1 / self.config.num_train_timesteps, num_inference_steps + 1)
+        sigmas = 1.0 - alphas
+        sigmas = np.flip(self.config.flow_shift * sigmas / (1 + (self.config.flow_shift - 1) * sigmas))[:-1].copy()
+
+    i.e. the shift applied to 1 - 1/N ... (1 - 1/N)/n (the flip puts the 0 last, and [:-1] drops it). Every
+    diffusers up to 0.36.0 computes this; SkyReels-A2 (7c14e2e3, 2025-04-16) installs diffusers from git, then
+    0.34.0.dev0 with the same code (3e59d531). diffusers #12109 (7a02fada, 0.37) starts from
+    linspace(1, 1/N, n + 1)[:-1] instead: first sigma 1 - 1e-6, against 0.99987 here at shift 8, N 1000. The
+    shift is the same formula in both, so these are handed to it unshifted."""
+    alphas = np.linspace(1, 1 / num_train_timesteps, num_inference_steps + 1)
+    return np.flip(1.0 - alphas)[:-1].copy()  # the shift is monotone: shifting after the flip is the same
+
+
+class A2FlowUniPC(UniPCMultistepScheduler):
+    """UniPC in the flow configuration with diffusers <= 0.36's sigmas (`a2_flow_sigmas`): SkyReels-A2's infer.py
+    on the diffusers of its time. Only the sigmas differ; the solver steps are the installed diffusers' (the same
+    50-step result as diffusers 0.33.1's to 0 difference: tools/check_unipc_a2.py)."""
+
+    def set_timesteps(self, num_inference_steps=None, device=None, sigmas=None, mu=None):
+        if sigmas is None and num_inference_steps is not None:
+            sigmas = a2_flow_sigmas(num_inference_steps, self.config.num_train_timesteps)
+        super().set_timesteps(num_inference_steps, device=device, sigmas=sigmas, mu=mu)
+
+
 def _named(name: str, num_train_timesteps: int, shift: float) -> SchedulerMixin:
-    if name == "unipc":
-        return UniPCMultistepScheduler(num_train_timesteps=num_train_timesteps, prediction_type="flow_prediction",
-                                       use_flow_sigmas=True, flow_shift=shift)
+    if name in ("unipc", "unipc_a2"):
+        solver = A2FlowUniPC if name == "unipc_a2" else UniPCMultistepScheduler
+        return solver(num_train_timesteps=num_train_timesteps, prediction_type="flow_prediction",
+                      use_flow_sigmas=True, flow_shift=shift)
     if name == "euler":
         return FlowMatchEulerDiscreteScheduler(num_train_timesteps=num_train_timesteps, shift=shift)
     if name == "dpmpp":
@@ -45,5 +75,5 @@ def build_scheduler(folder: SchedulerMixin, name: str = "default", shift: float 
     key = _shift_key(folder)
     if shift and key is None:
         raise UserError(f"shift {shift:g}: the model's scheduler {type(folder).__name__} has no flow shift; "
-                        f"pick scheduler unipc, euler or dpmpp to set one")
+                        f"pick scheduler unipc, unipc_a2, euler or dpmpp to set one")
     return type(folder).from_config(folder.config, **({key: shift} if shift else {}))

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from modules.adapter.lora import LORA
+from modules.adapter.registry import all_adapters
 from modules.modelSaver.lora_formats import (
     ALPHA_MAP_KEY,
     DIFFUSERS_ADAPTER_METADATA_KEY,
@@ -152,11 +153,15 @@ def _implementation(fmt: str, variant: str) -> str:
 
 
 def _prepare_tensors(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """The tensors as written: cast to `dtype`, except the alphas and each adapter's `float32_keys`."""
     out: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int]] = set()
+    float32 = tuple(sorted({f".{key}" for spec in all_adapters() for key in spec.float32_keys}))
     for key, tensor in state_dict.items():
         t = tensor.detach()
-        if dtype is not None and t.is_floating_point() and not key.endswith(".alpha"):
+        if t.is_floating_point() and key.endswith(float32):
+            t = t.float()
+        elif dtype is not None and t.is_floating_point() and not key.endswith(".alpha"):
             t = t.to(dtype)
         t = t.to("cpu").contiguous()
         storage = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())

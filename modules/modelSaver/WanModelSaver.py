@@ -14,7 +14,7 @@ from huggingface_hub import save_torch_state_dict
 from modules.model.WanModel import WanModel
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
-from modules.modelSaver.lora_formats import expert_lora_paths, extract_from_peft
+from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths, extract_from_peft
 from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, LoRAFileInfo, lora_metadata, save_lora, stack_header
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
@@ -55,13 +55,15 @@ class WanModelSaver:
         writes the output format alone (snapshots), without derived exports."""
         if self.config.training_method == TrainingMethod.EMBEDDING:
             return [self.save_embedding(destination, trained)]
+        lora_weights = None
         if self.config.output_model_format.is_lora():
-            written = self.save_lora(destination, self.config.output_model_format, trained)
+            lora_weights = self.lora_weights()
+            written = self.save_lora(destination, self.config.output_model_format, trained, lora_weights)
         else:
             written = [self.save_diffusers(destination, transformer_weights)]
         if self.setup.embedding_training is not None:  # LoRA + embedding: both files
             written.append(self.save_embedding(embedding_path_beside(destination), trained))
-        return written + (self.export_i2v(destination, written[:1]) if exports else [])
+        return written + (self.export_i2v(destination, written[:1], lora_weights) if exports else [])
 
     def save_embedding(self, destination: str | Path, trained: TrainedAmount | None = None) -> Path:
         """The trained embedding as `<name>.safetensors` (key umt5xxl), for ComfyUI's models/embeddings."""
@@ -70,14 +72,18 @@ class WanModelSaver:
                     "wantrainer.weights": trained.weights if trained else "", "wantrainer.variant": variant_tag(self.model)}
         path = save_embedding(self.setup.embedding_training.embedding, destination, str(self.config.base_model_name),
                               metadata)
-        logger.info("embedding %s written to %s (in ComfyUI: models/embeddings, prompt 'embedding:%s')",
+        logger.info("embedding %s written to %s (in ComfyUI: models/embeddings, the text encoder through the node in "
+                    "comfyui/wantrainer_nodes, prompt 'embedding:%s')",
                     self.setup.embedding_training.embedding.placeholder, path, path.stem)
         return path
 
-    def export_i2v(self, destination: str | Path, written: list[Path]) -> list[Path]:
+    def export_i2v(self, destination: str | Path, written: list[Path],
+                   lora_weights: dict[int, LoRAWeights] | None = None) -> list[Path]:
         """E2V on a T2V base (`e2v.export_i2v`): the trained model also as a Wan I2V model beside the output,
-        `<stem>-i2v/` + `<stem>-i2v.safetensors` (`merged_model.export_e2v_as_i2v`). A failed export is logged,
-        not raised: the LoRA is written, and `scripts/merge_lora.py` makes the same export from it."""
+        `<stem>-i2v/` + `<stem>-i2v.safetensors` (`merged_model.export_e2v_as_i2v`), built from the trained
+        weights (`lora_weights`, as `lora_weights()` extracts them), not from the file rounded to output_dtype.
+        A failed export is logged, not raised: the LoRA is written, and `scripts/merge_lora.py` makes the same
+        export from it."""
         if not (self.setup.full_train and self.config.e2v.export_i2v):
             return []
         from modules.modelSaver.merged_model import MergeInputs, export_e2v_as_i2v
@@ -90,7 +96,8 @@ class WanModelSaver:
             image_encoder_dir=Path(config.e2v.image_encoder_model_name) if config.e2v.image_encoder_model_name else None,
             image_encoder_option="config key 'e2v.image_encoder_model_name'",
             overrides=(config.transformer_override, config.transformer_2_override) if lora else ("", ""),
-            target_config={k: v for k, v in transformer.config.items() if not k.startswith("_")})
+            target_config={k: v for k, v in transformer.config.items() if not k.startswith("_")},
+            trained=lora_weights if lora else None)
         stem = Path(destination)
         stem = stem.with_suffix("") if stem.suffix == ".safetensors" else stem
         try:
@@ -112,12 +119,20 @@ class WanModelSaver:
         high, low = expert_lora_paths(destination)
         return {0: Path(high), 1: Path(low)}
 
-    def save_lora(self, destination: str | Path, fmt: ModelFormat, trained: TrainedAmount | None = None) -> list[Path]:
+    def lora_weights(self) -> dict[int, LoRAWeights]:
+        """The trained adapter (and fully trained weights) of each expert, in the dtype they trained in."""
+        full = self.setup.full_train
+        return {expert: extract_from_peft(transformer, "default", full_weight_names=full.get(expert, []))
+                for expert, transformer in self.setup.trained_transformers()}
+
+    def save_lora(self, destination: str | Path, fmt: ModelFormat, trained: TrainedAmount | None = None,
+                  lora_weights: dict[int, LoRAWeights] | None = None) -> list[Path]:
         paths = self.lora_paths(destination)
         written = []
+        lora_weights = self.lora_weights() if lora_weights is None else lora_weights
         for expert, transformer in self.setup.trained_transformers():
             full = self.setup.full_train.get(expert, [])
-            weights = extract_from_peft(transformer, "default", full_weight_names=full)
+            weights = lora_weights[expert]
             metadata = lora_metadata(self.file_info(expert, trained))
             metadata.update(stack_header(self.model.base_loras, expert))  # so samples apply the same base
             if full:  # an E2V-expanded transformer: loading needs its new shape

@@ -2,7 +2,8 @@
 
 `<name>.safetensors` holding one tensor under `umt5xxl`, shape (tokens, d_model), float32: what ComfyUI's Wan text
 encoder reads from models/embeddings (comfy/sd1_clip.py `load_embed` with `embed_key='umt5xxl'`, width 4096 for
-UMT5-XXL), used there as `embedding:<name>` in a prompt. The header records the placeholder our prompts use, the
+UMT5-XXL), used there as `embedding:<name>` in a prompt once comfyui/wantrainer_nodes gives Wan's UMT5 tokenizer the
+embeddings folder (stock ComfyUI builds it without one and reads the words as text). The header records the placeholder our prompts use, the
 token count and the base model. Vectors stay float32 whatever output_dtype says: 16 KB a token, and a file continued
 from (`embedding_weight_path`) must start where training stopped.
 """

@@ -67,6 +67,9 @@ class MergeInputs:
     overrides: tuple[str, str] = ("", "")  # single-file transformers the base was trained with, per expert
     target_config: dict[str, Any] | None = None  # lora None: the (E2V-expanded) config every expert gets
     force: bool = False  # merge a LoRA whose header names another variant
+    # the LoRA's weights per expert as trained, in memory (the trainer's I2V export): merged instead of the tensors
+    # of `lora`, whose headers still say what it is. The file holds them rounded to output_dtype.
+    trained: dict[int, LoRAWeights] | None = None
 
 
 @dataclasses.dataclass
@@ -92,8 +95,12 @@ class MergedModel:
 def merge_model(inputs: MergeInputs) -> MergedModel:
     """Check the LoRA against the base (variant, shapes) and plan the merge; nothing is computed yet."""
     variant = detect_variant(inputs.model_dir)
-    files = check_lora_file(inputs.lora, variant, inputs.force, "--force").files if inputs.lora else {}
-    loras = {expert: load_lora_file(file) for expert, file in files.items()}
+    checked = check_lora_file(inputs.lora, variant, inputs.force, "--force") if inputs.lora else None
+    files = checked.files if checked else {}
+    if inputs.trained is not None:
+        loras = {expert: (inputs.trained[expert], checked.metadata[expert]) for expert in files}
+    else:
+        loras = {expert: load_lora_file(file) for expert, file in files.items()}
     metadata = next(iter(loras.values()))[1] if loras else {}
     template = json.loads(metadata[TRANSFORMER_CONFIG_KEY]) if TRANSFORMER_CONFIG_KEY in metadata \
         else inputs.target_config

@@ -33,6 +33,7 @@ from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
+from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
 
 
 
@@ -55,8 +56,9 @@ class DecodeTargetVideo(PipelineModule):
     outputs = ("video_frames", "num_frames", "window_start", "source_size")
 
     def __init__(self, dataset: E2VDatasetConfig, fps: float, target_layout: str, height: int, width: int,
-                 flip: bool = False):
+                 flip: bool = False, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         self.dataset, self.fps, self.target_layout = dataset, fps, target_layout
+        self.max_pixels = max_pixels  # not in the identity: it decides which files are read, not what they give
         self.height, self.width = height, width
         self.flip = flip  # random_flip: mirrored with its references (`flipped`)
 
@@ -85,12 +87,13 @@ class DecodeTargetVideo(PipelineModule):
         limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
         start = 0
         if window is None:  # HEAD: the first frames
-            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit)
+            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=limit, max_pixels=self.max_pixels)
         else:  # {start (None: RANDOM), frames (the video frames the target needs), total}
             start, length = window["start"], window["frames"]
             if start is None:
                 start = random_start(window["total"], length, ctx.rng(self.name, "window"))
-            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=start + length)
+            frames, _ = read_video_frames(path, target_fps=self.fps, max_frames=start + length,
+                                          max_pixels=self.max_pixels)
             if len(frames) < start + length:
                 raise DataError(path, f"changed during the run: {len(frames)} frames, planned a window at "
                                 f"{start}-{start + length}", CHANGED_FILE)
@@ -118,8 +121,9 @@ class LoadReferences(PipelineModule):
     outputs = ("reference_frames", "repeats")
 
     def __init__(self, dataset: E2VDatasetConfig, height: int, width: int, background: Sequence[int] = WHITE,
-                 flip: bool = False):
+                 flip: bool = False, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         self.dataset, self.height, self.width, self.background = dataset, height, width, list(background)
+        self.max_pixels = max_pixels
         self.flip = flip  # random_flip: mirrored with the video (`flipped`)
 
     def cache_identity(self) -> Any:
@@ -132,7 +136,7 @@ class LoadReferences(PipelineModule):
         by_name = {e.name: e for e in self.dataset.elements}
         frames, repeats = [], []
         for name, repeat in layout_elements(self.dataset.elements, {n: True for n in paths}):
-            image = preprocess(read_image(paths[name], self.background), self.dataset.vae_preprocess(by_name[name]),
+            image = preprocess(read_image(paths[name], self.background, self.max_pixels), self.dataset.vae_preprocess(by_name[name]),
                                self.height, self.width)
             frames.append(image_to_tensor(image))
             repeats.append(repeat)
@@ -182,8 +186,9 @@ class EncodeClipElement(PipelineModule):
     inputs = ("element_paths",)
 
     def __init__(self, model: WanModel, dataset: E2VDatasetConfig, element_name: str, identity: Any,
-                 background: Sequence[int] = WHITE):
+                 background: Sequence[int] = WHITE, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
         self.model, self.dataset, self.identity, self.background = model, dataset, identity, list(background)
+        self.max_pixels = max_pixels
         self.element = next(e for e in dataset.elements if e.name == element_name)
         self.name = f"EncodeClip[{element_name}]"
         self.outputs = (f"clip_{element_name}",)
@@ -198,7 +203,7 @@ class EncodeClipElement(PipelineModule):
         if path is None:
             return {self.outputs[0]: torch.zeros(0, width_out)}
         height, width = self.dataset.processors.clip.resolution
-        image = preprocess(read_image(path, self.background), self.dataset.clip_preprocess(self.element), height, width)
+        image = preprocess(read_image(path, self.background, self.max_pixels), self.dataset.clip_preprocess(self.element), height, width)
         return {self.outputs[0]: self.model.encode_images([image])[0]}
 
 

@@ -80,7 +80,7 @@ TABS: tuple[Tab, ...] = (
          ("Weight dtypes", ("transformer_dtype", "text_encoder_dtype", "vae_dtype", "image_encoder_dtype")),
          ("Output", ("output_model_format", "output_model_destination", "output_dtype"))),
     _tab("data",
-         ("Clips", ("resolution", "frames", "fps", "aspect_bucketing", "transparent_background")),
+         ("Clips", ("resolution", "frames", "fps", "aspect_bucketing", "transparent_background", "max_frame_pixels")),
          ("Frame windows", ("frame_sample_strategy", "frame_stride", "frame_windows", "max_frames")),
          ("Augmentation (cached as variants)", ("random_flip", "random_crop", "color_jitter", "cache_variations")),
          ("Caching", ("latent_caching", "clear_cache_before_training", "ram_cache_mb")),

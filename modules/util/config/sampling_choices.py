@@ -2,5 +2,5 @@
 imports, so `sample.py --help` and `evaluate.py --help` answer without importing torch."""
 from __future__ import annotations
 
-SAMPLE_SCHEDULERS = ("default", "unipc", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
+SAMPLE_SCHEDULERS = ("default", "unipc", "unipc_a2", "euler", "dpmpp")  # modules/modelSampler/schedulers.py builds them
 E2V_POSTERIORS = ("mode", "sample")

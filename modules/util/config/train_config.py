@@ -51,7 +51,9 @@ DEFAULT_LORA_TARGETS = [
 
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
-_AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
+# A frame's pixel budget (8192 x 8192, 192 MB as RGB): more than 8K video (7680 x 4320) and 61 MP photos.
+DEFAULT_MAX_FRAME_PIXELS = 8192 * 8192
+_AT_LEAST_ONE = ("max_frame_pixels", "epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap",
@@ -187,7 +189,7 @@ class SampleConfig(BaseConfig):
     steps: int = option(20, "Denoising steps.")
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
     seed: int = option(42, "Noise seed.")
-    scheduler: str = option("default", "default | unipc | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration (SkyReels-A2 samples with unipc).")
+    scheduler: str = option("default", "default | unipc | unipc_a2 | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration. unipc_a2 is UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on (first sigma 0.99987 at shift 8; diffusers >= 0.37's unipc starts at 1 - 1e-6).")
     shift: float = option(0.0, "Flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's (3 for Wan2.1 480P).")
     e2v_posterior: str = option("mode", "mode | sample: E2V samples condition on the VAE posterior's mode, or on a sample drawn with the seed right after the noise (SkyReels-A2's inference).")
     enabled: bool = option(True, "Disabled samples are skipped.")
@@ -316,6 +318,7 @@ class TrainConfig(BaseConfig):
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
     ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
+    max_frame_pixels: int = option(DEFAULT_MAX_FRAME_PIXELS, "Skip (and count) an image or video whose header declares frames of more than this many pixels (width x height), before decoding it: a 1 MB PNG may declare 20000x20000 pixels and take GBs of RAM. 67108864 = 8192x8192 takes 8K video and camera photos.")
     transparent_background: list[int] = option([255, 255, 255], "RGB colour [r, g, b] (0-255) that transparent pixels of images (RGBA, LA, palette PNGs) are composited on; white as E2V's pad_white.")
 
     # --- training ----------------------------------------------------------------------------
@@ -386,7 +389,7 @@ class TrainConfig(BaseConfig):
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
 
     # --- embedding (textual inversion) -----------------------------------------------------------
-    embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings.")
+    embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings (with the node in comfyui/wantrainer_nodes: stock ComfyUI ignores embeddings for Wan).")
     embedding_weight_path: str = option("", "An embedding file (ours or ComfyUI's, key umt5xxl) to continue training from.")
 
     # --- sampling, backups, logging ------------------------------------------------------------
