@@ -52,23 +52,28 @@ class MemoryConfig:
     note: str = ""
 
 
+SPLIT = dict(ffn_chunks=8, checkpoint_attention=True)  # a block's recompute in parts (modelSetup/chunking.py)
+LIGHT = dict(fp8=True, blocks_to_swap=30, activation_offload=True)  # what docs/performance.md says fits 24 GB
 CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, note="1.3B 832x480x81, training, GC only"),
-    "1.3b_gc_split": MemoryConfig("1.3b", ffn_chunks=8, checkpoint_attention=True, goal_gib=8.0,
-                                  note="1.3B 832x480x81, training, GC + ffn_chunks 8 + checkpoint_attention"),
+    "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, note="1.3B, GC + ffn_chunks 8 + checkpoint_attention"),
     "14b_gc": MemoryConfig("14b", goal_gib=45.0, note="14B 832x480x81, GC only (80 GB card, no swap)"),
-    "14b_light": MemoryConfig("14b", fp8=True, blocks_to_swap=30, activation_offload=True, goal_gib=12.0,
+    "14b_gc_split": MemoryConfig("14b", **SPLIT, goal_gib=45.0, note="14B, GC + ffn_chunks 8 + checkpoint_attention"),
+    "14b_light": MemoryConfig("14b", **LIGHT, goal_gib=12.0,
                               note="14B 832x480x81, fp8 + 30 swapped blocks + activation offload"),
-    "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0,
-                          note="5B TI2V 1280x704x121, GC"),
-    "a14b_light": MemoryConfig("14b", fp8=True, blocks_to_swap=30, activation_offload=True, experts=2,
-                               offload_inactive_expert=True, goal_gib=12.5,
-                               note="A14B BOTH, offload_inactive_expert, fp8 + swap + activation offload"),
+    "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0,
+                                    note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + checkpoint_attention"),
+    "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, note="5B TI2V 1280x704x121, GC"),
+    "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0,
+                                note="5B TI2V 1280x704x121, GC + ffn_chunks 8 + checkpoint_attention"),
+    "a14b_light": MemoryConfig("14b", **LIGHT, experts=2, offload_inactive_expert=True, goal_gib=12.5,
+                               note="A14B BOTH, offload_inactive_expert, fp8 + 30 swapped + activation offload"),
+    "a14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, experts=2, offload_inactive_expert=True, goal_gib=12.5,
+                                     note="A14B BOTH, offload_inactive_expert, fp8 + swap + offload + split"),
 }
-STEPS = 2  # two-expert runs: a step on each expert (one expert: the optimizer is primed, one step is measured)
 
 
-def measure(name: "str | MemoryConfig", steps: int = STEPS) -> dict:
+def measure(name: "str | MemoryConfig") -> dict:
     """Run configuration `name` (or a MemoryConfig) on the fake CUDA device in this process (fake_cuda.preload()
     must have run)."""
     import torch
@@ -100,13 +105,12 @@ def measure(name: "str | MemoryConfig", steps: int = STEPS) -> dict:
             real_sigmas(setup)
             inputs = gpu_step.make_inputs(config, shape, 1, device)
             after_setup = counter.current
-            if spec.experts == 1:
-                # the optimizer's state exists from the first step on, so a later step holds the most: create it
-                # with one step on zero gradients (AdamW's state, same shapes) and measure the step after it
-                prime_optimizer(params, optimizer)
-                steps = 1
+            # the optimizer's state exists from the first step on (for both experts once each has trained), so a
+            # later step holds the most: create it with one step on zero gradients (AdamW's state, same shapes) and
+            # measure the steps after it (two experts: a step routed to each)
+            prime_optimizer(params, optimizer)
             phases = [_step(counter, setup, params, optimizer, inputs, step, train.max_grad_norm)
-                      for step in range(steps)]
+                      for step in first_step_of_each_expert(setup)]
         result = counter.result()
         counter.close()
     estimate = gpu_step.vram_estimate(config, train, spec.width, spec.height, spec.frames, 1, spec.experts)
@@ -156,6 +160,19 @@ def real_sigmas(setup) -> None:
     setup.sample_sigmas = sample_sigmas
 
 
+def first_step_of_each_expert(setup) -> list[int]:
+    """The first micro step the run routes to each trained expert (one expert: step 0)."""
+    from modules.model.step_inputs import StepRandom
+
+    first: dict[int, int] = {}
+    step = 0
+    while len(first) < len(setup.trained_transformers()) and step < 256:
+        _, expert = setup.sample_sigmas(StepRandom.for_micro_step(0, step, 1))  # real tensors (real_sigmas)
+        first.setdefault(expert, step)
+        step += 1
+    return sorted(first.values())
+
+
 def prime_optimizer(params, optimizer) -> None:
     import torch
 
@@ -175,6 +192,7 @@ def _step(counter, setup, params, optimizer, inputs, step: int, max_grad_norm: f
     live = {}
     counter.set_phase("forward")
     output = setup.predict(inputs, StepRandom.for_micro_step(0, step, inputs.x0.shape[0]))
+    live["expert"] = output.expert
     live["after_forward"] = counter.current
     counter.set_phase("backward")
     output.loss.backward()
@@ -185,7 +203,7 @@ def _step(counter, setup, params, optimizer, inputs, step: int, max_grad_norm: f
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     live["after_optimizer"] = counter.current
-    return {k: round(v / 2 ** 30, 3) for k, v in live.items()}
+    return {k: round(v / 2 ** 30, 3) if k != "expert" else v for k, v in live.items()}
 
 
 def run_in_subprocess(name: "str | MemoryConfig", timeout: float = 1800) -> dict:

@@ -34,8 +34,21 @@ HEADROOM_GIB = 0.5  # CUDA context and allocator slack
 VAE_CHUNK_FRAMES = 4
 VAE_BASE_CHANNELS = 96
 VAE_LIVE_MAPS = 8  # feature maps alive at once while a chunk passes the encoder's first (full-resolution) stage
-BLOCK_WORKING_SET = (10, 2)  # (x dim, x ffn_dim) values per token held by one block in its backward pass
-SWAP_RESIDENT_BLOCKS = 2
+SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
+# One block's working set in its backward pass with gradient checkpointing (recompute, then backward), in bytes per
+# token: (x model width, x FFN width), fitted to the fake-CUDA measurement of the real step at full size
+# (benchmarks/memory_fullsize.py; 1.3B and 14B at 832x480x81, bf16 autocast: docs/performance.md). Wan's blocks
+# compute their norms, rotary embedding and attention in float32 under autocast, so most of it scales with the width.
+# Keyed by how the block's recompute is split (modelSetup/chunking.py): (ffn in chunks, attentions checkpointed).
+WORKING_SET_PER_TOKEN = {
+    (False, False): (67.45, 6.73),
+    (True, True): (46.0, 0.0),
+    (True, False): (67.45, 0.9),  # not measured: the FFN's share divided, the rest as a whole block
+    (False, True): (46.0, 6.73),  # not measured: the attentions' share as split, the FFN's as a whole block
+}
+# Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and, in a block's backward,
+# its float32 modulation (6 x width) and gradients, also per token: bytes per token x width, measured on the 5B
+PER_TOKEN_TIMESTEP = 42.3
 
 
 def _bytes(dtype: DataType, on_gpu: bool = True) -> int:
@@ -50,6 +63,7 @@ class Estimate:
     gpu_gib: float | None
     suggestions: list[str]
     both_experts: bool = False  # a two-expert model with both experts trained (offload_inactive_expert applies)
+    layers: int = 0  # transformer blocks (what blocks_to_swap counts)
 
     @property
     def peak_gib(self) -> float:
@@ -106,8 +120,24 @@ def _count_transformer(config: dict) -> dict[str, int]:
             "block_linear_rows": sum(m.out_features for m in linears)}
 
 
+# the config keys that decide the adapter's size (a memory plan estimates many configs that differ in none of them)
+_ADAPTER_KEYS = ("peft_type", "lora_decompose", "lora_rank", "lora_alpha", "lora_target_modules", "lora_blocks",
+                 "lora_layer_filter", "lokr_factor", "loha_use_effective_conv2d", "lora_dropout")
+
+
 def adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
     """Trained parameters of one expert: the real adapter (peft) injected into a meta-device transformer."""
+    key = json.dumps([transformer_config, {k: getattr(train, k, None) for k in _ADAPTER_KEYS}], sort_keys=True,
+                     default=str)
+    if key not in _ADAPTER_CACHE:
+        _ADAPTER_CACHE[key] = _adapter_parameters(transformer_config, train)
+    return _ADAPTER_CACHE[key]
+
+
+_ADAPTER_CACHE: dict[str, int] = {}
+
+
+def _adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
     from diffusers import WanTransformer3DModel
 
     from modules.adapter.registry import adapter_for
@@ -215,12 +245,18 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     layers = counts[0]["layers"]
     batch = train.batch_size
     activation_bytes = 2 if _bytes(train.train_dtype) == 2 else 4
-    working_set = tokens * (BLOCK_WORKING_SET[0] * dim + BLOCK_WORKING_SET[1] * ffn) * activation_bytes * batch
+    split = (train.ffn_chunks > 1, train.checkpoint_attention)
+    per_dim, per_ffn = WORKING_SET_PER_TOKEN[split]
+    scale = activation_bytes / 2  # the constants were measured under bf16 autocast
+    working_set = tokens * (per_dim * dim + per_ffn * ffn) * scale * batch
     saved_inputs = tokens * dim * activation_bytes * layers * batch
+    per_token_timesteps = (vae or {}).get("z_dim") == 48  # TI2V: the 16x VAE, a timestep per token
     if train.gradient_checkpointing:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
-    else:
+        if per_token_timesteps:
+            activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
+    else:  # not measured: every block's working set is kept until its backward
         activations = {"activations.all_blocks": working_set * layers}
 
     text_bytes = _bytes(train.text_encoder_dtype)
@@ -244,7 +280,7 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
                "vae_encode": vae_chunk}
     phases = {"training": {k: v / GIB for k, v in training.items()},
               "caching": {k: v / GIB for k, v in caching.items()}}
-    result = Estimate(phases, gpu_gib, [], both_experts=trained == [0, 1])
+    result = Estimate(phases, gpu_gib, [], both_experts=trained == [0, 1], layers=layers)
     result.suggestions = suggestions(train, result)
     return result
 

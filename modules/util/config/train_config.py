@@ -21,6 +21,7 @@ from modules.util.enum import (
     BalancingStrategy,
     ConceptType,
     DataParallel,
+    MemoryPreset,
     FrameSampleStrategy,
     DataType,
     EmaMode,
@@ -57,7 +58,7 @@ _AT_LEAST_ONE = ("max_frame_pixels", "epochs", "batch_size", "gradient_accumulat
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap",
-                 "ffn_chunks")
+                 "ffn_chunks", "gpu_memory_gib")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -343,6 +344,8 @@ class TrainConfig(BaseConfig):
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
     compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
+    memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit the GPU (gpu_memory_gib, else the detected card): activation_offload, ffn_chunks with checkpoint_attention, fp8_base_weights, offload_inactive_expert, then blocks_to_swap, and vae_tiling when caching is the peak; the choice and its cost are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
+    gpu_memory_gib: float = option(0.0, "The GPU memory AUTO plans for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing).")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")

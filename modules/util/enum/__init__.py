@@ -61,6 +61,13 @@ class Fp8Scale(Enum):
     CHANNEL = "CHANNEL"  # one float32 scale per output channel: the smallest error
 
 
+class MemoryPreset(Enum):
+    """Whether the memory features are chosen for the GPU (modules/modelSetup/memory_plan.py)."""
+
+    AUTO = "AUTO"  # the cheapest combination that fits the GPU's memory (keys set away from their default are kept)
+    MANUAL = "MANUAL"  # exactly the keys as set
+
+
 class AttentionBackend(Enum):
     """diffusers' attention dispatcher backends a run may use (modules/modelSetup/attention.py)."""
 

@@ -1,0 +1,103 @@
+"""`memory_preset: AUTO`: the cheapest memory features that make a run fit its GPU, chosen from the estimate
+(memory_estimate.py) before any model loads.
+
+Starting from the config as set, savers are added in order of what they cost in speed until the estimate fits:
+  vae_tiling              caching only: the VAE encodes in tiles (when caching is the peak phase)
+  activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
+  ffn_chunks + checkpoint_attention
+                          a block's recompute in parts: about one more forward of each part (~20 % per step)
+  fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding)
+  offload_inactive_expert two experts trained: the idle one in host memory, a transfer at each switch
+  blocks_to_swap N        the fewest blocks whose frozen weights stream from host memory (slower the more)
+A key the user set away from its default is theirs: no saver touches it. Savers that do not apply to the run
+(fp8 and swap to full fine-tunes, expert offload to one expert) are skipped. Without a GPU size (no `gpu_memory_gib`,
+no CUDA device) nothing changes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from modules.modelSetup.memory_estimate import Estimate, detected_gpu_gib, estimate
+from modules.util.config.train_config import TrainConfig
+from modules.util.enum import MemoryPreset, TrainingMethod
+
+logger = logging.getLogger(__name__)
+
+_DEFAULTS = TrainConfig()
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    config: TrainConfig
+    changes: dict[str, object]  # key -> value AUTO set
+    estimate: Estimate | None
+    gpu_gib: float | None
+
+    def summary(self) -> str:
+        if self.estimate is None:
+            return "memory_preset AUTO: no GPU size known (set gpu_memory_gib), memory keys as set"
+        fits = "fits" if self.estimate.fits else "does NOT fit"
+        what = ", ".join(f"{k}={v}" for k, v in self.changes.items()) or "nothing to add"
+        return (f"memory_preset AUTO for {self.gpu_gib:.1f} GiB: {what}; estimate {self.estimate.peak_gib:.1f} GiB "
+                f"({self.estimate.peak_phase}), {fits}")
+
+
+def _free(config: TrainConfig, *keys: str) -> bool:
+    """Whether every key is still at its default (AUTO may set it)."""
+    return all(getattr(config, key) == getattr(_DEFAULTS, key) for key in keys)
+
+
+def _frozen_base(config: TrainConfig) -> bool:
+    return config.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
+
+
+def _savers(config: TrainConfig, current: Estimate):
+    """(changes) in order of cost; each applies only where its keys are free and it means something for the run."""
+    if current.peak_phase == "caching" and _free(config, "vae_tiling"):
+        yield {"vae_tiling": True}
+    if config.gradient_checkpointing and _free(config, "activation_offload"):
+        yield {"activation_offload": True}
+    if config.gradient_checkpointing and _free(config, "ffn_chunks", "checkpoint_attention"):
+        yield {"ffn_chunks": 8, "checkpoint_attention": True}
+    if _frozen_base(config) and _free(config, "fp8_base_weights"):
+        yield {"fp8_base_weights": True}
+    if _frozen_base(config) and current.both_experts and _free(config, "offload_inactive_expert"):
+        yield {"offload_inactive_expert": True}
+
+
+def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan:
+    """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU)."""
+    if config.memory_preset != MemoryPreset.AUTO:
+        return MemoryPlan(config, {}, None, None)
+    gpu = gpu_gib if gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
+    if not gpu:
+        return MemoryPlan(config, {}, None, None)
+    current, result, changes = config, estimate(config, gpu), {}
+    for saver in _savers(config, result):
+        if result.fits:
+            break
+        candidate = dataclasses.replace(current, **saver)
+        candidate_result = estimate(candidate, gpu)
+        if candidate_result.peak_gib < result.peak_gib:  # a saver that saves nothing here is left off
+            current, result = candidate, candidate_result
+            changes.update(saver)
+    if not result.fits and _frozen_base(config) and _free(config, "blocks_to_swap") and current.gradient_checkpointing:
+        layers = result.layers
+        for count in range(1, layers):
+            candidate = dataclasses.replace(current, blocks_to_swap=count)
+            candidate_result = estimate(candidate, gpu)
+            if candidate_result.fits or count == layers - 1:
+                current, result = candidate, candidate_result
+                changes["blocks_to_swap"] = count
+                break
+    return MemoryPlan(current, changes, result, gpu)
+
+
+def apply_memory_plan(config: TrainConfig) -> TrainConfig:
+    """Start-up: the planned config, with the choice and what it costs logged."""
+    plan = plan_memory(config)
+    if plan.estimate is not None:
+        log = logger.info if plan.estimate.fits else logger.warning
+        log("%s", plan.summary())
+    return plan.config
