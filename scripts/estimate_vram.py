@@ -18,14 +18,18 @@ def main() -> int:
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
     parser.add_argument("--json", action="store_true", help='print {"peak_gib", "terms", "fits", "suggestions"}')
     args = parser.parse_args()
-    from modules.modelSetup.memory_estimate import detected_gpu_gib, estimate
+    from modules.modelSetup.memory_estimate import detected_gpu_gib
+    from modules.modelSetup.memory_plan import planned_estimate
     from modules.util.config.loading import load_train_config
 
     config = load_train_config(args.config_path, args.preset_path)
-    result = estimate(config, args.gpu_gib if args.gpu_gib is not None else detected_gpu_gib())
+    gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
+    result, plan = planned_estimate(config, gpu)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json.dumps({**result.to_json(), "memory_plan": {k: v for k, v in plan.changes.items()}}, indent=2))
         return 0
+    if plan.estimate is not None:
+        print(plan.summary())
     for phase, terms in result.phases.items():
         print(f"{phase}: {sum(terms.values()):.2f} GiB")
         for name, gib in terms.items():

@@ -34,6 +34,10 @@ class MemoryPlan:
     estimate: Estimate | None
     gpu_gib: float | None
 
+    def short(self) -> str:
+        """The changes in a few words (the GUI's line beside Start)."""
+        return "AUTO: " + (", ".join(f"{k} {v}" for k, v in self.changes.items()) or "nothing needed")
+
     def summary(self) -> str:
         if self.estimate is None:
             return "memory_preset AUTO: no GPU size known (set gpu_memory_gib), memory keys as set"
@@ -92,6 +96,13 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan
                 changes["blocks_to_swap"] = count
                 break
     return MemoryPlan(current, changes, result, gpu)
+
+
+def planned_estimate(config: TrainConfig, gpu_gib: float | None) -> tuple[Estimate, MemoryPlan]:
+    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib`), and the plan: what
+    estimate_vram.py and the GUI show before Start."""
+    plan = plan_memory(config, gpu_gib)
+    return (plan.estimate if plan.estimate is not None else estimate(plan.config, gpu_gib)), plan
 
 
 def apply_memory_plan(config: TrainConfig) -> TrainConfig:

@@ -99,7 +99,7 @@ TABS: tuple[Tab, ...] = (
          ("Validation (concepts of type VALIDATION)", ("validate_after", "validate_after_unit",
                                                        "validation_sigma_count")),
          ("Speed", ("attention_backend", "compile")),
-         ("Memory", ("gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
+         ("Memory", ("memory_preset", "gpu_memory_gib", "gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
                      "fp8_base_weights",
                      "fp8_scale", "offload_inactive_expert", "vae_tiling")),
          ("Multi-GPU (torchrun)", ("data_parallel",)),

@@ -60,14 +60,20 @@ class VramEstimate:
         raise TimeoutError("the VRAM estimate took too long")
 
     def _estimate(self, train, key: str) -> None:
-        from modules.modelSetup.memory_estimate import detected_gpu_gib, estimate
+        from modules.modelSetup.memory_estimate import detected_gpu_gib
+        from modules.modelSetup.memory_plan import planned_estimate
 
         try:
-            gpu = self.gpu_gib if self.gpu_gib is not None else (detected_gpu_gib() if self.detect else None)
-            result = estimate(train, gpu)
+            gpu = self.gpu_gib if self.gpu_gib is not None else (
+                train.gpu_memory_gib or (detected_gpu_gib() if self.detect else None))
+            result, plan = planned_estimate(train, gpu)
             verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
-                                                      else f", over {gpu:.0f} GiB: {result.suggestions[0]}")
-            text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({result.peak_phase}){verdict}"
+                                                      else f", over {gpu:.0f} GiB: {result.suggestions[0]}"
+                                                      if result.suggestions else f", over {gpu:.0f} GiB")
+            phases = " / ".join(f"{name} {sum(terms.values()):.1f}" for name, terms in result.phases.items())
+            text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({phases}){verdict}"
+            if plan.estimate is not None:
+                text += f"; {plan.short()}"
         except UserError as e:  # e.g. a base_model_name without configs
             text = f"VRAM: no estimate ({e})"
         except Exception as e:  # noqa: BLE001 - a config the model cannot read must not leave it "estimating"
