@@ -111,3 +111,17 @@ def test_block_swap_prefetches_in_both_directions():
         swapped = [(p, cpu) for index in range(3) for p, cpu in swapper.host[index]]
         assert all(p.data_ptr() == cpu.data_ptr() for p, cpu in swapped)
     assert torch.allclose(loss, reference[0], atol=1e-6) and torch.allclose(grad, reference[1] * 2, atol=1e-6)
+
+
+def test_adapters_without_peft_input_cast_give_the_same_loss_and_gradients(tiny_model, video_dataset, tmp_path,
+                                                                             monkeypatch):
+    """Under bf16 autocast the adapted layers take their input as it is (no float32 copy): autocast casts it back to
+    bf16 for the matmul either way, so the loss and the gradients are bit for bit those with peft's cast."""
+    import modules.modelSetup.WanLoRASetup as lora_setup
+
+    bf16 = {"train_dtype": "BFLOAT16", "transformer_dtype": "BFLOAT16"}
+    loss, grads = first_step(tiny_model, video_dataset, tmp_path / "kept", **bf16)
+    monkeypatch.setattr(lora_setup, "keep_input_dtype", lambda transformer: None)  # peft's own cast to float32
+    cast_loss, cast_grads = first_step(tiny_model, video_dataset, tmp_path / "cast", **bf16)
+    assert torch.equal(loss, cast_loss)
+    assert grads.keys() == cast_grads.keys() and all(torch.equal(grads[k], cast_grads[k]) for k in grads)
