@@ -161,9 +161,7 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
                                                           "world_size": world_size, "sha256": checksums},
                                                          indent=2))  # last: marks it complete
 
-    for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
+    try:  # a failed write removes its own temp folder; other runs' are left alone (remove_interrupted_writes)
         atomic_write_dir(path, write)
     except Exception as e:
         raise _write_error(root, e) from None
@@ -171,6 +169,18 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
         shutil.rmtree(old, ignore_errors=True)
     logger.info("backup written to %s", path)
     return path
+
+
+def remove_interrupted_writes(workspace_dir: str | Path) -> int:
+    """Delete the temp folders of backup writes that were killed mid-way (SIGKILL, power loss). Only for the
+    holder of the workspace lock (workspace_lock.py): no live process writes a backup there but itself."""
+    removed = 0
+    for stale in backup_root(workspace_dir).glob(".step-*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+        removed += 1
+    if removed:
+        logger.info("removed %d backup folder(s) left half-written by an interrupted run", removed)
+    return removed
 
 
 def _saveable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
