@@ -190,6 +190,21 @@ class TrainingItem:
     caption_dropout: float = 0.0  # its concept's caption_dropout_probability (0 for validation)
 
 
+def concepts_of_type(config: TrainConfig, concept_type: ConceptType) -> list[ConceptConfig]:
+    """The enabled concepts of `concept_type`; none to train on (e.g. only VALIDATION ones) is a one-line
+    UserError, which the trainer's start-up check raises before any model loads."""
+    concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
+    enabled = [c for c in concepts if c.enabled and c.type == concept_type]
+    if not enabled and concept_type == ConceptType.STANDARD:
+        raise UserError("config key 'concepts' has no enabled concept to train on (type STANDARD): add "
+                        "{\"path\": \"my_dataset\"} or set a concept's type to STANDARD")
+    return enabled
+
+
+def check_concepts(config: TrainConfig) -> None:
+    concepts_of_type(config, ConceptType.STANDARD)
+
+
 class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
                  dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
@@ -274,14 +289,7 @@ class WanBaseDataLoader:
 
     # --- discovery and caching ---------------------------------------------------------------------
     def concepts(self) -> list[ConceptConfig]:
-        concepts = self.config.concepts
-        if isinstance(concepts, str):
-            concepts = load_concepts(concepts)
-        enabled = [c for c in concepts if c.enabled and c.type == self.concept_type]
-        if not enabled and self.concept_type == ConceptType.STANDARD:
-            raise UserError("config key 'concepts' has no enabled concept to train on (type STANDARD): add "
-                            "{\"path\": \"my_dataset\"}")
-        return enabled
+        return concepts_of_type(self.config, self.concept_type)
 
     def has_concepts(self) -> bool:
         """Whether an enabled concept of this loader's type exists (validation is optional)."""

@@ -87,13 +87,25 @@ def validate_e2v_config(config: TrainConfig) -> None:
                 f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
                 f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
                 f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
-    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
-    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
-        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
-        for index, sample in enumerate(config.samples):
-            if sample.enabled and sample.elements:
-                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
-                                     f"config key 'samples[{index}].elements'")
+    trained = datasets_of_type(config, ConceptType.STANDARD, datasets)
+    # samples during training take the first trained dataset's layout (sampling_options)
+    options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
+    for index, sample in enumerate(config.samples):
+        if sample.enabled and sample.elements:
+            options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
+                                 f"config key 'samples[{index}].elements'")
+
+
+def datasets_of_type(config: TrainConfig, concept_type: ConceptType,
+                     datasets: list[E2VDatasetConfig] | None = None) -> list[E2VDatasetConfig]:
+    """The datasets of `concept_type`; none to train on (only VALIDATION ones) is a one-line UserError."""
+    if datasets is None:
+        datasets = load_dataset_config(config.dataset_config).datasets
+    chosen = [d for d in datasets if d.type == concept_type]
+    if not chosen and concept_type == ConceptType.STANDARD:
+        raise UserError(f"dataset config '{config.dataset_config}' has no dataset to train on (type STANDARD): "
+                        "set one dataset's type to STANDARD")
+    return chosen
 
 
 def check_e2v_base(model: WanModel) -> None:
@@ -129,10 +141,7 @@ class WanE2VDataLoader:
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size
         self.concept_type = concept_type  # VALIDATION: the held-out datasets, no caption dropout
-        self.datasets = [d for d in load_dataset_config(config.dataset_config).datasets if d.type == concept_type]
-        if not self.datasets and concept_type == ConceptType.STANDARD:
-            raise UserError(f"dataset config '{config.dataset_config}' has no dataset to train on (type STANDARD): "
-                            "set one dataset's type to STANDARD")
+        self.datasets = datasets_of_type(config, concept_type)
         self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
         self.uses_vae = self.e2v_type in ("dual", "vae")
         self.uses_clip = self.e2v_type in ("dual", "clip")

@@ -2,8 +2,9 @@
 be and every output location can be created and written. A mistake costs a second, not an hour."""
 from __future__ import annotations
 
+from modules.model.WanVariant import detect_variant
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import PromptSource, TrainingMethod
+from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 from modules.util.path_checks import (
     check_input_file,
@@ -18,6 +19,7 @@ _MODEL_FOLDER = "a diffusers-format Wan folder (the one holding model_index.json
 def check_paths(config: TrainConfig) -> None:
     """One-line `UserError` naming the first key whose path is wrong."""
     check_base_model(config.base_model_name)
+    check_expert_keys(config)
     for key in ("transformer_override", "transformer_2_override", "vae_override", "text_encoder_override",
                 "image_encoder_override"):
         if getattr(config, key):
@@ -52,3 +54,19 @@ def check_base_model(path: str) -> None:
     if not (folder / "model_index.json").is_file():
         raise UserError(f"config key 'base_model_name': '{folder}' has no model_index.json: set it to "
                         f"{_MODEL_FOLDER}")
+
+
+def check_expert_keys(config: TrainConfig) -> None:
+    """Keys of two-expert models (Wan 2.2 A14B) set for a one-expert base would be ignored: refuse them. The base's
+    experts are read from its model_index.json, without loading weights."""
+    if detect_variant(config.base_model_name).two_experts:
+        return
+    defaults = TrainConfig()
+    for key in ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise", "expert_step_share",
+                "offload_inactive_expert", "train_expert"):
+        if getattr(config, key) != getattr(defaults, key):
+            value = getattr(config, key)
+            shown = value.name if isinstance(value, WanExpert) else value
+            raise UserError(f"config key '{key}' is {shown!r}, but it applies to two-expert models (Wan 2.2 A14B) "
+                            f"and base_model_name '{config.base_model_name}' has one transformer: clear it (or use "
+                            f"learning_rate / transformer_override for the one expert)")

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
-from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader, check_concepts
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader, validate_e2v_config
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
@@ -43,10 +43,6 @@ class DataKind:
     sampling_options: Callable[[WanBaseDataLoader], E2VSamplingOptions | None]
 
 
-def _no_check(config: TrainConfig) -> None:
-    return None
-
-
 def _as_loaded(model: WanModel, config: TrainConfig) -> dict[int, list[str]]:
     return {}
 
@@ -57,7 +53,7 @@ def _sampler_defaults(data: WanBaseDataLoader) -> None:
 
 DATA_KINDS: dict[str, DataKind] = {
     # concepts: videos and images with captions
-    "clips": DataKind(WanBaseDataLoader, _no_check, _as_loaded, _sampler_defaults),
+    "clips": DataKind(WanBaseDataLoader, check_concepts, _as_loaded, _sampler_defaults),
     # dataset_config: E2V elements
     "e2v": DataKind(WanE2VDataLoader, validate_e2v_config, prepare_e2v_model, WanE2VDataLoader.sampling_options),
 }

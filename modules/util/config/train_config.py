@@ -432,6 +432,9 @@ class TrainConfig(BaseConfig):
                         "its own average of the weights: set ema OFF")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
+        if self.save_every and self.save_every_unit == TimeUnit.NEVER:  # else no snapshot is written, silently
+            fail("save_every_unit", f"is NEVER, so save_every {self.save_every} writes no snapshot: set it to STEP, "
+                                    "EPOCH or MINUTE (or save_every to 0)")
         if self.sample_metrics and not self.tensorboard:  # tensorboard is where they go: else it would do nothing
             fail("sample_metrics", "writes to tensorboard: set tensorboard true (or sample_metrics false)")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:
