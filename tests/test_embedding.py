@@ -171,6 +171,27 @@ def test_an_embedding_file_of_another_width_or_count_is_refused(tiny_model, plac
         GenericTrainer(embedding_config(tiny_model, placeholder_dataset, tmp_path, embedding_weight_path=str(three))).start()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_embedding_file_holding_nan_is_refused_before_the_model_loads(tiny_model, placeholder_dataset, tmp_path,
+                                                                       monkeypatch, bad):
+    """Regression: training from it skipped every step and wrote the NaN back with steps: 0."""
+    path = tmp_path / "diverged.safetensors"
+    vectors = torch.zeros(2, 32)
+    vectors[1, 3] = bad
+    save_file({"umt5xxl": vectors}, str(path))
+    with pytest.raises(UserError, match=r"--embedding: '.*diverged.safetensors' holds 1 NaN/inf value"):
+        read_embedding(path, 32, "--embedding")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the embedding was checked")
+
+    monkeypatch.setattr("modules.trainer.GenericTrainer.WanModelLoader.load_for_config", no_model)
+    trainer = GenericTrainer(embedding_config(tiny_model, placeholder_dataset, tmp_path, embedding_weight_path=str(path)))
+    with pytest.raises(UserError, match="config key 'embedding_weight_path': .* holds 1 NaN/inf value"):
+        trainer.start()
+    trainer.close()
+
+
 def test_sampling_with_the_embedding_differs_only_where_the_placeholder_is(tiny_model, tmp_path):
     from modules.modelSampler.WanModelSampler import WanModelSampler
 
