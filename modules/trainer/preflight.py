@@ -3,6 +3,7 @@ be and every output location can be created and written. A mistake costs a secon
 from __future__ import annotations
 
 from modules.model.WanVariant import detect_variant
+from modules.modelSaver.embedding_file import read_embedding_vectors
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
@@ -28,6 +29,7 @@ def check_paths(config: TrainConfig) -> None:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.embedding_weight_path:
         check_input_file("embedding_weight_path", config.embedding_weight_path, "an embedding .safetensors file")
+        read_embedding_vectors(config.embedding_weight_path, "config key 'embedding_weight_path'")  # e.g. NaN
     if config.dataset_config:
         check_input_file("dataset_config", config.dataset_config, "an E2V dataset .json file")
     if config.e2v.image_encoder_model_name:
