@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from modules.model.text_embedding import WanModelEmbedding
+from modules.model.text_embedding import WanModelEmbedding, placeholder_token_ids
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSaver.embedding_file import read_embedding
 from modules.trainer.GenericTrainer import GenericTrainer
@@ -75,6 +75,26 @@ def test_prompt_embeddings_equal_comfyuis_injection(tiny_model):
     through_ours = model.encode_with_embedding(["a video of square moving left"], model.text_embedding)
     torch.testing.assert_close(through_ours, model.encode_prompts(["a video of square moving left"],
                                                                   with_embedding=False), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("text, fires", [("a cat sitting", True), ("a cat, sitting", True), ("cat", True),
+                                         ("a cat.", True), ("scattered leaves", False), ("a cathedral", False),
+                                         ("tomcat", False), ("cats", False)])
+def test_the_placeholder_is_matched_as_a_whole_word(text, fires):
+    """Regression: 'cat' fired inside "scattered" and "cathedral" (a substring match)."""
+    assert WanModelEmbedding("cat", torch.zeros(2, 4)).applies_to(text) is fires
+
+
+def test_the_placeholder_takes_its_slots_only_where_it_is_a_whole_word():
+    class Words:  # one id per word: shows where the text was split
+        eos_token_id = 1
+
+        def __call__(self, text, add_special_tokens=False):
+            return type("Encoded", (), {"input_ids": [100 + len(word) for word in text.split()]})()
+
+    embedding = WanModelEmbedding("cat", torch.zeros(2, 4))
+    ids, slots = placeholder_token_ids(Words(), "scattered cat, cathedral", embedding, 512)
+    assert ids == [109, 0, 0, 101, 109, 1] and slots == [1, 2]  # "scattered", the vectors, ",", "cathedral", </s>
 
 
 def test_initial_vectors_are_means_of_the_text_tokens_or_tiled(tiny_model):
