@@ -296,7 +296,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         logger.warning("loss is %s at step %d; skipping this batch", value, self.progress.global_step)
         if self.nonfinite_in_a_row >= MAX_NONFINITE_STEPS:
             raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: lower learning_rate "
-                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true")
+                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true and "
+                            "resume_changed_config=true")
 
     def _optimizer_step(self, loss: float, micro_batches: int) -> None:
         if math.isfinite(loss):

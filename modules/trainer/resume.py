@@ -7,6 +7,7 @@ import logging
 from modules.trainer.backup import Backup, latest_backup, read_backup
 from modules.trainer.resume_check import (
     backup_config_changes,
+    changed_config_refusal,
     config_fingerprint,
     describe_change,
     unloadable_reason,
@@ -27,7 +28,7 @@ class TrainerResume:
         backup, error = None, None
         if self.dist.is_main or not sharded:
             try:
-                backup = latest_backup(self.workspace)
+                backup = latest_backup(self.workspace, with_optimizer=not self.config.resume_fresh_optimizer)
             except UserError as e:  # under FSDP every rank must hear it, or the others wait forever
                 if not sharded:
                     raise
@@ -44,6 +45,8 @@ class TrainerResume:
         changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
         self._refuse_unloadable(backup, changes)
         now = self._fingerprints()
+        if backup.fingerprints.get("config", now["config"]) != now["config"] and not self.config.resume_changed_config:
+            raise UserError(changed_config_refusal(backup.path, changes))  # e.g. a new run in an old run's workspace
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
                 lines = [describe_change(*change) for change in changes] if what == "config" else []
@@ -53,13 +56,19 @@ class TrainerResume:
             self.setup.load_shards(self.optimizer, backup.shards)
         else:
             self.setup.load_trainable_state(backup.trainable)
-            self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
+            if not self.config.resume_fresh_optimizer:
+                self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
         if self.ema is not None and backup.ema:
             self.ema.load_state_dict(backup.ema)
         elif self.ema is not None:  # EMA turned on since the backup: the average starts at its weights
             self.ema.reset()
             logger.info("the backup holds no EMA: the average starts at its weights")
         self.lr_scheduler.load_state_dict(backup.lr_scheduler)
+        if self.config.resume_fresh_optimizer:  # the fresh state's lr is step 0's: take the schedule's
+            for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
+                group["lr"] = lr
+            logger.info("resume_fresh_optimizer: the optimizer state starts fresh at step %d",
+                        backup.progress.global_step)
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
