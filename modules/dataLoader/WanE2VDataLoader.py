@@ -46,10 +46,10 @@ from modules.dataLoader.e2v.modules import (
 )
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
+from modules.dataLoader.e2v.plan import e2v_windows, windowed
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.pipeline import CacheStage, Pipeline
-from modules.dataLoader.windows import WindowOptions, plan_windows
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
@@ -115,12 +115,6 @@ def check_e2v_base(model: WanModel) -> None:
                         f"{variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
 
 
-def _windowed(dataset: E2VDatasetConfig) -> bool:
-    """Whether a dataset trains other windows than the first frames (FULL is HEAD: frame buckets already take
-    the whole video up to max_frames)."""
-    return dataset.frame_sample_strategy not in (FrameSampleStrategy.HEAD, FrameSampleStrategy.FULL)
-
-
 @dataclasses.dataclass
 class E2VItem:
     dataset: int
@@ -175,7 +169,7 @@ class WanE2VDataLoader:
         model = self.model
         decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip)
         self.decoders.append(decode)
-        windowed = _windowed(dataset)
+        is_windowed = windowed(dataset)
         random_window = dataset.frame_sample_strategy == FrameSampleStrategy.RANDOM
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
         references = LoadReferences(dataset, height, width, self.background, self.flip)
@@ -184,7 +178,7 @@ class WanE2VDataLoader:
         if self.flip or random_window:  # the video's and the references' stages hold the same variants
             variations = max(1, self.config.cache_variations)
         video_variations = variations if self.flip or random_window else 1
-        window_key = ["window"] if windowed else []  # a HEAD dataset keeps the cache keys of before
+        window_key = ["window"] if is_windowed else []  # a HEAD dataset keeps the cache keys of before
         masked = self.config.masked_training
         mask = [DecodeE2VMask(self.layout, height, width, self.fps, model.variant.vae_scale_spatial, self.flip)] \
             if masked else []
@@ -266,7 +260,7 @@ class WanE2VDataLoader:
             present = {name: True for name in paths}
             p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
             mask = self._mask(sample)
-            windows = self._windows(index, dataset, sample.video, video_fp, p)
+            windows = e2v_windows(self.planner, self.decoders[index], dataset, sample.video, video_fp, p)
         except OSError as e:
             self.skips.record(sample.video, "unreadable file", str(e))
             return []
@@ -289,20 +283,6 @@ class WanE2VDataLoader:
             return {"mask_path": str(sample.mask_path), "mask_fp": file_fingerprint(sample.mask_path)}
         except OSError as e:
             raise DataError(sample.mask_path, f"cannot read the mask ({e})", BAD_MASK) from None
-
-    def _windows(self, index: int, dataset: E2VDatasetConfig, video, video_fp: str, p: int) -> list[dict | None]:
-        """The dataset's frame windows of a video: None for HEAD (the first frames, as always)."""
-        if not _windowed(dataset):
-            return [None]
-        strategy = dataset.frame_sample_strategy
-        probe = self.planner.probe(video, video_fp, self.fps, strategy == FrameSampleStrategy.KEYFRAME)
-        length = self.decoders[index].window_frames(probe.frames, p)
-        options = WindowOptions(strategy, dataset.frame_stride, dataset.frame_windows, dataset.max_frames)
-        windows = plan_windows(probe.frames, length, options, probe.cuts)
-        if probe.frames < length:  # too short for a window: HEAD reports it as it always did
-            return [None]
-        return [{"start": w.start, "frames": length, "total": probe.frames if w.start is None else None}
-                for w in windows]
 
     def _run(self, item: E2VItem, epoch: int) -> dict[str, Any]:
         pipeline = self.pipelines[item.dataset]

@@ -61,10 +61,11 @@ class VramEstimate:
 
     def _estimate(self, train, key: str) -> None:
         from modules.modelSetup.memory_estimate import detected_gpu_gib, estimate
+        from modules.util.config.e2v_dataset_config import with_dataset_shapes
 
         try:
             gpu = self.gpu_gib if self.gpu_gib is not None else (detected_gpu_gib() if self.detect else None)
-            result = estimate(train, gpu)
+            result = estimate(with_dataset_shapes(train), gpu)  # E2V: the dataset's resolution and frames
             verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
                                                       else f", over {gpu:.0f} GiB: {result.suggestions[0]}")
             text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({result.peak_phase}){verdict}"
