@@ -7,6 +7,8 @@ stop (Ctrl-C, SIGTERM or the UI's Stop) that writes a backup first, and the fina
 Exactness: the data order of an epoch is a function of (seed, epoch), and every random draw of micro
 step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
 resumed from a backup therefore continues bit-identically on the CPU.
+
+The resume from a backup is trainer/resume.py and the samples during training trainer/sampling.py (mixed in).
 """
 from __future__ import annotations
 
