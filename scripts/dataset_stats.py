@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""What a config's concepts train on, without loading any model: files, usable samples, training items per
-window length, seconds, buckets, captions missing / empty / cut, skipped files by reason.
+"""What a config's concepts (an E2V config: its datasets) train on, without loading any model: files, usable
+samples, training items per window length, seconds, buckets, captions missing / empty / cut, skipped files by reason.
 
 python scripts/dataset_stats.py --config-path CFG.json [--json] [--no-cache]
 """
@@ -25,6 +25,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main() -> int:
     args = parse_args()
+    from modules.dataLoader.e2v.statistics import e2v_dataset_statistics
     from modules.dataLoader.statistics import dataset_statistics, describe, model_facts
     from modules.util.config.loading import load_train_config
 
@@ -33,7 +34,8 @@ def main() -> int:
     if tokenizer is None:
         print(f"note: {Path(config.base_model_name) / 'tokenizer'} is missing: captions cut at 512 tokens are not "
               "counted", file=sys.stderr)
-    stats = dataset_statistics(config, fps, tokenizer, use_cache=not args.no_cache)
+    count = e2v_dataset_statistics if config.dataset_config else dataset_statistics  # E2V: the dataset JSON's
+    stats = count(config, fps, tokenizer, use_cache=not args.no_cache)
     if args.json:
         print(json.dumps({"concepts": [s.to_json() for s in stats], "items": sum(s.items for s in stats
                                                                                  if s.type == "STANDARD")}, indent=2))

@@ -18,11 +18,14 @@ def main() -> int:
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
     parser.add_argument("--json", action="store_true", help='print {"peak_gib", "terms", "fits", "suggestions"}')
     args = parser.parse_args()
+    if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
+        parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
     from modules.modelSetup.memory_estimate import detected_gpu_gib
     from modules.modelSetup.memory_plan import planned_estimate
+    from modules.util.config.e2v_dataset_config import with_dataset_shapes
     from modules.util.config.loading import load_train_config
 
-    config = load_train_config(args.config_path, args.preset_path)
+    config = with_dataset_shapes(load_train_config(args.config_path, args.preset_path))  # E2V: the dataset's
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     result, plan = planned_estimate(config, gpu)
     if args.json:

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from modules.trainer.backup import TrainProgress, latest_backup, write_backup
+from modules.trainer.backup import DamagedBackup, TrainProgress, latest_backup, write_backup
 from modules.util.atomic import STALE_AFTER_S, atomic_write_bytes, atomic_write_dir
 
 
@@ -58,16 +58,30 @@ def _write(workspace, step: int, value: float):
                         scheduler.state_dict(), {"config": "c"}, {}, keep=3)
 
 
-@pytest.mark.parametrize("damaged", ["optimizer.safetensors", "optimizer.json", "trainable.safetensors",
-                                     "lr_scheduler.json"])
-def test_a_backup_damaged_after_writing_is_skipped_for_the_previous_one(tmp_path, caplog, damaged):
+@pytest.mark.parametrize("damaged, way_out", [("optimizer.safetensors", "resume_fresh_optimizer=true"),
+                                               ("optimizer.json", "resume_fresh_optimizer=true"),
+                                               ("trainable.safetensors", "to resume from step-00000001"),
+                                               ("lr_scheduler.json", "to resume from step-00000001")])
+def test_a_backup_damaged_after_writing_is_refused_naming_the_file_and_kept(tmp_path, damaged, way_out):
+    """Falling back to the older backup would let the run overwrite the damaged one at its step (and the rolling
+    count delete it): it is refused in one line naming the file and the ways out, and left as it is."""
     _write(tmp_path, 1, 1.0)
     newest = _write(tmp_path, 2, 2.0)
     path = newest / damaged
     data = bytearray(path.read_bytes())
     data[len(data) // 2 + 3] ^= 0x04  # a flipped bit: both files still parse
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING):
-        backup = latest_backup(tmp_path)
-    assert backup.progress.global_step == 1 and float(backup.trainable["w"].max()) < 1.5  # the first one
-    assert f"{damaged} does not match the checksum" in caplog.text
+    with pytest.raises(DamagedBackup) as error:
+        latest_backup(tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"cannot resume from {newest}: {damaged} does not match the checksum")
+    assert way_out in message and "\n" not in message
+    assert path.read_bytes() == bytes(data)
+
+
+def test_a_damaged_optimizer_state_resumes_the_weights_with_a_fresh_optimizer_when_asked(tmp_path):
+    newest = _write(tmp_path, 2, 2.0)
+    (newest / "optimizer.safetensors").write_bytes(b"damaged")
+    backup = latest_backup(tmp_path, with_optimizer=False)
+    assert backup.progress.global_step == 2 and backup.optimizer == {}
+    assert float(backup.trainable["w"].max()) > 1.5

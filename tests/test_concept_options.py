@@ -92,3 +92,12 @@ def test_prompt_sources(tiny_model, tmp_path):
     bad = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), folder, tmp_path / "run", concepts=[missing]))
     with pytest.raises(UserError, match=r"concepts\[0\].prompt_path"):
         check_paths(bad)
+
+
+def test_a_repeated_resolution_trains_once_as_a_repeated_length_does():
+    """Regression: resolution [[64, 64], [64, 64]] trained every item twice (frames [17, 17] did not)."""
+    config = TrainConfig.from_dict({"resolution": [[64, 64], [32, 48], [64, 64]], "frames": [17, 17]})
+    options = concept_options(ConceptConfig(path="clips"), config)
+    assert options.resolutions == ((64, 64), (32, 48)) and options.lengths == (17,)
+    concept = ConceptConfig.from_dict({"path": "clips", "resolution": [[32, 32], [32, 32]]}, "concepts[0]")
+    assert concept_options(concept, config).resolutions == ((32, 32),)

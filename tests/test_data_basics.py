@@ -264,6 +264,19 @@ def test_discover_folder_with_captions(tmp_path: Path, caplog: pytest.LogCapture
     assert "latin-1" in caplog.text and "1 of 4 samples have no caption" in caplog.text
 
 
+def test_a_caption_that_is_a_folder_trains_uncaptioned_and_is_counted(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    for name in ("a.mp4", "b.mp4"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "a.txt").mkdir()  # e.g. an unpacked archive named like the caption
+    (tmp_path / "b.txt").write_text("a dog", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        samples = discover_concept(tmp_path, include_subdirectories=False)
+    assert [(s.media_path.name, s.caption) for s in samples] == [("a.mp4", ""), ("b.mp4", "a dog")]
+    assert f"caption {tmp_path / 'a.txt'} is a folder, not a text file" in caplog.text
+    assert "1 of 2 samples have no caption" in caplog.text
+
+
 def test_discover_folder_without_subdirectories(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "a.mp4").write_bytes(b"x")

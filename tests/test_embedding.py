@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from modules.model.text_embedding import WanModelEmbedding
+from modules.model.text_embedding import WanModelEmbedding, placeholder_token_ids
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSaver.embedding_file import read_embedding
 from modules.trainer.GenericTrainer import GenericTrainer
@@ -75,6 +75,26 @@ def test_prompt_embeddings_equal_comfyuis_injection(tiny_model):
     through_ours = model.encode_with_embedding(["a video of square moving left"], model.text_embedding)
     torch.testing.assert_close(through_ours, model.encode_prompts(["a video of square moving left"],
                                                                   with_embedding=False), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("text, fires", [("a cat sitting", True), ("a cat, sitting", True), ("cat", True),
+                                         ("a cat.", True), ("scattered leaves", False), ("a cathedral", False),
+                                         ("tomcat", False), ("cats", False)])
+def test_the_placeholder_is_matched_as_a_whole_word(text, fires):
+    """Regression: 'cat' fired inside "scattered" and "cathedral" (a substring match)."""
+    assert WanModelEmbedding("cat", torch.zeros(2, 4)).applies_to(text) is fires
+
+
+def test_the_placeholder_takes_its_slots_only_where_it_is_a_whole_word():
+    class Words:  # one id per word: shows where the text was split
+        eos_token_id = 1
+
+        def __call__(self, text, add_special_tokens=False):
+            return type("Encoded", (), {"input_ids": [100 + len(word) for word in text.split()]})()
+
+    embedding = WanModelEmbedding("cat", torch.zeros(2, 4))
+    ids, slots = placeholder_token_ids(Words(), "scattered cat, cathedral", embedding, 512)
+    assert ids == [109, 0, 0, 101, 109, 1] and slots == [1, 2]  # "scattered", the vectors, ",", "cathedral", </s>
 
 
 def test_initial_vectors_are_means_of_the_text_tokens_or_tiled(tiny_model):
@@ -169,6 +189,27 @@ def test_an_embedding_file_of_another_width_or_count_is_refused(tiny_model, plac
     save_file({"umt5xxl": torch.zeros(3, 32)}, str(three))
     with pytest.raises(UserError, match="holds 3 vector.*set embedding.token_count to 3"):
         GenericTrainer(embedding_config(tiny_model, placeholder_dataset, tmp_path, embedding_weight_path=str(three))).start()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_embedding_file_holding_nan_is_refused_before_the_model_loads(tiny_model, placeholder_dataset, tmp_path,
+                                                                       monkeypatch, bad):
+    """Regression: training from it skipped every step and wrote the NaN back with steps: 0."""
+    path = tmp_path / "diverged.safetensors"
+    vectors = torch.zeros(2, 32)
+    vectors[1, 3] = bad
+    save_file({"umt5xxl": vectors}, str(path))
+    with pytest.raises(UserError, match=r"--embedding: '.*diverged.safetensors' holds 1 NaN/inf value"):
+        read_embedding(path, 32, "--embedding")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the embedding was checked")
+
+    monkeypatch.setattr("modules.trainer.GenericTrainer.WanModelLoader.load_for_config", no_model)
+    trainer = GenericTrainer(embedding_config(tiny_model, placeholder_dataset, tmp_path, embedding_weight_path=str(path)))
+    with pytest.raises(UserError, match="config key 'embedding_weight_path': .* holds 1 NaN/inf value"):
+        trainer.start()
+    trainer.close()
 
 
 def test_sampling_with_the_embedding_differs_only_where_the_placeholder_is(tiny_model, tmp_path):

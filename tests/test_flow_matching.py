@@ -66,7 +66,7 @@ def test_lr_schedule_after_warmup(schedule, step, expected):
 
 
 def test_warmup_is_linear():
-    assert lr_factor(4, 100, 10, LearningRateScheduler.CONSTANT) == 0.5
+    assert lr_factor(4, 100, 10, LearningRateScheduler.CONSTANT) == 5 / 11
 
 
 def test_frame_mask_matches_diffusers_i2v_mask():

@@ -33,11 +33,22 @@ from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: on
     (Schedule.LINEAR, 60, 1.0, 0.1, 0.1 + 0.9 * 0.5),
     (Schedule.COSINE, 110, 1.0, 0.2, 0.2),
     (Schedule.REX, 60, 1.0, 0.2, 0.2 + 0.8 * (0.5 / 0.75)),
-    (Schedule.COSINE_WITH_RESTARTS, 5, 2.0, 0.2, 0.6),  # warm-up is the same for every schedule
+    (Schedule.COSINE_WITH_RESTARTS, 5, 2.0, 0.2, 6 / 11),  # warm-up is the same for every schedule
 ])
 def test_schedules(schedule, step, cycles, min_factor, expected):
     actual = lr_factor(step, total_steps=110, warmup_steps=10, schedule=schedule, cycles=cycles, min_factor=min_factor)
     assert math.isclose(actual, expected, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("total, warmup, cycles", [(20, 2, 3), (110, 10, 2), (48, 0, 4), (31, 1, 5)])
+def test_restart_peaks_land_where_the_formula_puts_them(total, warmup, cycles):
+    """Regression: with warm-up 2, 3 cycles over 20 steps the peaks were at steps 1, 2, 8 and 14 (the warm-up's last
+    step reached the peak, then the first cycle started there again). The factor is 1 exactly at the cycle starts
+    W + k·(T − W)/C (integers here) and below 1 everywhere else."""
+    factors = [lr_factor(step, total, warmup, Schedule.COSINE_WITH_RESTARTS, cycles=cycles) for step in range(total)]
+    peaks = [step for step, factor in enumerate(factors) if math.isclose(factor, 1.0, abs_tol=1e-12)]
+    assert peaks == [warmup + k * (total - warmup) // cycles for k in range(cycles)]
+    assert all(factor < 1.0 for step, factor in enumerate(factors) if step not in peaks)
 
 
 def test_old_schedules_are_unchanged_by_the_new_defaults():
@@ -46,7 +57,7 @@ def test_old_schedules_are_unchanged_by_the_new_defaults():
             progress = min(1.0, max(0, step - 10) / 100)
             old = {Schedule.CONSTANT: 1.0, Schedule.LINEAR: 1.0 - progress,
                    Schedule.COSINE: 0.5 * (1.0 + math.cos(math.pi * progress))}[schedule]
-            expected = (step + 1) / 10 if step < 10 else old
+            expected = (step + 1) / 11 if step < 10 else old  # the warm-up stays below the peak
             assert lr_factor(step, 110, 10, schedule) == pytest.approx(expected, abs=1e-12)
 
 

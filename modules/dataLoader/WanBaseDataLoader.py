@@ -35,6 +35,7 @@ from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
+from modules.dataLoader.concept_selection import concepts_of_type
 from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
@@ -275,14 +276,7 @@ class WanBaseDataLoader:
 
     # --- discovery and caching ---------------------------------------------------------------------
     def concepts(self) -> list[ConceptConfig]:
-        concepts = self.config.concepts
-        if isinstance(concepts, str):
-            concepts = load_concepts(concepts)
-        enabled = [c for c in concepts if c.enabled and c.type == self.concept_type]
-        if not enabled and self.concept_type == ConceptType.STANDARD:
-            raise UserError("config key 'concepts' has no enabled concept to train on (type STANDARD): add "
-                            "{\"path\": \"my_dataset\"}")
-        return enabled
+        return concepts_of_type(self.config, self.concept_type)
 
     def has_concepts(self) -> bool:
         """Whether an enabled concept of this loader's type exists (validation is optional)."""

@@ -28,6 +28,7 @@ from modules.dataLoader.batching import (
 )
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
+from modules.dataLoader.e2v.config_check import datasets_of_type
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
 from modules.model.condition_layout import (
     fold_mask,
@@ -45,10 +46,10 @@ from modules.dataLoader.e2v.modules import (
 )
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
+from modules.dataLoader.e2v.plan import e2v_windows, windowed
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.pipeline import CacheStage, Pipeline
-from modules.dataLoader.windows import WindowOptions, plan_windows
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
 from modules.model.WanModel import WanModel
@@ -82,12 +83,6 @@ def check_e2v_base(model: WanModel) -> None:
                         f"{variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
 
 
-def _windowed(dataset: E2VDatasetConfig) -> bool:
-    """Whether a dataset trains other windows than the first frames (FULL is HEAD: frame buckets already take
-    the whole video up to max_frames)."""
-    return dataset.frame_sample_strategy not in (FrameSampleStrategy.HEAD, FrameSampleStrategy.FULL)
-
-
 @dataclasses.dataclass
 class E2VItem:
     dataset: int
@@ -108,10 +103,7 @@ class WanE2VDataLoader:
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size
         self.concept_type = concept_type  # VALIDATION: the held-out datasets, no caption dropout
-        self.datasets = [d for d in load_dataset_config(config.dataset_config).datasets if d.type == concept_type]
-        if not self.datasets and concept_type == ConceptType.STANDARD:
-            raise UserError(f"dataset config '{config.dataset_config}' has no dataset to train on (type STANDARD): "
-                            "set one dataset's type to STANDARD")
+        self.datasets = datasets_of_type(config, concept_type)
         self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
         self.uses_vae = self.e2v_type in ("dual", "vae")
         self.uses_clip = self.e2v_type in ("dual", "clip")
@@ -146,7 +138,7 @@ class WanE2VDataLoader:
         model = self.model
         decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip, self.max_pixels)
         self.decoders.append(decode)
-        windowed = _windowed(dataset)
+        is_windowed = windowed(dataset)
         random_window = dataset.frame_sample_strategy == FrameSampleStrategy.RANDOM
         encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
         references = LoadReferences(dataset, height, width, self.background, self.flip, self.max_pixels)
@@ -155,7 +147,7 @@ class WanE2VDataLoader:
         if self.flip or random_window:  # the video's and the references' stages hold the same variants
             variations = max(1, self.config.cache_variations)
         video_variations = variations if self.flip or random_window else 1
-        window_key = ["window"] if windowed else []  # a HEAD dataset keeps the cache keys of before
+        window_key = ["window"] if is_windowed else []  # a HEAD dataset keeps the cache keys of before
         masked = self.config.masked_training
         mask = [DecodeE2VMask(self.layout, height, width, self.fps, model.variant.vae_scale_spatial, self.flip)] \
             if masked else []
@@ -237,7 +229,7 @@ class WanE2VDataLoader:
             present = {name: True for name in paths}
             p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
             mask = self._mask(sample)
-            windows = self._windows(index, dataset, sample.video, video_fp, p)
+            windows = e2v_windows(self.planner, self.decoders[index], dataset, sample.video, video_fp, p)
         except OSError as e:
             self.skips.record(sample.video, "unreadable file", str(e))
             return []
@@ -260,20 +252,6 @@ class WanE2VDataLoader:
             return {"mask_path": str(sample.mask_path), "mask_fp": file_fingerprint(sample.mask_path)}
         except OSError as e:
             raise DataError(sample.mask_path, f"cannot read the mask ({e})", BAD_MASK) from None
-
-    def _windows(self, index: int, dataset: E2VDatasetConfig, video, video_fp: str, p: int) -> list[dict | None]:
-        """The dataset's frame windows of a video: None for HEAD (the first frames, as always)."""
-        if not _windowed(dataset):
-            return [None]
-        strategy = dataset.frame_sample_strategy
-        probe = self.planner.probe(video, video_fp, self.fps, strategy == FrameSampleStrategy.KEYFRAME)
-        length = self.decoders[index].window_frames(probe.frames, p)
-        options = WindowOptions(strategy, dataset.frame_stride, dataset.frame_windows, dataset.max_frames)
-        windows = plan_windows(probe.frames, length, options, probe.cuts)
-        if probe.frames < length:  # too short for a window: HEAD reports it as it always did
-            return [None]
-        return [{"start": w.start, "frames": length, "total": probe.frames if w.start is None else None}
-                for w in windows]
 
     def _run(self, item: E2VItem, epoch: int) -> dict[str, Any]:
         pipeline = self.pipelines[item.dataset]

@@ -84,10 +84,16 @@ def decode_bom(data: bytes, path: Path) -> str | None:
 
 def read_caption(path: Path) -> str:
     """The stripped text of a caption file; "" if missing. The encoding of a byte order mark (UTF-8,
-    UTF-16/32 LE/BE); without one UTF-8, falling back to latin-1 with a warning."""
+    UTF-16/32 LE/BE); without one UTF-8, falling back to latin-1 with a warning. One that cannot be read (a
+    folder named like a caption, no permission) is "" with a warning: the sample trains uncaptioned, and the
+    concept's missing-caption warning counts it."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        return ""
+    except OSError as e:
+        reason = "is a folder, not a text file" if path.is_dir() else f"cannot be read ({e.strerror or e})"
+        logger.warning("caption %s %s: its sample trains without a caption", path, reason)
         return ""
     text = decode_bom(data, path)
     if text is None:

@@ -4,8 +4,14 @@ The vectors enter the encoder as ComfyUI injects an `embedding:<name>` (comfy/sd
 the text around the placeholder is tokenized piece by piece, the vectors are spliced in between the pieces'
 token embeddings, `</s>` ends the sequence, and the encoder runs on those input embeddings. UMT5's own vocabulary
 and weights never change, so a file of vectors is the whole result (`modules/modelSaver/embedding_file.py`).
+
+The placeholder is matched as a whole word, as ComfyUI finds `embedding:<name>`: it starts the text or follows
+whitespace, and ends the text or is followed by whitespace or punctuation (`, . ; : ! ?`; ComfyUI strips
+commas). `cat` fires in "a cat, sitting" and "a cat." but not in "scattered" or "cathedral".
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import torch
@@ -24,6 +30,7 @@ class WanModelEmbedding(torch.nn.Module):
         if not placeholder or any(c.isspace() for c in placeholder):
             raise ValueError(f"an embedding placeholder is one word, got {placeholder!r}")
         self.placeholder = placeholder
+        self.pattern = placeholder_pattern(placeholder)
         self.vectors = torch.nn.Parameter(vectors.detach().float().clone(), requires_grad=False)
 
     @property
@@ -31,7 +38,7 @@ class WanModelEmbedding(torch.nn.Module):
         return self.vectors.shape[0]
 
     def applies_to(self, text: str) -> bool:
-        return self.placeholder in text
+        return self.pattern.search(prompt_clean(text)) is not None
 
     @classmethod
     def initialized(cls, placeholder: str, token_count: int, initial_text: str, tokenizer: PreTrainedTokenizerBase,
@@ -52,6 +59,11 @@ class WanModelEmbedding(torch.nn.Module):
         return cls(placeholder, vectors)
 
 
+def placeholder_pattern(placeholder: str) -> re.Pattern[str]:
+    """The placeholder as a whole word (see the module's docstring)."""
+    return re.compile(rf"(?<!\S){re.escape(placeholder)}(?=[\s,.;:!?]|$)")
+
+
 def placeholder_token_ids(tokenizer: PreTrainedTokenizerBase, text: str, embedding: WanModelEmbedding,
                           max_length: int) -> tuple[list[int], list[int]]:
     """Token ids of `text` with each placeholder taking `token_count` slots (id 0 there), and the slots' positions.
@@ -60,7 +72,7 @@ def placeholder_token_ids(tokenizer: PreTrainedTokenizerBase, text: str, embeddi
     sequence (cut to `max_length` with it), as ComfyUI tokenizes around an `embedding:` word."""
     ids: list[int] = []
     slots: list[int] = []
-    for index, piece in enumerate(prompt_clean(text).split(embedding.placeholder)):
+    for index, piece in enumerate(embedding.pattern.split(prompt_clean(text))):
         if index:
             slots += range(len(ids), len(ids) + embedding.token_count)
             ids += [0] * embedding.token_count

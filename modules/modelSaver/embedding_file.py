@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
@@ -46,10 +47,9 @@ def save_embedding(embedding: WanModelEmbedding, path: str | os.PathLike, base_m
     return Path(path)
 
 
-def read_embedding(path: str | os.PathLike, width: int, option: str, placeholder: str = "") -> WanModelEmbedding:
-    """An embedding file as ComfyUI reads it (the `umt5xxl` tensor, else the file's only tensor), checked against
-    the text encoder's `width`. The placeholder: `placeholder` when given, else the file's own, else `<file stem>`.
-    Errors are one line naming `option` (the config key or flag that named the file)."""
+def read_embedding_vectors(path: str | os.PathLike, option: str) -> tuple[torch.Tensor, dict[str, str]]:
+    """The vectors (tokens, width) and header of an embedding file, without a model: the start-up check reads
+    them too. NaN or inf in them is refused: training from them skips every step, sampling gives noise."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{option}: '{path}' does not exist: give an embedding .safetensors file")
@@ -65,6 +65,19 @@ def read_embedding(path: str | os.PathLike, width: int, option: str, placeholder
     except (SafetensorError, OSError) as e:
         raise UserError(f"{option}: '{path}' is not a readable .safetensors file ({e})") from None
     vectors = vectors.reshape(-1, vectors.shape[-1]) if vectors.dim() else vectors
+    bad = int((~torch.isfinite(vectors.float())).sum()) if vectors.is_floating_point() else 0
+    if bad:
+        raise UserError(f"{option}: '{path}' holds {bad} NaN/inf value(s) in its vectors (a run that diverged "
+                        "wrote it): use an earlier file, or start the embedding anew without it")
+    return vectors, header
+
+
+def read_embedding(path: str | os.PathLike, width: int, option: str, placeholder: str = "") -> WanModelEmbedding:
+    """An embedding file as ComfyUI reads it (the `umt5xxl` tensor, else the file's only tensor), checked against
+    the text encoder's `width`. The placeholder: `placeholder` when given, else the file's own, else `<file stem>`.
+    Errors are one line naming `option` (the config key or flag that named the file)."""
+    path = Path(path)
+    vectors, header = read_embedding_vectors(path, option)
     if vectors.dim() != 2 or vectors.shape[-1] != width or not len(vectors):
         raise UserError(f"{option}: '{path}' holds vectors of shape {tuple(vectors.shape)}, but this model's text "
                         f"encoder takes (tokens, {width}): it was made for another text encoder")

@@ -20,10 +20,11 @@ def create_optimizer(params: list[torch.nn.Parameter] | list[dict], config: Trai
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: LearningRateScheduler,
               cycles: float = 1.0, min_factor: float = 0.0) -> float:
-    """Multiplier of the peak LR at optimizer step `step` (0-based): a linear warm-up, then the schedule's
-    decay from 1 to `min_factor` over the remaining steps."""
+    """Multiplier of the peak LR at optimizer step `step` (0-based): a linear warm-up of `warmup_steps` steps below
+    the peak (1/(W+1), ..., W/(W+1): no step at 0), then the schedule's decay from 1 at step W to `min_factor` over
+    the remaining steps. COSINE_WITH_RESTARTS peaks exactly at steps W + k·(total − W)/cycles."""
     if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return (step + 1) / (warmup_steps + 1)
     if schedule == LearningRateScheduler.CONSTANT or total_steps <= warmup_steps:
         return 1.0
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))

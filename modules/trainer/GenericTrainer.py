@@ -7,6 +7,8 @@ stop (Ctrl-C, SIGTERM or the UI's Stop) that writes a backup first, and the fina
 Exactness: the data order of an epoch is a function of (seed, epoch), and every random draw of micro
 step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
 resumed from a backup therefore continues bit-identically on the CPU.
+
+The resume from a backup is trainer/resume.py and the samples during training trainer/sampling.py (mixed in).
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.ema import WeightEMA
@@ -34,35 +35,28 @@ from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.optimizer.registry import spec_of
 from modules.trainer.backup import (
-    Backup,
     TrainProgress,
-    latest_backup,
     list_backups,
-    read_backup,
+    remove_interrupted_writes,
     write_backup,
     write_sharded_backup,
 )
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.trainer.preflight import check_paths
-from modules.trainer.resume_check import (
-    backup_config_changes,
-    config_fingerprint,
-    describe_change,
-    unloadable_reason,
-)
+from modules.trainer.resume import TrainerResume
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
+from modules.trainer.sampling import TrainerSampling
 from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
+from modules.trainer.workspace_lock import WorkspaceLock
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.config.train_config import TrainConfig
-from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
-from modules.util.sample_record import sample_video_path
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -71,7 +65,7 @@ MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
-class GenericTrainer:
+class GenericTrainer(TrainerResume, TrainerSampling):
     def __init__(self, config: TrainConfig, callbacks: TrainCallbacks | None = None,
                  commands: TrainCommands | None = None):
         self.config = config
@@ -99,6 +93,7 @@ class GenericTrainer:
         self.ema: WeightEMA | None = None
         self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
         self._log_handler: logging.Handler | None = None
+        self._lock: WorkspaceLock | None = None
 
     # --- set-up -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -108,7 +103,9 @@ class GenericTrainer:
         kind.check(config)  # e.g. an E2V dataset error stops before any model loads
         self.dist, device_name = init_distributed(config.train_device)
         self.workspace.mkdir(parents=True, exist_ok=True)
-        if self.dist.is_main:
+        if self.dist.is_main:  # one run per workspace; then no live process but this one writes backups there
+            self._lock = WorkspaceLock.take(self.workspace)
+            remove_interrupted_writes(self.workspace)
             self._start_log_file()
         torch.manual_seed(config.seed)
         self._status("loading model")
@@ -197,60 +194,6 @@ class GenericTrainer:
     def _total_steps(self) -> int:
         total = self._steps_per_epoch() * self.config.epochs
         return min(total, self.config.max_steps) if self.config.max_steps else total
-
-    def _fingerprints(self) -> dict[str, str]:
-        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint()}
-
-    def _resume(self) -> None:
-        sharded = self.setup.sharded
-        backup, error = None, None
-        if self.dist.is_main or not sharded:
-            try:
-                backup = latest_backup(self.workspace)
-            except UserError as e:  # under FSDP every rank must hear it, or the others wait forever
-                if not sharded:
-                    raise
-                error = str(e)
-        if sharded:  # rank 0 picks (and checks) the backup; the others need its position, and read their shards
-            path, error = self.dist.broadcast_object((backup.path if backup is not None else None, error))
-            if error:
-                raise UserError(error)
-            if not self.dist.is_main and path is not None:
-                backup = read_backup(path, with_states=False)
-        if backup is None:
-            logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
-            return
-        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
-        self._refuse_unloadable(backup, changes)
-        now = self._fingerprints()
-        for what, value in backup.fingerprints.items():
-            if now.get(what) != value and self.dist.is_main:
-                lines = [describe_change(*change) for change in changes] if what == "config" else []
-                logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
-                               f": {'; '.join(lines)}" if lines else "")
-        if backup.shards is not None:  # written by an FSDP run, read by any kind of run
-            self.setup.load_shards(self.optimizer, backup.shards)
-        else:
-            self.setup.load_trainable_state(backup.trainable)
-            self.setup.load_optimizer_state(self.optimizer, backup.optimizer)
-        if self.ema is not None and backup.ema:
-            self.ema.load_state_dict(backup.ema)
-        elif self.ema is not None:  # EMA turned on since the backup: the average starts at its weights
-            self.ema.reset()
-            logger.info("the backup holds no EMA: the average starts at its weights")
-        self.lr_scheduler.load_state_dict(backup.lr_scheduler)
-        self.progress = backup.progress
-        logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
-                    self.progress.epoch, self.progress.epoch_batch)
-
-    def _refuse_unloadable(self, backup: Backup, changes: list[tuple[str, object, object]]) -> None:
-        """Refuse in one line naming the key, before a size-mismatch error deep in torch."""
-        saved = {k: v.shape for k, v in backup.trainable.items()} if backup.trainable else None
-        message = unloadable_reason(backup.path, changes, saved, self.setup.trainable_shapes())
-        if self.setup.sharded:  # only rank 0 read the backup's tensors: it decides for every rank
-            message = self.dist.broadcast_object(message)
-        if message:
-            raise UserError(message)
 
     # --- the loop -----------------------------------------------------------------------------------
     def train(self) -> None:
@@ -355,7 +298,8 @@ class GenericTrainer:
         logger.warning("loss is %s at step %d; skipping this batch", value, self.progress.global_step)
         if self.nonfinite_in_a_row >= MAX_NONFINITE_STEPS:
             raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: lower learning_rate "
-                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true")
+                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true and "
+                            "resume_changed_config=true")
 
     def _optimizer_step(self, loss: float, micro_batches: int) -> None:
         if math.isfinite(loss):
@@ -508,73 +452,6 @@ class GenericTrainer:
             self._scalar(f"loss/validation/{name}", loss, step)
         return result
 
-    def sample(self) -> list[Path]:
-        device = self.model.train_device.type
-        apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
-                                training=False, what="sampling")
-        try:
-            with self._averaged_weights(sampling=True):
-                return self._sample()
-        finally:  # back to the training kernel
-            apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)
-
-    def _sample(self) -> list[Path]:
-        """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
-        samples = [self.config.sample_overrides.apply(s) for s in self.config.samples if s.enabled]
-        if not samples or not (self.dist.is_main or self.setup.sharded):
-            return []
-        self._status("sampling")
-        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data))
-        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
-        paths = []
-        for index, sample in enumerate(samples):
-            if not self.dist.is_main:
-                try:
-                    sampler.generate(sample, show_progress=False)
-                except UserError:  # rank 0 logs it
-                    pass
-                continue
-            output = sample_video_path(self.workspace, self.progress.global_step, index)
-            try:
-                record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
-                                                          epoch=self.progress.epoch, index=index, show_progress=False)
-                paths.append(record.video)
-            except Exception as e:  # a bad sample setting or a full disk must not end a run
-                if not isinstance(e, UserError) and not is_write_failure(e):
-                    raise
-                logger.warning("sample %d skipped: %s", index, e if isinstance(e, UserError) else write_failure(e))
-                continue
-            if self.tensorboard is not None:
-                import numpy as np
-                from PIL import Image
-
-                strip = np.asarray(Image.open(output.with_suffix(".png")).convert("RGB"))
-                self.tensorboard.add_image(f"sample/{index}", strip, self.progress.global_step, dataformats="HWC")
-                if self.config.sample_metrics:
-                    self._log_sample_metrics(index, sample, frames)
-            self.callbacks.on_sample(record)
-        self._park_encoders()  # sampling moved the encoders to the GPU
-        self.sample_paths.extend(paths)
-        return paths
-
-    def _log_sample_metrics(self, index: int, sample, frames) -> None:
-        """scripts/evaluate.py's metrics of a training sample, to tensorboard as sample_metrics/<index>/<metric>:
-        motion always; temporal consistency and E2V element fidelity with the checkpoint's CLIP image encoder
-        (text alignment needs evaluate.py's --clip-model)."""
-        from modules.dataLoader.video_io import read_image
-        from modules.evaluation.encoders import loaded_clip
-        from modules.evaluation.run import Encoders, Prompt, measure
-
-        encoders = Encoders(clip_image=loaded_clip(self.model.image_encoder, self.model.image_processor))
-        elements = [read_image(path, self.config.transparent_background) for path in sample.elements]
-        values = measure(frames, Prompt(sample.prompt, elements=tuple(sample.elements)), encoders,
-                         elements if encoders.clip_image is not None else [])
-        for name, value in values.items():
-            self._scalar(f"sample_metrics/{index}/{name}", value)
-        if encoders.clip_image is None and not getattr(self, "_noted_sample_metrics", False):
-            self._noted_sample_metrics = True
-            logger.info("sample_metrics: the checkpoint has no CLIP image encoder, so only motion is logged")
-
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
         already_backed_up = self._backup_of_this_step() is not None
@@ -629,6 +506,9 @@ class GenericTrainer:
         return f"cannot write the model to '{destination}' ({write_failure(error)}): {where}"
 
     def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()

@@ -50,6 +50,13 @@ class OldFormatBackup(UserError):
     """A backup that only unpickling could read."""
 
 
+class DamagedBackup(UserError):
+    """A backup whose files changed after writing (or do not parse): it is never resumed, overwritten or deleted."""
+
+
+OPTIMIZER_FILES = ("optimizer.safetensors", "optimizer.json")
+
+
 def _file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -161,9 +168,7 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
                                                           "world_size": world_size, "sha256": checksums},
                                                          indent=2))  # last: marks it complete
 
-    for stale in root.glob(".step-*.tmp"):  # a write killed mid-way (SIGKILL, power loss) left it behind
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
+    try:  # a failed write removes its own temp folder; other runs' are left alone (remove_interrupted_writes)
         atomic_write_dir(path, write)
     except Exception as e:
         raise _write_error(root, e) from None
@@ -171,6 +176,18 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
         shutil.rmtree(old, ignore_errors=True)
     logger.info("backup written to %s", path)
     return path
+
+
+def remove_interrupted_writes(workspace_dir: str | Path) -> int:
+    """Delete the temp folders of backup writes that were killed mid-way (SIGKILL, power loss). Only for the
+    holder of the workspace lock (workspace_lock.py): no live process writes a backup there but itself."""
+    removed = 0
+    for stale in backup_root(workspace_dir).glob(".step-*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+        removed += 1
+    if removed:
+        logger.info("removed %d backup folder(s) left half-written by an interrupted run", removed)
+    return removed
 
 
 def _saveable(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -194,24 +211,30 @@ def list_backups(workspace_dir: str | Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / "progress.json").is_file() and p.is_dir())
 
 
-def read_backup(path: Path, with_states: bool = True) -> Backup:
+def read_backup(path: Path, with_states: bool = True, with_optimizer: bool = True) -> Backup:
     """`with_states=False` skips the weights and optimizer state (empty dicts) — for the ranks of a
-    sharded resume that receive theirs from rank 0. Nothing is unpickled: a backup in the old pickle-based
-    format raises OldFormatBackup without being read; a file that does not parse raises ValueError naming it."""
+    sharded resume that receive theirs from rank 0; `with_optimizer=False` skips (neither checks nor reads) the
+    optimizer state of a whole-tensor backup. Nothing is unpickled: a backup in the old pickle-based format
+    raises OldFormatBackup without being read; a file that does not parse or match its checksum raises
+    ValueError naming it."""
     meta = _read(path, "progress.json", _read_json)
     checksums = meta.get("sha256", {})
     _refuse_old_format(path, checksums)
-    _verify(path, sorted(checksums) if with_states else [n for n in (LR_SCHEDULER_FILE,) if n in checksums], checksums)
     shards = path / SHARDS_DIR if (path / SHARDS_DIR).is_dir() else None
+    if shards is not None and not with_optimizer:
+        raise UserError(f"resume_fresh_optimizer cannot resume {path}: an FSDP backup keeps the weights and the "
+                        "optimizer in the same shards; set it false")
+    checked = [n for n in sorted(checksums) if with_optimizer or n not in OPTIMIZER_FILES]
+    _verify(path, checked if with_states else [n for n in (LR_SCHEDULER_FILE,) if n in checksums], checksums)
     whole = with_states and shards is None
     if with_states and shards is not None:
-        _read(path, SHARDS_DIR, check_shards)  # damage is found here, where an older backup can still be chosen
+        _read(path, SHARDS_DIR, check_shards)  # damage is found here, before anything is loaded
     return Backup(
         path=path,
         progress=TrainProgress(**meta["progress"]),
         trainable=_read(path, "trainable.safetensors", lambda p: load_file(str(p))) if whole else {},
         optimizer=state_io.join(_read(path, "optimizer.safetensors", lambda p: load_file(str(p))),
-                                _read(path, "optimizer.json", _read_json)) if whole else {},
+                                _read(path, "optimizer.json", _read_json)) if whole and with_optimizer else {},
         lr_scheduler=_read(path, LR_SCHEDULER_FILE, lambda p: state_io.from_json(p.read_text(encoding="utf-8"))),
         fingerprints=meta.get("fingerprints", {}),
         shards=shards,
@@ -241,19 +264,38 @@ def _refuse_old_format(path: Path, checksums: dict[str, str]) -> None:
             f"{path.parent} (or use another workspace_dir), or train without continue_last_backup")
 
 
-def latest_backup(workspace_dir: str | Path) -> Backup | None:
-    """The newest backup that loads; a damaged one is skipped with a warning, and so is one in the old
-    pickle-based format. When nothing loads and an old-format backup was seen, that is the error: resuming
-    from scratch instead would quietly drop the run."""
+def latest_backup(workspace_dir: str | Path, with_optimizer: bool = True) -> Backup | None:
+    """The newest backup that loads; one in the old pickle-based format is skipped with a warning. When
+    nothing loads and an old-format backup was seen, that is the error: resuming from scratch instead would
+    quietly drop the run. A damaged backup (a file changed since it was written) is refused as DamagedBackup:
+    resuming an older one, or none, would let the run overwrite or roll it away, and it may hold the only
+    copy of the trained weights. `with_optimizer=False` (resume_fresh_optimizer) neither checks nor reads the
+    optimizer state."""
     refused: OldFormatBackup | None = None
-    for path in reversed(list_backups(workspace_dir)):
+    backups = list_backups(workspace_dir)
+    for index in range(len(backups) - 1, -1, -1):
+        path = backups[index]
         try:
-            return read_backup(path)
+            return read_backup(path, with_optimizer=with_optimizer)
         except OldFormatBackup as e:
             refused = refused or e
             logger.warning("%s; trying an older one", e)
-        except Exception as e:  # a damaged backup must not block resuming from an older good one
-            logger.warning("backup %s cannot be read (%s); trying an older one", path, e)
+        except UserError:
+            raise
+        except Exception as e:
+            raise DamagedBackup(_damage_message(path, e, backups[index - 1] if index else None)) from None
     if refused is not None:
         raise refused
     return None
+
+
+def _damage_message(path: Path, error: Exception, older: Path | None) -> str:
+    """One line: which file of the backup is damaged, and the ways out."""
+    damaged = str(error).split(":", 1)[0].split(" ", 1)[0]
+    ways = []
+    if damaged in OPTIMIZER_FILES:
+        ways.append("set resume_fresh_optimizer=true to resume its weights and position with a fresh optimizer")
+    move = f"move {path.name} out of {path.parent}"
+    ways.append(f"{move} to resume from {older.name}" if older is not None else
+                f"{move} (or set another workspace_dir) to start over")
+    return f"cannot resume from {path}: {error}; it is kept as it is: {', or '.join(ways)}"

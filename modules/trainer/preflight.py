@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.model.detection import detect_variant
 from modules.modelLoader.base_loras import check_base_loras
+from modules.modelSaver.embedding_file import read_embedding_vectors
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import PromptSource, TrainingMethod
+from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 from modules.util.path_checks import (
     check_input_file,
@@ -27,12 +29,8 @@ def data_kind_name(config: TrainConfig) -> str:
     return "e2v" if config.dataset_config else "clips"
 
 
-def _no_check(config: TrainConfig) -> None:
-    return None
-
-
 # Per data kind, its config errors that need no model (the trainer's `DATA_KINDS[...].check`)
-DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": _no_check, "e2v": validate_e2v_config}
+DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": check_concepts, "e2v": validate_e2v_config}
 
 
 def check_before_loading(config: TrainConfig) -> None:
@@ -45,6 +43,7 @@ def check_before_loading(config: TrainConfig) -> None:
 def check_paths(config: TrainConfig) -> None:
     """One-line `UserError` naming the first key whose path is wrong."""
     check_base_model(config.base_model_name)
+    check_expert_keys(config)
     for key in ("transformer_override", "transformer_2_override", "vae_override", "text_encoder_override",
                 "image_encoder_override"):
         if getattr(config, key):
@@ -55,6 +54,7 @@ def check_paths(config: TrainConfig) -> None:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.embedding_weight_path:
         check_input_file("embedding_weight_path", config.embedding_weight_path, "an embedding .safetensors file")
+        read_embedding_vectors(config.embedding_weight_path, "config key 'embedding_weight_path'")  # e.g. NaN
     if config.dataset_config:
         check_input_file("dataset_config", config.dataset_config, "an E2V dataset .json file")
     if config.e2v.image_encoder_model_name:
@@ -81,3 +81,19 @@ def check_base_model(path: str) -> None:
     if not (folder / "model_index.json").is_file():
         raise UserError(f"config key 'base_model_name': '{folder}' has no model_index.json: set it to "
                         f"{_MODEL_FOLDER}")
+
+
+def check_expert_keys(config: TrainConfig) -> None:
+    """Keys of two-expert models (Wan 2.2 A14B) set for a one-expert base would be ignored: refuse them. The base's
+    experts are read from its model_index.json, without loading weights."""
+    if detect_variant(config.base_model_name).two_experts:
+        return
+    defaults = TrainConfig()
+    for key in ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise", "expert_step_share",
+                "offload_inactive_expert", "train_expert"):
+        if getattr(config, key) != getattr(defaults, key):
+            value = getattr(config, key)
+            shown = value.name if isinstance(value, WanExpert) else value
+            raise UserError(f"config key '{key}' is {shown!r}, but it applies to two-expert models (Wan 2.2 A14B) "
+                            f"and base_model_name '{config.base_model_name}' has one transformer: clear it (or use "
+                            f"learning_rate / transformer_override for the one expert)")

@@ -12,7 +12,7 @@ import torch
 from modules.util.config.train_config import TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
-RESUME_NEUTRAL_KEYS = {"continue_last_backup", "epochs", "max_steps", "backup_after", "backup_after_unit",
+RESUME_NEUTRAL_KEYS = {"continue_last_backup", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
@@ -65,6 +65,16 @@ def unloadable_reason(backup_dir: Path, changes: list[tuple[str, object, object]
     detail = f" ({mismatch})" if mismatch else ""
     return (f"cannot resume from {backup_dir}: {what} changed since it was written{detail}; set it back, or train "
             "without continue_last_backup (or with another workspace_dir)")
+
+
+def changed_config_refusal(backup_dir: Path, changes: list[tuple[str, object, object]]) -> str:
+    """The one line refusing a backup whose training settings differ from this run's (another seed, learning
+    rate, data...: likely another run's backup), and the ways out."""
+    what = "; ".join(describe_change(*c) for c in changes[:4]) + ("; ..." if len(changes) > 4 else "")
+    what = what or "its config fingerprint differs"
+    return (f"not resuming {backup_dir}: it was written with other training settings ({what}); set them back, set "
+            "resume_changed_config=true to resume it anyway, or train without continue_last_backup in another "
+            "workspace_dir")
 
 
 def config_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

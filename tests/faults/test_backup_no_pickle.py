@@ -23,6 +23,7 @@ import modules.modelSetup.sharding as sharding
 import modules.trainer.backup as backup_module
 from modules.modelSetup.optimization import create_lr_scheduler
 from modules.trainer.backup import (
+    DamagedBackup,
     OldFormatBackup,
     TrainProgress,
     latest_backup,
@@ -118,6 +119,15 @@ def test_a_pickle_planted_in_a_backup_runs_no_code_on_resume(trained, tiny_model
     marker = tmp_path / "marker"
     plant(newest, name, marker)
     trainer = make_trainer(tiny_model, video_dataset, work, continue_last_backup=True)
+    planted = {p: p.read_bytes() for p in newest.rglob("*") if p.is_file()}
+    if name not in OLD_FORMAT_NAMES and name != "config.json":
+        # A file changed since it was written: refused in one line naming it, and the backup kept as it is.
+        with pytest.raises(UserError, match=rf"cannot resume from {newest}: {name}"):
+            trainer.start()
+        trainer.close()
+        assert not marker.exists()
+        assert {p: p.read_bytes() for p in newest.rglob("*") if p.is_file()} == planted
+        return
     with caplog.at_level(logging.WARNING):
         trainer.start()
     trainer.close()
@@ -370,6 +380,11 @@ def test_a_pickle_planted_in_a_sharded_backup_runs_no_code(process_group, tmp_pa
     newest = sharded_backup(tmp_path, root, optimizer, 2)
     marker = tmp_path / "marker"
     plant(newest, name, marker)
+    if name != "shards/.metadata":  # damaged, not old: refused naming the file (and kept, never overwritten)
+        with pytest.raises(DamagedBackup, match=rf"cannot resume from {newest}: .*{name.split('/')[-1]}"):
+            latest_backup(tmp_path)
+        assert not marker.exists()
+        return
     with caplog.at_level(logging.WARNING):
         backup = latest_backup(tmp_path)
         sharding.load_shards(*fsdp_setup(1), backup.shards)

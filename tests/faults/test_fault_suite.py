@@ -258,7 +258,8 @@ def test_nan_losses_in_a_row_stop_with_one_line_and_leave_the_weights_alone(tiny
         trainer.train()
     trainer.close()
     assert str(error.value) == (f"the loss was NaN/inf {MAX_NONFINITE_STEPS} times in a row: lower learning_rate or "
-                                "use FLOAT32 dtypes, then resume with continue_last_backup=true")
+                                "use FLOAT32 dtypes, then resume with continue_last_backup=true and "
+                                "resume_changed_config=true")
     assert trainer.progress.global_step == 2 and trainer.nonfinite_total == MAX_NONFINITE_STEPS
     after = trained_weights(trainer)
     assert all_finite(after) and all(torch.equal(after[k], before_nan[k]) for k in before_nan)

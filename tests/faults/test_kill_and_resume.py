@@ -199,7 +199,8 @@ def test_resume_with_a_changed_config_names_what_changed(tiny_model, video_datas
 
     def resume(**overrides) -> list[str]:
         caplog.clear()
-        trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path, continue_last_backup=True, **overrides)
+        trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path, continue_last_backup=True,
+                               resume_changed_config=True, **overrides)
         with caplog.at_level(logging.WARNING):
             trainer.start()
         trainer.close()

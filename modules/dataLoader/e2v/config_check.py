@@ -6,9 +6,10 @@ from __future__ import annotations
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.condition_layout import min_num_frames
 from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ConceptType
+from modules.util.errors import UserError
 
 
 def validate_e2v_config(config: TrainConfig) -> None:
@@ -21,10 +22,22 @@ def validate_e2v_config(config: TrainConfig) -> None:
                 f"datasets[{index}] of '{config.dataset_config}': a '{config.e2v.target_layout}' target with "
                 f"{dataset.reference_frame_count()} reference frames needs at least {needed} frames but at most "
                 f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
-    trained = [d for d in datasets if d.type == ConceptType.STANDARD]
-    if trained:  # samples during training take the first trained dataset's layout (sampling_options)
-        options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
-        for index, sample in enumerate(config.samples):
-            if sample.enabled and sample.elements:
-                options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
-                                     f"config key 'samples[{index}].elements'")
+    trained = datasets_of_type(config, ConceptType.STANDARD, datasets)
+    # samples during training take the first trained dataset's layout (sampling_options)
+    options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
+    for index, sample in enumerate(config.samples):
+        if sample.enabled and sample.elements:
+            options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
+                                 f"config key 'samples[{index}].elements'")
+
+
+def datasets_of_type(config: TrainConfig, concept_type: ConceptType,
+                     datasets: list[E2VDatasetConfig] | None = None) -> list[E2VDatasetConfig]:
+    """The datasets of `concept_type`; none to train on (only VALIDATION ones) is a one-line UserError."""
+    if datasets is None:
+        datasets = load_dataset_config(config.dataset_config).datasets
+    chosen = [d for d in datasets if d.type == concept_type]
+    if not chosen and concept_type == ConceptType.STANDARD:
+        raise UserError(f"dataset config '{config.dataset_config}' has no dataset to train on (type STANDARD): "
+                        "set one dataset's type to STANDARD")
+    return chosen

@@ -71,16 +71,22 @@ class DecodeTargetVideo(PipelineModule):
         """Frames of F that the references take in the target: 4K (separate) or P (joint)."""
         return 4 * reference_latent_frames(p) if self.target_layout == "separate" else p
 
+    def target_frames(self, total: int, p: int) -> int:
+        """F, the frame count of the target a `total`-frame video (or window's worth of it) trains as."""
+        limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
+        if self.dataset.auto_frame_buckets:
+            return min(largest_4k1(min(total, limit) + self._reserved(p)), largest_4k1(limit))
+        return self.dataset.frames
+
     def window_frames(self, total: int, p: int) -> int:
         """How many of a `total`-frame video's frames one window holds: what the first frames give (F of the
         clip minus the frames its references take)."""
-        limit = self.dataset.max_frames if self.dataset.auto_frame_buckets else self.dataset.frames
-        reserved = self._reserved(p)
-        if self.dataset.auto_frame_buckets:
-            count = min(largest_4k1(min(total, limit) + reserved), largest_4k1(limit))
-        else:
-            count = self.dataset.frames
-        return max(count - reserved, 1)
+        return max(self.target_frames(total, p) - self._reserved(p), 1)
+
+    def usable(self, total: int, p: int) -> bool:
+        """Whether `total` video frames make a target with `p` reference frames (else the item is skipped)."""
+        return self.target_frames(total, p) >= min_num_frames(self.target_layout, p) and \
+            total >= self.window_frames(total, p)
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         path, p, window = item["video_path"], item["num_reference_frames"], item["window"]
@@ -98,13 +104,8 @@ class DecodeTargetVideo(PipelineModule):
                 raise DataError(path, f"changed during the run: {len(frames)} frames, planned a window at "
                                 f"{start}-{start + length}", CHANGED_FILE)
             frames = frames[start:]
-        reserved = self._reserved(p)
-        if self.dataset.auto_frame_buckets:
-            count = min(largest_4k1(len(frames) + reserved), largest_4k1(limit))
-        else:
-            count = self.dataset.frames
-        needed = max(count - reserved, 1)
-        if count < min_num_frames(self.target_layout, p) or len(frames) < needed:
+        count, needed = self.target_frames(len(frames), p), self.window_frames(len(frames), p)
+        if not self.usable(len(frames), p):
             raise DataError(path, f"{len(frames)} frames at {self.fps:g} fps are too few for {p} reference frames "
                                   f"and a {self.target_layout} target of {count} frames", TOO_FEW_FRAMES)
         clip = resize_and_crop(frames[:needed], self.height, self.width)

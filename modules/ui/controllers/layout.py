@@ -113,7 +113,7 @@ TABS: tuple[Tab, ...] = (
            "sample_overrides.scheduler"))),
     _tab("backup",
          ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
-         ("Resume", ("continue_last_backup",)),
+         ("Resume", ("continue_last_backup", "resume_changed_config", "resume_fresh_optimizer")),
          ("Snapshots (workspace_dir/save)", ("save_every", "save_every_unit", "save_skip_first", "rolling_save_count"))),
     _tab("LoRA",
          ("Adapter", ("peft_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_decompose", "lokr_factor",

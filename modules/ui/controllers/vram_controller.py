@@ -62,11 +62,12 @@ class VramEstimate:
     def _estimate(self, train, key: str) -> None:
         from modules.modelSetup.memory_estimate import detected_gpu_gib
         from modules.modelSetup.memory_plan import planned_estimate
+        from modules.util.config.e2v_dataset_config import with_dataset_shapes
 
         try:
             gpu = self.gpu_gib if self.gpu_gib is not None else (
                 train.gpu_memory_gib or (detected_gpu_gib() if self.detect else None))
-            result, plan = planned_estimate(train, gpu)
+            result, plan = planned_estimate(with_dataset_shapes(train), gpu)  # E2V: the dataset's resolution, frames
             verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
                                                       else f", over {gpu:.0f} GiB: {result.suggestions[0]}"
                                                       if result.suggestions else f", over {gpu:.0f} GiB")

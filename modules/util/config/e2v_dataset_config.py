@@ -341,6 +341,12 @@ class E2VDatasetConfig(BaseConfig):
 class E2VDatasetFile(BaseConfig):
     datasets: list[E2VDatasetConfig] = option([], "The E2V datasets.")
 
+    def training_shapes(self) -> tuple[list[list[int]], list[int]]:
+        """([height, width] per trained dataset, its largest frame count F): what an E2V run trains at, in place
+        of the train config's `resolution` and `frames`, which E2V runs do not read."""
+        trained = [d for d in self.datasets if d.type == ConceptType.STANDARD] or self.datasets
+        return [list(d.target_resolution) for d in trained], [d.max_num_frames for d in trained]
+
     def validate(self, path: str) -> None:
         if not self.datasets:
             _fail(_key(path, "datasets"), "is empty: add at least one dataset")
@@ -424,6 +430,15 @@ def load_dataset_config(path: str | os.PathLike) -> E2VDatasetFile:
         return E2VDatasetFile.from_dict(data)
     except ConfigError as e:
         raise ConfigError(f"dataset config file '{path}': {e}") from None
+
+
+def with_dataset_shapes(config: Any) -> Any:
+    """A train config with the `resolution` and `frames` its E2V dataset trains at (the run's own keys are not
+    read by E2V runs): what the VRAM estimate of an E2V config must size. Unchanged without `dataset_config`."""
+    if not config.dataset_config:
+        return config
+    resolution, frames = load_dataset_config(config.dataset_config).training_shapes()
+    return dataclasses.replace(config, resolution=resolution, frames=frames)
 
 
 def to_json(config: E2VDatasetFile, path: str | os.PathLike | None = None) -> str:

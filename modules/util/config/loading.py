@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,7 +52,10 @@ def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
     data = copy.deepcopy(data)
     legacy = [LEGACY_KEYS[key] for key in data if key in LEGACY_KEYS]
     version = data.get("config_version", min(legacy) if legacy else CONFIG_VERSION)
-    if not isinstance(version, int) or version > CONFIG_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"config key 'config_version' in {source} is {version!r}: it must be a whole number from 0 "
+                          f"to {CONFIG_VERSION} (or leave it out for the current version)")
+    if version > CONFIG_VERSION:
         raise ConfigError(
             f"config key 'config_version' in {source} is {version!r}; this WanTrainer reads up to {CONFIG_VERSION} — update WanTrainer"
         )
@@ -61,6 +65,35 @@ def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
     if "config_version" in data:
         data["config_version"] = CONFIG_VERSION
     return data
+
+
+# Deeper than any config, concept list or dataset file needs (they nest < 10 levels), and far below the depth at
+# which json's parser -- and every recursive walk over the result (merge, from_dict) -- overflows the stack.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(text: str) -> int:
+    """How deep the lists and objects of a JSON text nest, counted without recursion (brackets in strings
+    do not count): the running sum of opening minus closing brackets, over bytes (UTF-8 keeps ASCII bytes
+    out of multi-byte characters)."""
+    import numpy as np  # here: reading a config stays light for the scripts' fast start-up
+
+    data = np.frombuffer(_JSON_STRING.sub('""', text).encode("utf-8"), dtype=np.uint8)
+    if not len(data):
+        return 0
+    opening = (data == ord("[")) | (data == ord("{"))
+    closing = (data == ord("]")) | (data == ord("}"))
+    return max(0, int(np.cumsum(opening.astype(np.int64) - closing).max()))
+
+
+def loads_json(text: str, what: str) -> Any:
+    """`json.loads` for text a user wrote: nesting deeper than MAX_JSON_DEPTH is a ConfigError naming `what`,
+    not a RecursionError. Raises json.JSONDecodeError for text that is not JSON."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ConfigError(f"{what} nests lists/objects more than {MAX_JSON_DEPTH} levels deep: no WanTrainer file "
+                          "does; fix the file")
+    return json.loads(text)
 
 
 def read_json(path: str | os.PathLike, what: str = "config") -> Any:
@@ -75,7 +108,7 @@ def read_json(path: str | os.PathLike, what: str = "config") -> Any:
     except OSError as e:
         raise ConfigError(f"{what} file '{path}' cannot be read ({e.strerror or e}): check its permissions") from None
     try:
-        return json.loads(decode_text(data))
+        return loads_json(decode_text(data), f"{what} file '{path}'")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what} file '{path}' is not UTF-8 text ({e.reason} at byte {e.start}): "
                           "save it as UTF-8") from None
@@ -114,7 +147,7 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
     key, raw = text.split("=", 1)
     parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
     try:
-        value = json.loads(raw)
+        value = loads_json(raw, f"--config-value '{key.strip()}'")
     except json.JSONDecodeError:
         value = raw
     return parts, value
@@ -124,6 +157,7 @@ def apply_override(data: dict[str, Any], parts: list[str | int], value: Any) -> 
     target: Any = data
     for i, part in enumerate(parts[:-1]):
         nxt = parts[i + 1]
+        _check_container(target, parts, i)
         if isinstance(target, list):
             if not isinstance(part, int) or part > len(target):
                 raise ConfigError(f"--config-value: index {part} is out of range in '{'.'.join(map(str, parts))}'")
@@ -134,6 +168,7 @@ def apply_override(data: dict[str, Any], parts: list[str | int], value: Any) -> 
             if part not in target or target[part] is None:
                 target[part] = [] if isinstance(nxt, int) else {}
             target = target[part]
+    _check_container(target, parts, len(parts) - 1)
     last = parts[-1]
     if isinstance(target, list):
         if not isinstance(last, int) or last > len(target):
@@ -144,6 +179,18 @@ def apply_override(data: dict[str, Any], parts: list[str | int], value: Any) -> 
             target[last] = value
     else:
         target[last] = value
+
+
+def _check_container(target: Any, parts: list[str | int], i: int) -> None:
+    """A dotted key may only go into objects and lists: `epochs.x` into a number is a one-line error."""
+    if isinstance(target, (dict, list)):
+        return
+    key, parent = ".".join(map(str, parts)), ".".join(map(str, parts[:i]))
+    if parent == "concepts" and isinstance(target, str):
+        raise ConfigError(f"--config-value '{key}': 'concepts' is the concept file '{target}', not a list: edit "
+                          "that file, or give the whole list (--config-value 'concepts=[{\"path\": ...}]')")
+    raise ConfigError(f"--config-value '{key}': '{parent}' holds {json.dumps(target)}, not an object or list, so "
+                      f"'{parts[i]}' cannot be set inside it: set '{parent}=...' instead")
 
 
 def load_concepts(path: str | os.PathLike) -> list[ConceptConfig]:

@@ -75,8 +75,10 @@ def frame_lengths(frames: int | list[int]) -> list[int]:
 
 
 def resolutions(resolution: list[int] | list[list[int]]) -> list[list[int]]:
-    """The [height, width] pairs of a `resolution` value (one pair or a list of pairs)."""
-    return [list(resolution)] if resolution and isinstance(resolution[0], int) else [list(r) for r in resolution]
+    """The [height, width] pairs of a `resolution` value (one pair or a list of pairs), each once (in the given
+    order: a repeated pair would train every item twice, as a repeated `frames` length would)."""
+    pairs = [list(resolution)] if resolution and isinstance(resolution[0], int) else [list(r) for r in resolution]
+    return [list(pair) for pair in dict.fromkeys(tuple(p) for p in pairs)]
 
 
 def check_clip_options(path: str, config) -> None:
@@ -256,7 +258,7 @@ class EmbeddingConfig(BaseConfig):
     """A textual-inversion embedding of UMT5 (training_method EMBEDDING, or beside a LoRA when `placeholder` is
     set): new input vectors that the placeholder word stands for in captions and prompts."""
 
-    placeholder: str = option("", "The word captions use for the concept, e.g. <sks> (one word, no spaces). EMBEDDING: required; LORA: set it to train an embedding beside the LoRA.")
+    placeholder: str = option("", "The word captions use for the concept, e.g. <sks> (one word, no spaces; matched as a whole word: after whitespace or the start, before whitespace, punctuation or the end, so 'cat' never fires inside 'scattered'). EMBEDDING: required; LORA: set it to train an embedding beside the LoRA.")
     token_count: int = option(1, "How many input vectors the placeholder stands for (1 to 75).")
     initial_embedding_text: str = option("*", "Text whose token embeddings start the vectors (each vector the mean of its share of the tokens; tiled when there are fewer tokens than vectors), e.g. a word close to the concept.")
     learning_rate: float = option(0.0, "Peak learning rate of the vectors (0 = learning_rate); beside a LoRA often higher than the LoRA's, e.g. 1e-3.")
@@ -411,6 +413,8 @@ class TrainConfig(BaseConfig):
     rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
     backup_before_save: bool = option(True, "Write a backup when training ends.")
     continue_last_backup: bool = option(False, "Resume from the newest backup in workspace_dir/backup.")
+    resume_changed_config: bool = option(False, "With continue_last_backup: resume the newest backup although training settings changed since it was written (a warning names them). Without it such a resume is refused, naming the backup and the changes.")
+    resume_fresh_optimizer: bool = option(False, "With continue_last_backup: resume the newest backup's weights, EMA, LR schedule and position but start the optimizer state fresh; the way out when its optimizer files are damaged.")
     tensorboard: bool = option(True, "Write tensorboard scalars to workspace_dir/tensorboard.")
     validate_after: int = option(1, "With concepts of type VALIDATION: measure their loss every N units (0 = never).")
     validate_after_unit: TimeUnit = option(TimeUnit.EPOCH, "STEP, EPOCH, MINUTE or NEVER.")
@@ -471,6 +475,9 @@ class TrainConfig(BaseConfig):
                         "its own average of the weights: set ema OFF")
         if not 0.0 <= self.expert_step_share <= 1.0:
             fail("expert_step_share", f"must be between 0 and 1, got {self.expert_step_share}")
+        if self.save_every and self.save_every_unit == TimeUnit.NEVER:  # else no snapshot is written, silently
+            fail("save_every_unit", f"is NEVER, so save_every {self.save_every} writes no snapshot: set it to STEP, "
+                                    "EPOCH or MINUTE (or save_every to 0)")
         if self.sample_metrics and not self.tensorboard:  # tensorboard is where they go: else it would do nothing
             fail("sample_metrics", "writes to tensorboard: set tensorboard true (or sample_metrics false)")
         if self.lora_plus_ratio and not ADAPTERS[self.peft_type].up_weights:

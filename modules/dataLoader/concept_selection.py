@@ -1,0 +1,23 @@
+"""Which concepts a run trains on or measures, with no model and no heavy imports: the loader's choice and the
+start-up check (scripts/train.py runs it before the trainer is imported) are this one function."""
+from __future__ import annotations
+
+from modules.util.config.loading import load_concepts
+from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.enum import ConceptType
+from modules.util.errors import UserError
+
+
+def concepts_of_type(config: TrainConfig, concept_type: ConceptType) -> list[ConceptConfig]:
+    """The enabled concepts of `concept_type`; none to train on (e.g. only VALIDATION ones) is a one-line
+    UserError, which the trainer's start-up check raises before any model loads."""
+    concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
+    enabled = [c for c in concepts if c.enabled and c.type == concept_type]
+    if not enabled and concept_type == ConceptType.STANDARD:
+        raise UserError("config key 'concepts' has no enabled concept to train on (type STANDARD): add "
+                        "{\"path\": \"my_dataset\"} or set a concept's type to STANDARD")
+    return enabled
+
+
+def check_concepts(config: TrainConfig) -> None:
+    concepts_of_type(config, ConceptType.STANDARD)
