@@ -58,3 +58,16 @@ def test_manual_or_no_gpu_size_changes_nothing(folder_14b):
     cpu = config(folder_14b)
     plan = plan_memory(cpu)  # no gpu_memory_gib, no CUDA device here
     assert plan.config is cpu and plan.changes == {} and "no GPU size" in plan.summary()
+
+
+def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog):
+    import logging
+
+    from modules.modelSetup.memory_plan import apply_memory_plan
+
+    run = config(folder_14b, gpu_memory_gib=24)
+    with caplog.at_level(logging.INFO, logger="modules.modelSetup.memory_plan"):
+        planned = apply_memory_plan(run)
+    assert planned.fp8_base_weights and planned.activation_offload and planned.ffn_chunks == 8
+    assert (planned.resolution, planned.frames, planned.blocks_to_swap) == (run.resolution, run.frames, 0)
+    assert "memory_preset AUTO for 24.0 GiB" in caplog.text and "fits" in caplog.text

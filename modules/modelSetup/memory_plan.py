@@ -106,9 +106,13 @@ def planned_estimate(config: TrainConfig, gpu_gib: float | None) -> tuple[Estima
 
 
 def apply_memory_plan(config: TrainConfig) -> TrainConfig:
-    """Start-up: the planned config, with the choice and what it costs logged."""
-    plan = plan_memory(config)
-    if plan.estimate is not None:
-        log = logger.info if plan.estimate.fits else logger.warning
-        log("%s", plan.summary())
-    return plan.config
+    """Start-up: `config` with AUTO's changes (planned at an E2V dataset's resolution and frames), the choice and
+    its estimate logged."""
+    from modules.util.config.e2v_dataset_config import with_dataset_shapes
+
+    plan = plan_memory(with_dataset_shapes(config))
+    if plan.estimate is None:
+        return config
+    log = logger.info if plan.estimate.fits else logger.warning
+    log("%s", plan.summary())
+    return dataclasses.replace(config, **plan.changes)

@@ -43,6 +43,7 @@ from modules.trainer.backup import (
 )
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.initial_weights import continue_from_embedding
+from modules.modelSetup.memory_plan import apply_memory_plan
 from modules.trainer.preflight import check_paths
 from modules.trainer.resume import TrainerResume
 from modules.trainer.registry import SETUPS, DataKind, data_kind
@@ -102,6 +103,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.kind = kind = data_kind(config)
         kind.check(config)  # e.g. an E2V dataset error stops before any model loads
         self.dist, device_name = init_distributed(config.train_device)
+        if resolve_device(device_name).type == "cuda":  # memory_preset AUTO: the savers this GPU needs
+            self.config = config = apply_memory_plan(config)
         self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:  # one run per workspace; then no live process but this one writes backups there
             self._lock = WorkspaceLock.take(self.workspace)

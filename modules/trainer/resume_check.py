@@ -16,7 +16,10 @@ RESUME_NEUTRAL_KEYS = {"continue_last_backup", "resume_changed_config", "resume_
                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
-                       "save_skip_first", "rolling_save_count", "output_dtype"}
+                       "save_skip_first", "rolling_save_count", "output_dtype",
+                       # memory features that leave the math unchanged (AUTO may pick others on another GPU)
+                       "memory_preset", "gpu_memory_gib", "gradient_checkpointing", "activation_offload", "ffn_chunks",
+                       "checkpoint_attention", "blocks_to_swap", "offload_inactive_expert"}
 RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
 # Keys that decide which tensors are trained and how the optimizer stores them (`option(structural=True)`):
 # a backup written with other values cannot be loaded.
