@@ -49,27 +49,36 @@ class MemoryConfig:
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
     goal_gib: float | None = None
+    # what tests/test_memory_fullsize.py holds it to: the goal, or where the goal is not met (yet) the figure
+    # measured when this row was set plus 2 % (docs/performance.md says what holds each one)
+    limit_gib: float | None = None
+    ci: bool = False  # measured in CI's test suite (each row takes 1-6 minutes on 2 cores)
     note: str = ""
 
 
 SPLIT = dict(ffn_chunks=8, checkpoint_attention=True)  # a block's recompute in parts (modelSetup/chunking.py)
 LIGHT = dict(fp8=True, blocks_to_swap=30, activation_offload=True)  # what docs/performance.md says fits 24 GB
 CONFIGS: dict[str, MemoryConfig] = {
-    "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, note="1.3B 832x480x81, training, GC only"),
-    "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, note="1.3B, GC + ffn_chunks 8 + checkpoint_attention"),
-    "14b_gc": MemoryConfig("14b", goal_gib=45.0, note="14B 832x480x81, GC only (80 GB card, no swap)"),
-    "14b_gc_split": MemoryConfig("14b", **SPLIT, goal_gib=45.0, note="14B, GC + ffn_chunks 8 + checkpoint_attention"),
-    "14b_light": MemoryConfig("14b", **LIGHT, goal_gib=12.0,
+    "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, limit_gib=11.2, note="1.3B 832x480x81, training, GC only"),
+    "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.45, ci=True,
+                                  note="1.3B, GC + ffn_chunks 8 + checkpoint_attention"),
+    "14b_gc": MemoryConfig("14b", goal_gib=45.0, limit_gib=55.3, note="14B 832x480x81, GC only (80 GB card, no swap)"),
+    "14b_gc_split": MemoryConfig("14b", **SPLIT, goal_gib=45.0, limit_gib=49.4,
+                                 note="14B, GC + ffn_chunks 8 + checkpoint_attention"),
+    "14b_light": MemoryConfig("14b", **LIGHT, goal_gib=12.0, limit_gib=21.2,
                               note="14B 832x480x81, fp8 + 30 swapped blocks + activation offload"),
-    "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0,
-                                    note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + checkpoint_attention"),
-    "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, note="5B TI2V 1280x704x121, GC"),
-    "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0,
-                                note="5B TI2V 1280x704x121, GC + ffn_chunks 8 + checkpoint_attention"),
-    "a14b_light": MemoryConfig("14b", **LIGHT, experts=2, offload_inactive_expert=True, goal_gib=12.5,
+    "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0, limit_gib=14.6, ci=True,
+                                    note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + "
+                                         "checkpoint_attention"),
+    "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, limit_gib=26.5,
+                          note="5B TI2V 1280x704x121, GC"),
+    "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0, limit_gib=21.7,
+                                ci=True, note="5B TI2V 1280x704x121, GC + ffn_chunks 8 + checkpoint_attention"),
+    "a14b_light": MemoryConfig("14b", **LIGHT, experts=2, offload_inactive_expert=True, goal_gib=12.5, limit_gib=22.9,
                                note="A14B BOTH, offload_inactive_expert, fp8 + 30 swapped + activation offload"),
     "a14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, experts=2, offload_inactive_expert=True, goal_gib=12.5,
-                                     note="A14B BOTH, offload_inactive_expert, fp8 + swap + offload + split"),
+                                     limit_gib=16.4, note="A14B BOTH, offload_inactive_expert, fp8 + swap + "
+                                                          "activation offload + ffn_chunks 8 + checkpoint_attention"),
 }
 
 
