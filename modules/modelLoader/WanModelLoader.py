@@ -26,6 +26,7 @@ from modules.modelLoader.component_files import (
     load_vae_file,
 )
 from modules.modelLoader.single_file import SingleFile
+from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
@@ -113,6 +114,8 @@ class WanModelLoader:
             vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
             image_encoder_override=config.image_encoder_override,
         )
+        if config.text_encoder_fp8:
+            store_text_encoder_in_fp8(model.text_encoder)
         folder = config.e2v.image_encoder_model_name
         if config.dataset_config and folder and model.image_encoder is None:  # E2V's CLIP from another checkpoint
             model.image_encoder, model.image_processor = self.load_image_encoder(folder, model.train_device,

@@ -20,6 +20,7 @@ from modules.util.enum import (
     BalancingStrategy,
     ConceptType,
     DataParallel,
+    EncoderDevice,
     FrameSampleStrategy,
     DataType,
     EmaMode,
@@ -53,7 +54,7 @@ DEFAULT_LORA_TARGETS = [
 _AT_LEAST_ONE = ("epochs", "batch_size", "gradient_accumulation_steps", "lora_rank", "validation_sigma_count")
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
-                 "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap")
+                 "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap", "gpu_memory_gib")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -316,7 +317,10 @@ class TrainConfig(BaseConfig):
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
-    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
+    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions). Off: caching still tiles when the largest clip's encode would not fit gpu_memory_gib (logged).")
+    text_encoder_caching_device: EncoderDevice = option(EncoderDevice.GPU, "Where UMT5 encodes the captions while the cache is filled: GPU (the train device, 10.6 GiB in bf16 for UMT5-XXL, one encoder at a time) or CPU (slow, no device memory). A trained embedding still moves it to the GPU for training.")
+    text_encoder_fp8: bool = option(False, "Store UMT5's Linear weights as float8 (e4m3, one scale per output channel), dequantized per layer: about half the memory of bf16; its embeddings differ slightly, so cached captions are encoded again.")
+    gpu_memory_gib: float = option(0.0, "The device memory to plan for, in GiB (0 = the detected GPU's). Decides when caching tiles the VAE.")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
     ema: EmaMode = option(EmaMode.OFF, "Keep an exponential moving average of the trained weights: OFF, GPU (on the train device) or CPU (host memory).")
     ema_decay: float = option(0.999, "EMA: weight of the old average at each update.")
