@@ -35,6 +35,7 @@ class Ledger:
         self.names = {id(m): n for n, m in encoder_placement.encoder_modules(model).items() if m is not None}
         self.where = {n: "cpu" for n in self.names.values()}
         self.calls: list[tuple[str, frozenset]] = []
+        self.moves = 0
         monkeypatch.setattr(encoder_placement, "device_of", lambda m: torch.device(self.where[self.names[id(m)]]))
         monkeypatch.setattr(encoder_placement, "place", self._place)
         monkeypatch.setattr(encoder_placement, "evict",
@@ -44,6 +45,7 @@ class Ledger:
 
     def _place(self, module, device):
         self.where[self.names[id(module)]] = str(device)
+        self.moves += 1
 
     def _spy(self, encode, name):
         def call(*args, **kwargs):
@@ -103,12 +105,14 @@ def test_caching_runs_the_encoders_one_at_a_time_and_fills_the_same_cache(i2v, c
 
     # warm: no encoder runs and none is moved
     ledger.calls.clear()
+    ledger.moves = 0
+    ledger.where = dict.fromkeys(ledger.where, "cpu")
     i2v.train_device = FAKE_GPU
     try:
         base_loader(i2v, clips, tmp_path / "phased").prepare()
     finally:
         i2v.train_device = torch.device("cpu")
-    assert ledger.calls == []
+    assert ledger.calls == [] and ledger.moves == 0
 
 
 def test_umt5_can_encode_on_the_cpu_while_caching(i2v, clips, tmp_path, monkeypatch):

@@ -134,8 +134,7 @@ def prefill(items: Iterable[Any], stops_of: Callable[[Any], list[tuple[str, int]
     skips and counts it)."""
     items = list(items)
     phases = sorted({(ENCODERS.index(e), e) for item in items for e, _ in stops_of(item)})
-    for _, encoder in phases:
-        placement.use(encoder)
+    for _, encoder in phases:  # the encoding modules call placement.use() on a miss: a warm cache moves nothing
         for item in tqdm(until_stopped(items, should_stop), total=len(items), unit="item",
                          desc=f"caching ({encoder})", disable=not show or not items):
             stop = dict(stops_of(item)).get(encoder)
