@@ -101,6 +101,6 @@ def test_loading_a_transformer_holds_its_weights_once(tmp_path, source):
     result, proc = run_script(args + (["--single-file"] if source == "single file" else []), tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert result["source"] == source and result["layers"] == 1
-    assert result["loaded_bytes"] == result["weights_bytes"] > 2 ** 29
+    assert result["loaded_bytes"] == result["weights_bytes"] > 2 ** 28
     assert result["load_rss_over_weights"] <= 1.2
     assert not (tmp_path / "model" / "transformer").exists()
