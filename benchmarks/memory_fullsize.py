@@ -215,6 +215,79 @@ def _step(counter, setup, params, optimizer, inputs, step: int, max_grad_norm: f
     return {k: round(v / 2 ** 30, 3) if k != "expert" else v for k, v in live.items()}
 
 
+# UMT5-XXL, Wan's text encoder (Wan-AI/Wan2.1-*-Diffusers text_encoder/config.json): 5.68 B parameters
+UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                relative_attention_num_buckets=32, relative_attention_max_distance=128, feed_forward_proj="gated-gelu",
+                dense_act_fn="gelu_new", is_gated_act=True, tie_word_embeddings=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class CachingConfig:
+    """The caching phase of a Wan 2.1 run: UMT5-XXL encodes a 512-token caption, the Wan 2.1 VAE a clip."""
+
+    width: int = 832
+    height: int = 480
+    frames: int = 81
+    one_at_a_time: bool = True  # each encoder on the GPU only while it encodes (False: both at once)
+    text_encoder_on_gpu: bool = True  # False: UMT5 encodes on the CPU
+    vae_tiling: bool = False
+    note: str = ""
+
+
+CACHING: dict[str, CachingConfig] = {
+    "caching_together": CachingConfig(one_at_a_time=False, note="UMT5 and the VAE on the GPU at once"),
+    "caching": CachingConfig(note="one encoder at a time"),
+    "caching_tiled": CachingConfig(vae_tiling=True, note="one at a time, VAE tiling"),
+    "caching_umt5_cpu_tiled": CachingConfig(text_encoder_on_gpu=False, vae_tiling=True,
+                                            note="UMT5 on the CPU, VAE tiling"),
+}
+
+
+def measure_caching(name: str) -> dict:
+    """The encoders' peak on the fake GPU: UMT5-XXL in bf16 on 512 tokens, then (or with it) the Wan 2.1 VAE in
+    bf16 encoding one clip through `WanModel.encode_video`, as the cache is filled."""
+    import torch
+    from diffusers import AutoencoderKLWan
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from benchmarks.device_memory import DeviceMemoryCounter
+    from benchmarks.fake_cuda import fake_cuda_patches
+    from modules.model.WanModel import WanModel
+
+    spec = CACHING[name]
+    started = time.perf_counter()
+    cuda, dtype = torch.device("cuda"), torch.bfloat16
+    with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+        counter = DeviceMemoryCounter("cuda")
+        with counter:
+            text_encoder = UMT5EncoderModel(UMT5Config(**UMT5_XXL)).to(dtype).eval()
+            vae = AutoencoderKLWan().to(dtype).eval()  # its defaults are Wan 2.1's VAE
+            if spec.vae_tiling:
+                vae.enable_tiling()
+            counter.watch([text_encoder, vae])
+            if not spec.one_at_a_time:
+                text_encoder.to(cuda)
+                vae.to(cuda)
+            counter.set_phase("text_encoder")
+            device = cuda if spec.text_encoder_on_gpu else torch.device("cpu")
+            text_encoder.to(device)
+            tokens = torch.ones((1, 512), dtype=torch.long, device=device)
+            text_encoder(input_ids=tokens, attention_mask=torch.ones_like(tokens)).last_hidden_state.to(cuda)
+            if spec.one_at_a_time:
+                text_encoder.to("cpu")
+            counter.set_phase("vae")
+            vae.to(cuda)
+            model = WanModel.__new__(WanModel)
+            model.vae = vae
+            clip = torch.zeros((1, 3, spec.frames, spec.height, spec.width), device=cuda)
+            WanModel.encode_video(model, clip)
+        result = counter.result()
+        counter.close()
+    return {"config": name, "note": spec.note, **dataclasses.asdict(spec), "measured": result,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
 def run_in_subprocess(name: "str | MemoryConfig", timeout: float = 1800) -> dict:
     """Each configuration in a fresh process: the fake device must be set up before torch is imported."""
     args = ["--config", name] if isinstance(name, str) else ["--spec", json.dumps(dataclasses.asdict(name))]
@@ -227,7 +300,7 @@ def run_in_subprocess(name: "str | MemoryConfig", timeout: float = 1800) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", choices=sorted(CONFIGS))
+    parser.add_argument("--config", choices=sorted(CONFIGS) + sorted(CACHING))
     parser.add_argument("--spec", help="a configuration as JSON (the fields of MemoryConfig)")
     parser.add_argument("--all", action="store_true", help="every configuration, each in its own process")
     parser.add_argument("--list", action="store_true")
@@ -251,7 +324,10 @@ def main() -> int:
         import logging
 
         logging.basicConfig(level=logging.WARNING)
-        text = json.dumps(measure(args.config or MemoryConfig(**json.loads(args.spec))))
+        if args.config in CACHING:
+            text = json.dumps(measure_caching(args.config))
+        else:
+            text = json.dumps(measure(args.config or MemoryConfig(**json.loads(args.spec))))
     else:
         parser.error("give --config NAME, --all or --list")
     print(text)

@@ -90,3 +90,17 @@ def test_gpu_step_smoke_of_the_5b_ti2v_on_cpu(tmp_path):
     assert result["status"] == "ok" and result["per_token_timesteps"] is True
     assert result["latent_shape"] == [48, 3, 4, 4] and result["tokens"] == 3 * 2 * 2  # 64x64x9 -> 16x -> 2x2 patches
     assert result["loss"] is not None and result["estimate_training_gib"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["folder", "single file"])
+def test_loading_a_transformer_holds_its_weights_once(tmp_path, source):
+    """benchmarks/host_memory.py on one real-width block of the 5B (~0.6 GB): the load's resident set, every weight
+    read, stays within 1.2x the weights' bytes (a second copy would be 2x); the written folder is deleted."""
+    args = ["benchmarks/host_memory.py", "--layers", "1", "--folder", str(tmp_path / "model")]
+    result, proc = run_script(args + (["--single-file"] if source == "single file" else []), tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert result["source"] == source and result["layers"] == 1
+    assert result["loaded_bytes"] == result["weights_bytes"] > 2 ** 28
+    assert result["load_rss_over_weights"] <= 1.2
+    assert not (tmp_path / "model" / "transformer").exists()

@@ -37,6 +37,7 @@ from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.concept_selection import concepts_of_type
 from modules.dataLoader.discovery import RawSample
+from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
@@ -89,9 +90,13 @@ class EncoderIdentities:
         def identity(name: str) -> str:
             return component_fingerprint(model.component_source(name))
 
-        return cls(vae=[PREPROCESS_VERSION, identity("vae"), str(model.vae.dtype)],
+        # options that change the encoded values extend the identity (so a plain run keeps its keys)
+        tiled = ["tiled"] if getattr(model.vae, "use_tiling", False) else []
+        fp8 = ["fp8_e4m3fn:CHANNEL"] if any(p.dtype == torch.float8_e4m3fn for p in model.text_encoder.parameters()) \
+            else []
+        return cls(vae=[PREPROCESS_VERSION, identity("vae"), str(model.vae.dtype), *tiled],
                    text=[PREPROCESS_VERSION, identity("text_encoder"), identity("tokenizer"),
-                         str(model.text_encoder.dtype)],
+                         str(model.text_encoder.dtype), *fp8],
                    clip=[PREPROCESS_VERSION, identity("image_encoder")])
 
 
@@ -165,15 +170,18 @@ class EncodeFirstFrameClip(PipelineModule):
 
     inputs = ("video_frames",)
     outputs = ("clip_embeds",)
+    encoder = "clip"
 
-    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter):
-        self.model, self.identity, self.counter = model, identity, counter
+    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter, placement=None):
+        self.model, self.identity, self.counter, self.placement = model, identity, counter, placement
 
     def cache_identity(self) -> Any:
         return self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
+        if self.placement is not None:
+            self.placement.use(self.encoder)
         first = ((item["video_frames"][:, 0].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
         return {"clip_embeds": self.model.encode_images([first.numpy()])[0]}
 
@@ -211,6 +219,7 @@ class WanBaseDataLoader:
         self.uses_image_condition = model.variant.channel_concat_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
         self.counter = EncoderCounter()
+        self.placement = placement_for(config, model)  # caching: one encoder on the device at a time
         self.options = [(concept, concept_options(concept, config)) for concept in self.concepts()]
         run = concept_options(ConceptConfig(), config)  # what a concept without overrides trains on
         # A concept that trains other windows, lengths or resolutions than the run's single default makes each
@@ -249,7 +258,8 @@ class WanBaseDataLoader:
         vae_identity, text_identity = identities.vae, identities.text
         decode = DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
                             config.aspect_bucketing, self.augmentation, per_epoch, config.max_frame_pixels)
-        video = [decode, EncodePosterior(model, "video_frames", "latent", vae_identity, counter)]
+        placement = self.placement
+        video = [decode, EncodePosterior(model, "video_frames", "latent", vae_identity, counter, placement)]
         outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
         if config.masked_training:  # cached with the latents, keyed by the mask file too
             variant = model.variant
@@ -257,12 +267,14 @@ class WanBaseDataLoader:
                                     decode.name, per_epoch))
             outputs.append("latent_mask")
         if self.uses_image_condition:
-            video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
+            video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter,
+                                                                    placement)]
             outputs.append("condition_mean")
         if self.uses_clip:
-            video.append(EncodeFirstFrameClip(model, identities.clip, counter))
+            video.append(EncodeFirstFrameClip(model, identities.clip, counter, placement))
             outputs.append("clip_embeds")
-        self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
+        self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter,
+                                             placement=placement)
         text = [self.caption_encoder]
         sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp"]
         if not config.latent_caching:
@@ -270,8 +282,9 @@ class WanBaseDataLoader:
         video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
         if config.masked_training:
             video_key.append("mask_fp")
-        stages = [CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video"),
-                  CacheStage(text, ["caption"], self.cache, "text", name="text")]
+        # text first: caching runs every caption through UMT5 before the first clip meets the VAE (`prefill`)
+        stages = [CacheStage(text, ["caption"], self.cache, "text", name="text"),
+                  CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video")]
         return Pipeline(sources, stages, config.seed), stages
 
     # --- discovery and caching ---------------------------------------------------------------------
@@ -292,10 +305,11 @@ class WanBaseDataLoader:
                     continue
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
                           "caption": planned.caption, "clip": planned.clip, **mask}
-                keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
+                keys = {stage.name: stage.key_for(source) for stage in self.stages}
                 varied = planned.clip["start"] is None or self.augmentation.enabled
                 variations = self.variations if varied else 1
-                raw.append((TrainingItem(planned.sample, len(raw), source, None, *keys,
+                raw.append((TrainingItem(planned.sample, len(raw), source, None, keys.get("video", ""),
+                                         keys.get("text", ""),
                                          loss_weight=options.loss_weight, group=concept.display_name(),
                                          variations=variations, caption_dropout=self._caption_dropout(options)),
                             number))
@@ -337,8 +351,25 @@ class WanBaseDataLoader:
                         if key:
                             self.cache.delete(key)
             self.dist.barrier()
+        with self.placement.caching():
+            usable = self._encode_all(raw)
+        self._place(usable)
+        if not self.items:
+            purpose = "training" if self.concept_type == ConceptType.STANDARD else "validation"
+            raise UserError(f"no usable {purpose} sample in the {self.concept_type.name} concepts "
+                            f"({self.skips.summary()}): check the dataset")
+        self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
+                              self.skips)
+        logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
+
+    def _encode_all(self, raw: list[tuple[TrainingItem, int]]) -> list[list[TrainingItem]]:
+        """Every item's cache entries filled (encoder by encoder, then the rest per item); the usable items per
+        concept."""
+        share = raw[self.dist.rank::self.dist.world_size] if self.dist.enabled else raw
+        prefill([item for item, _ in share], lambda item: phase_stops(self.pipelines[item.variations].modules),
+                self._run, lambda item: item.variations, self.placement, self.should_stop, self.dist.is_main)
         if self.dist.enabled:  # each rank encodes its share of the cache misses, then all read the cache
-            for item, _ in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
+            for item, _ in until_stopped(share, self.should_stop):
                 self._cache_item(item, SkipCounter())
             self.dist.barrier()
         usable: list[list[TrainingItem]] = [[] for _ in self.options]
@@ -350,14 +381,7 @@ class WanBaseDataLoader:
             if fields is not None:
                 usable[number].append(item)
                 self._warn_once(item, fields)
-        self._place(usable)
-        if not self.items:
-            purpose = "training" if self.concept_type == ConceptType.STANDARD else "validation"
-            raise UserError(f"no usable {purpose} sample in the {self.concept_type.name} concepts "
-                            f"({self.skips.summary()}): check the dataset")
-        self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
-                              self.skips)
-        logger.info("%d training items in %d buckets", len(self.items), len({i.bucket for i in self.items}))
+        return usable
 
     def _place(self, usable: list[list[TrainingItem]]) -> None:
         """The item list: per concept, its items with `copies_for` copies each (item-major, as plain repeats

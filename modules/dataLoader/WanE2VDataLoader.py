@@ -44,6 +44,7 @@ from modules.dataLoader.e2v.modules import (
     EncodeClipElement,
     LoadReferences,
 )
+from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.e2v.plan import e2v_windows, windowed
@@ -116,8 +117,9 @@ class WanE2VDataLoader:
         self.background = config.transparent_background
         # random_flip mirrors a video and its VAE references together; cached as cache_variations variants
         self.flip = config.random_flip and config.cache_variations > 0 and concept_type == ConceptType.STANDARD
-        self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes)
-                                 for d in self.datasets]
+        self.placement = placement_for(config, model)  # caching: one encoder on the device at a time
+        self.caption_encoders = [EncodeCaption(model, self._text_identity, d.remove_common_llm_caption_prefixes,
+                                               placement=self.placement) for d in self.datasets]
         self.decoders: list[DecodeTargetVideo] = []  # per dataset: plans how many video frames a window holds
         self.max_pixels = config.max_frame_pixels
         self.planner = ItemPlanner(self.fps, self.background, self.cache, config.seed, self.max_pixels)  # probes windowed videos
@@ -135,12 +137,12 @@ class WanE2VDataLoader:
 
     def _pipeline(self, dataset: E2VDatasetConfig, text: EncodeCaption) -> Pipeline:
         height, width = self._resolution(dataset)
-        model = self.model
+        model, placement = self.model, self.placement
         decode = DecodeTargetVideo(dataset, self.fps, self.layout, height, width, self.flip, self.max_pixels)
         self.decoders.append(decode)
         is_windowed = windowed(dataset)
         random_window = dataset.frame_sample_strategy == FrameSampleStrategy.RANDOM
-        encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity)
+        encode_video = EncodePosterior(model, "video_frames", "video", self._vae_identity, placement=placement)
         references = LoadReferences(dataset, height, width, self.background, self.flip, self.max_pixels)
         vae = dataset.processors.vae
         variations = 4 if vae.frame_conditioning == "random" else 1
@@ -156,8 +158,9 @@ class WanE2VDataLoader:
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
                 [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
-                 EncodePosterior(model, "condition_clip", "condition", self._vae_identity), BuildJointClip(),
-                 EncodePosterior(model, "target_clip", "video", self._vae_identity), *mask],
+                 EncodePosterior(model, "condition_clip", "condition", self._vae_identity, placement=placement),
+                 BuildJointClip(), EncodePosterior(model, "target_clip", "video", self._vae_identity,
+                                                   placement=placement), *mask],
                 ["video_fp", "element_fps", "num_reference_frames", *window_key, *mask_key], self.cache, "e2v-joint",
                 variations, outputs=["num_frames", "video_mean", "video_std", "condition_mean", "condition_std",
                                      "pixel_mask", *mask_output],
@@ -170,14 +173,14 @@ class WanE2VDataLoader:
             if self.uses_vae:
                 stages.append(CacheStage(
                     [references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
-                     EncodePosterior(model, "condition_clip", "condition", self._vae_identity)],
+                     EncodePosterior(model, "condition_clip", "condition", self._vae_identity, placement=placement)],
                     ["element_fps", "num_frames"], self.cache, "e2v-condition", variations,
                     outputs=["condition_mean", "condition_std", "pixel_mask"], name="condition"))
         if self.uses_clip:
             for element in dataset.elements:
                 if element.in_clip:
                     stages.append(CacheStage([EncodeClipElement(model, dataset, element.name, self._clip_identity,
-                                                                self.background, self.max_pixels)],
+                                                                self.background, self.max_pixels, placement)],
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
@@ -201,23 +204,32 @@ class WanE2VDataLoader:
                 self.skips.record(path, "missing element", reason)
             for sample in samples:
                 raw += self._sources(index, len(raw), dataset, sample)
-        if self.dist.enabled:  # each rank fills its share of the cache first
-            for item in until_stopped(raw[self.dist.rank::self.dist.world_size], self.should_stop):
-                self._bucket(item, SkipCounter())
-            self.dist.barrier()
-        self.items = []
-        for item in tqdm(until_stopped(raw, self.should_stop), total=len(raw), desc="caching E2V", unit="sample",
-                         disable=not raw or not self.dist.is_main):
-            if self._bucket(item, self.skips):
-                self.items.append(item)
-                self.caption_encoders[item.dataset].check_length(item.source["caption"], item.source["video_path"],
-                                                                 self.skips)
+        with self.placement.caching():
+            self.items = self._encode_all(raw)
         if not self.items:
             raise UserError(f"no usable E2V sample ({self.skips.summary()}): check the dataset folder and element suffixes")
         self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
                               self.skips)
         logger.info("%d E2V samples in %d buckets (pathways: %s, target layout: %s)", len(self.items),
                     len({i.bucket for i in self.items}), self.e2v_type, self.layout)
+
+    def _encode_all(self, raw: list[E2VItem]) -> list[E2VItem]:
+        """Every item's cache entries filled (encoder by encoder: captions, VAE, CLIP); the usable items."""
+        share = raw[self.dist.rank::self.dist.world_size] if self.dist.enabled else raw
+        prefill(share, lambda item: phase_stops(self.pipelines[item.dataset].modules), self._run, self._variants,
+                self.placement, self.should_stop, self.dist.is_main)
+        if self.dist.enabled:  # each rank fills its share of the cache first
+            for item in until_stopped(share, self.should_stop):
+                self._bucket(item, SkipCounter())
+            self.dist.barrier()
+        items = []
+        for item in tqdm(until_stopped(raw, self.should_stop), total=len(raw), desc="caching E2V", unit="sample",
+                         disable=not raw or not self.dist.is_main):
+            if self._bucket(item, self.skips):
+                items.append(item)
+                self.caption_encoders[item.dataset].check_length(item.source["caption"], item.source["video_path"],
+                                                                 self.skips)
+        return items
 
     def _sources(self, index: int, position: int, dataset: E2VDatasetConfig, sample) -> list[E2VItem]:
         """The items of a sample: one per frame window of its video (HEAD: one), the references the same."""
@@ -253,9 +265,9 @@ class WanE2VDataLoader:
         except OSError as e:
             raise DataError(sample.mask_path, f"cannot read the mask ({e})", BAD_MASK) from None
 
-    def _run(self, item: E2VItem, epoch: int) -> dict[str, Any]:
+    def _run(self, item: E2VItem, epoch: int, stop: int | None = None) -> dict[str, Any]:
         pipeline = self.pipelines[item.dataset]
-        return pipeline.run(item.source, pipeline.context(item.position, epoch))
+        return pipeline.run(item.source, pipeline.context(item.position, epoch), stop=stop)
 
     def _variation(self, item: E2VItem, epoch: int) -> int:
         """Which cached variant an epoch uses (random frame conditioning keeps several)."""
@@ -264,7 +276,7 @@ class WanE2VDataLoader:
 
     def _bucket(self, item: E2VItem, skips: SkipCounter) -> bool:
         """Encode the item (every cached variant, so no epoch runs an encoder) and set its bucket."""
-        variants = max((stage.variations for stage in self.pipelines[item.dataset].modules), default=1)
+        variants = self._variants(item)
         try:
             fields = self._run(item, 0)
             for variation in range(1, variants):
@@ -276,6 +288,10 @@ class WanE2VDataLoader:
         clips = tuple(name for name in self._clip_names(item) if fields[f"clip_{name}"].shape[0])
         item.bucket = (item.dataset, int(fields["num_frames"]), k, clips, *self._resolution(self.datasets[item.dataset]))
         return True
+
+    def _variants(self, item: E2VItem) -> int:
+        """How many cached variants the item's stages hold (the most of any stage)."""
+        return max((stage.variations for stage in self.pipelines[item.dataset].modules), default=1)
 
     def _clip_names(self, item: E2VItem) -> list[str]:
         if not self.uses_clip:

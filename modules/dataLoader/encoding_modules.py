@@ -38,8 +38,12 @@ def strip_llm_prefix(caption: str) -> str:
 class EncodePosterior(PipelineModule):
     """VAE posterior (raw mean and std) of one pixel clip — one call, never pieces (§3.2–3.3)."""
 
-    def __init__(self, model: WanModel, source: str, prefix: str, identity: Any, counter: EncoderCounter | None = None):
+    encoder = "vae"
+
+    def __init__(self, model: WanModel, source: str, prefix: str, identity: Any, counter: EncoderCounter | None = None,
+                 placement=None):
         self.model, self.identity, self.counter = model, identity, counter or EncoderCounter()
+        self.placement = placement  # an EncoderPlacement: this encoder onto the device first (while caching)
         self.name = f"EncodePosterior[{prefix}]"
         self.inputs, self.outputs = (source,), (f"{prefix}_mean", f"{prefix}_std")
 
@@ -48,6 +52,8 @@ class EncodePosterior(PipelineModule):
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
+        if self.placement is not None:
+            self.placement.use(self.encoder)
         mean, std = self.model.encode_video(item[self.inputs[0]][None])
         return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
 
@@ -63,10 +69,12 @@ class EncodeCaption(PipelineModule):
 
     inputs = ("caption",)
     outputs = ("prompt_embeds",)
+    encoder = "text"
 
-    def __init__(self, model: WanModel, identity: Any, strip_prefixes: bool, counter: EncoderCounter | None = None):
+    def __init__(self, model: WanModel, identity: Any, strip_prefixes: bool, counter: EncoderCounter | None = None,
+                 placement=None):
         self.model, self.identity, self.strip_prefixes = model, identity, strip_prefixes
-        self.counter = counter or EncoderCounter()
+        self.counter, self.placement = counter or EncoderCounter(), placement
 
     def cache_identity(self) -> Any:
         return [self.identity, self.strip_prefixes]
@@ -77,6 +85,8 @@ class EncodeCaption(PipelineModule):
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
+        if self.placement is not None:
+            self.placement.use(self.encoder)
         return {"prompt_embeds": encode_caption(self.model, self.text(item["caption"]))}
 
     def check_length(self, caption: str, name: str | os.PathLike, skips: SkipCounter) -> None:

@@ -28,6 +28,7 @@ from modules.modelLoader.component_files import (
 )
 from modules.modelLoader.base_loras import merge_base_loras
 from modules.modelLoader.single_file import SingleFile
+from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
@@ -123,6 +124,8 @@ class WanModelLoader:
             vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
             image_encoder_override=config.image_encoder_override, base_loras=config.base_loras,
         )
+        if config.text_encoder_fp8:
+            store_text_encoder_in_fp8(model.text_encoder)
         folder = config.e2v.image_encoder_model_name
         if config.dataset_config and folder and model.image_encoder is None:  # E2V's CLIP from another checkpoint
             model.image_encoder, model.image_processor = self.load_image_encoder(folder, model.train_device,

@@ -87,6 +87,13 @@ def store_linears_in_fp8(model: torch.nn.Module, compute_dtype: torch.dtype, mod
     return count
 
 
+def store_text_encoder_in_fp8(encoder: torch.nn.Module) -> int:
+    """`text_encoder_fp8`: UMT5's Linear weights in e4m3 with one scale per output channel (the smallest rounding
+    error), computed in the encoder's own dtype; its embedding table and norms stay as they are."""
+    dtype = next(p.dtype for p in encoder.parameters() if p.dtype.is_floating_point and p.dtype != FP8)
+    return store_linears_in_fp8(encoder, dtype, Fp8Scale.CHANNEL)
+
+
 def stored_weights(model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
     """Module name -> (stored e4m3 tensor, scale or None) of every fp8 Linear (for tests and tools)."""
     out = {}

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.dataLoader.encoder_placement import park_after_caching, place_before_caching
 from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import WanModel
@@ -29,7 +30,8 @@ from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.ema import WeightEMA
-from modules.modelSetup.memory import enable_vae_tiling, release_from_device
+from modules.modelSetup.memory import enable_vae_tiling
+from modules.modelSetup.vae_memory import caching_needs_tiling
 from modules.model.step_inputs import StepRandom
 from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
@@ -114,16 +116,14 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self._status("loading model")
         device = resolve_device(device_name)
         self.model = WanModelLoader().load_for_config(config, device)
-        if config.vae_tiling:
+        if config.vae_tiling or caching_needs_tiling(config, self.model):  # before the loaders key their caches on it
             enable_vae_tiling(self.model.vae)
         full_train = kind.prepare_model(self.model, config)  # E2V on a T2V base: the expanded input layout
         method = SETUPS[config.training_method]
         self.setup = method.setup(self.model, config, full_train)
 
         self._status("preparing data")
-        for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder):
-            if module is not None:
-                module.to(device)
+        place_before_caching(config, self.model)  # with latent caching each encoder comes in for its phase
         self.data = kind.loader(config, self.model, self.skips, self.dist,
                                 should_stop=lambda: self.commands.stop_requested)
         validation_data = kind.loader(config, self.model, self.skips, self.dist,
@@ -174,12 +174,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
     def _park_encoders(self) -> None:
         """With latent caching the encoders are not needed until sampling: off the GPU, to free it for training.
         A trained embedding keeps UMT5 there: captions holding its placeholder are encoded in each step."""
-        if not self.config.latent_caching:
-            return
-        keep_text = self.setup is not None and self.setup.embedding_training is not None
-        # moved, garbage collected, and the GPU's caching allocator emptied: the memory really returns
-        release_from_device((None if keep_text else self.model.text_encoder, self.model.image_encoder),
-                            self.model.train_device)
+        park_after_caching(self.config, self.model,
+                           keep_text=self.setup is not None and self.setup.embedding_training is not None)
 
     def _start_log_file(self) -> None:
         log_dir = self.workspace / "logs"

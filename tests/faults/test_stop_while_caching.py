@@ -32,7 +32,7 @@ def test_a_stop_while_caching_ends_the_run_before_any_step_or_backup(tiny_model,
     trainer.close()
     assert stopped.value.path is None
     assert stopped.value.reason.startswith("caching stopped after 1 of 3 samples")
-    assert trainer.data.encoder_calls == 2  # the first clip's video and caption; nothing after the stop
+    assert trainer.data.encoder_calls == 1  # the first caption (captions go first, issue #24); nothing after the stop
     assert trainer.progress.global_step == 0
     assert not (tmp_path / "workspace" / "backup").exists()
     assert not (tmp_path / "output").exists()
@@ -41,4 +41,4 @@ def test_a_stop_while_caching_ends_the_run_before_any_step_or_backup(tiny_model,
                                                                    epochs=1)))
     again.start()
     again.close()
-    assert again.data.encoder_calls == 2 * 3 - 2  # the clip cached before the stop is reused
+    assert again.data.encoder_calls == 2 * 3 - 1  # the caption cached before the stop is reused

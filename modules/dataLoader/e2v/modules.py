@@ -185,11 +185,13 @@ class EncodeClipElement(PipelineModule):
     """CLIP second-to-last hidden state of one element, encoded on its own (§2, §5); (0, D) if absent."""
 
     inputs = ("element_paths",)
+    encoder = "clip"
 
     def __init__(self, model: WanModel, dataset: E2VDatasetConfig, element_name: str, identity: Any,
-                 background: Sequence[int] = WHITE, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
+                 background: Sequence[int] = WHITE, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, placement=None):
         self.model, self.dataset, self.identity, self.background = model, dataset, identity, list(background)
         self.max_pixels = max_pixels
+        self.placement = placement  # an EncoderPlacement: CLIP onto the device first (while caching)
         self.element = next(e for e in dataset.elements if e.name == element_name)
         self.name = f"EncodeClip[{element_name}]"
         self.outputs = (f"clip_{element_name}",)
@@ -204,6 +206,8 @@ class EncodeClipElement(PipelineModule):
         if path is None:
             return {self.outputs[0]: torch.zeros(0, width_out)}
         height, width = self.dataset.processors.clip.resolution
+        if self.placement is not None:
+            self.placement.use(self.encoder)
         image = preprocess(read_image(path, self.background, self.max_pixels), self.dataset.clip_preprocess(self.element), height, width)
         return {self.outputs[0]: self.model.encode_images([image])[0]}
 

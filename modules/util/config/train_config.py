@@ -21,6 +21,7 @@ from modules.util.enum import (
     BalancingStrategy,
     ConceptType,
     DataParallel,
+    EncoderDevice,
     MemoryPreset,
     FrameSampleStrategy,
     DataType,
@@ -347,7 +348,7 @@ class TrainConfig(BaseConfig):
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
     compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
     memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit the GPU (gpu_memory_gib, else the detected card): activation_offload, ffn_chunks with checkpoint_attention, fp8_base_weights, offload_inactive_expert, then blocks_to_swap, and vae_tiling when caching is the peak; the choice and its cost are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
-    gpu_memory_gib: float = option(0.0, "The GPU memory AUTO plans for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing).")
+    gpu_memory_gib: float = option(0.0, "The GPU memory to plan for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing): memory_preset AUTO's plan, and when caching tiles the VAE.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs gradient_checkpointing).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
@@ -356,7 +357,9 @@ class TrainConfig(BaseConfig):
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
-    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions).")
+    vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions). Off: caching still tiles when the largest clip's encode would not fit gpu_memory_gib (logged).")
+    text_encoder_caching_device: EncoderDevice = option(EncoderDevice.GPU, "Where UMT5 encodes the captions while the cache is filled: GPU (the train device, 10.6 GiB in bf16 for UMT5-XXL, one encoder at a time) or CPU (slow, no device memory). A trained embedding still moves it to the GPU for training.")
+    text_encoder_fp8: bool = option(False, "Store UMT5's Linear weights as float8 (e4m3, one scale per output channel), dequantized per layer: about half the memory of bf16; its embeddings differ slightly, so cached captions are encoded again.")
     seed: int = option(42, "Seed of everything random in a run (data order, noise, sigma).")
     ema: EmaMode = option(EmaMode.OFF, "Keep an exponential moving average of the trained weights: OFF, GPU (on the train device) or CPU (host memory).")
     ema_decay: float = option(0.999, "EMA: weight of the old average at each update.")

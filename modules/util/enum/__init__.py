@@ -148,3 +148,10 @@ class DataParallel(Enum):
 
     DDP = "DDP"  # every GPU holds the whole model; gradients are averaged
     FSDP = "FSDP"  # FINE_TUNE: weights, gradients and optimizer state sharded across the GPUs (FSDP2)
+
+
+class EncoderDevice(Enum):
+    """Where an encoder runs while the cache is filled (text_encoder_caching_device)."""
+
+    GPU = "GPU"  # the train device
+    CPU = "CPU"  # host memory: slow, but no device memory
