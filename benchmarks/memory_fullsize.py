@@ -62,6 +62,8 @@ CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, limit_gib=11.2, note="1.3B 832x480x81, training, GC only"),
     "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.45, ci=True,
                                   note="1.3B, GC + ffn_chunks 8 + checkpoint_attention"),
+    "1.3b_auto8": MemoryConfig("1.3b", **SPLIT, activation_offload=True, goal_gib=7.5, limit_gib=7.5,
+                               note="1.3B, what AUTO picks for an 8 GiB card (with caching_umt5_cpu: the whole run)"),
     "14b_gc": MemoryConfig("14b", goal_gib=45.0, limit_gib=55.3, note="14B 832x480x81, GC only (80 GB card, no swap)"),
     "14b_gc_split": MemoryConfig("14b", **SPLIT, goal_gib=45.0, limit_gib=49.4,
                                  note="14B, GC + ffn_chunks 8 + checkpoint_attention"),
@@ -238,6 +240,7 @@ CACHING: dict[str, CachingConfig] = {
     "caching_together": CachingConfig(one_at_a_time=False, note="UMT5 and the VAE on the GPU at once"),
     "caching": CachingConfig(note="one encoder at a time"),
     "caching_tiled": CachingConfig(vae_tiling=True, note="one at a time, VAE tiling"),
+    "caching_umt5_cpu": CachingConfig(text_encoder_on_gpu=False, note="UMT5 on the CPU (AUTO's choice for 8 GiB)"),
     "caching_umt5_cpu_tiled": CachingConfig(text_encoder_on_gpu=False, vae_tiling=True,
                                             note="UMT5 on the CPU, VAE tiling"),
 }
@@ -280,7 +283,8 @@ def measure_caching(name: str) -> dict:
             vae.to(cuda)
             model = WanModel.__new__(WanModel)
             model.vae = vae
-            clip = torch.zeros((1, 3, spec.frames, spec.height, spec.width), device=cuda)
+            # the loader's clip arrives in float32 on the CPU; encode_video moves it in the VAE's dtype
+            clip = torch.zeros((1, 3, spec.frames, spec.height, spec.width))
             WanModel.encode_video(model, clip)
         result = counter.result()
         counter.close()

@@ -31,9 +31,6 @@ from modules.util.errors import UserError
 
 GIB = 2 ** 30
 HEADROOM_GIB = 0.5  # CUDA context and allocator slack
-VAE_CHUNK_FRAMES = 4
-VAE_BASE_CHANNELS = 96
-VAE_LIVE_MAPS = 8  # feature maps alive at once while a chunk passes the encoder's first (full-resolution) stage
 SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
 # One block's working set in its backward pass with gradient checkpointing (recompute, then backward), in bytes per
 # token: (x model width, x FFN width), fitted to the fake-CUDA measurement of the real step at full size
@@ -263,8 +260,6 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     text_weights = _text_encoder_parameters(text) * text_bytes
     vae_weights = _vae_parameters(vae) * _bytes(train.vae_dtype)
     clip_weights = _clip_parameters(clip) * _bytes(train.image_encoder_dtype)
-    vae_chunk = VAE_CHUNK_FRAMES * height * width * VAE_BASE_CHANNELS * VAE_LIVE_MAPS * 4 * (
-        0.25 if train.vae_tiling else 1)
     training = {
         "transformer_weights": weights,
         "trained_parameters": trainable * trainable_bytes if lora else 0.0,  # full fine-tunes: inside the weights
@@ -276,13 +271,40 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
         "text_encoder_weights": 0.0 if train.latent_caching and not train.trains_embedding() else text_weights,
         **activations,
     }
-    caching = {"text_encoder_weights": text_weights, "vae_weights": vae_weights, "clip_weights": clip_weights,
-               "vae_encode": vae_chunk}
+    caching = caching_terms(train, text_weights, vae, vae_weights, clip_weights, latent_frames, height, width,
+                            max(frame_lengths(train.frames)))
     phases = {"training": {k: v / GIB for k, v in training.items()},
               "caching": {k: v / GIB for k, v in caching.items()}}
     result = Estimate(phases, gpu_gib, [], both_experts=trained == [0, 1], layers=layers)
     result.suggestions = suggestions(train, result)
     return result
+
+
+UMT5_ENCODE_BYTES = 0.12 * GIB  # UMT5-XXL's activations on a 512-token caption in bf16 (fake-CUDA measured)
+
+
+def caching_terms(train: TrainConfig, text_weights: float, vae: dict, vae_weights: float, clip_weights: float,
+                  latent_frames: int, height: int, width: int, frames: int) -> dict[str, float]:
+    """The caching phase's peak terms (bytes). With latent caching the encoders take the device one at a time
+    (dataLoader/encoder_placement.py): the phase is its largest encoder's (UMT5 with its activations unless it
+    encodes on the CPU, UMT5 in fp8 at half; the VAE with its encode, vae_memory.vae_encode_bytes; CLIP). Without
+    latent caching every encoder stays on the device beside the encode."""
+    from modules.modelSetup.vae_memory import vae_encode_bytes
+    from modules.util.enum import EncoderDevice
+
+    dtype = torch.float32 if _bytes(train.vae_dtype) == 4 else torch.bfloat16
+    vae_encode = vae_encode_bytes(vae, frames, height, width, dtype, tiled=train.vae_tiling) - vae_weights
+    if train.text_encoder_fp8:
+        text_weights = text_weights / 2
+    text = 0.0 if train.text_encoder_caching_device == EncoderDevice.CPU else text_weights + UMT5_ENCODE_BYTES
+    if not train.latent_caching:
+        return {"text_encoder_weights": text, "vae_weights": vae_weights, "clip_weights": clip_weights,
+                "vae_encode": vae_encode}
+    phases = {"text_encoder": {"text_encoder_weights": text},
+              "vae": {"vae_weights": vae_weights, "vae_encode": vae_encode},
+              "clip": {"clip_weights": clip_weights}}
+    largest = max(phases.values(), key=lambda terms: sum(terms.values()))
+    return {"text_encoder_weights": 0.0, "vae_weights": 0.0, "clip_weights": 0.0, "vae_encode": 0.0, **largest}
 
 
 def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
@@ -292,11 +314,12 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
     training, caching = current.phases["training"], current.phases["caching"]
     out = []
     if current.peak_phase == "caching":  # the encoders' phase is the peak: what shrinks it first
-        if not train.vae_tiling:
-            out.append(f"vae_tiling: true (the VAE encodes in tiles: about a quarter of its "
+        if not train.vae_tiling and caching["vae_encode"]:
+            out.append(f"vae_tiling: true (the VAE encodes in tiles: a fraction of its "
                        f"{caching['vae_encode']:.1f} GiB working set; slower caching, once)")
-        out.append(f"the text encoder holds {caching['text_encoder_weights']:.1f} GiB while captions are encoded: "
-                   "cache once on a larger GPU (the cache is reused), then train here")
+        if caching["text_encoder_weights"]:
+            out.append(f"text_encoder_caching_device: CPU (UMT5's {caching['text_encoder_weights']:.1f} GiB stay off "
+                       "the GPU; captions encode slowly, once) or text_encoder_fp8: true (about half)")
     # frozen base weights (LoRA, embedding): fp8 storage and block swap apply
     lora = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
     if not train.gradient_checkpointing:

@@ -3,6 +3,8 @@
 
 Starting from the config as set, savers are added in order of what they cost in speed until the estimate fits:
   vae_tiling              caching only: the VAE encodes in tiles (when caching is the peak phase)
+  text_encoder_caching_device CPU
+                          caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
   ffn_chunks + checkpoint_attention
                           a block's recompute in parts: about one more forward of each part (~20 % per step)
@@ -16,11 +18,12 @@ no CUDA device) nothing changes.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 
-from modules.modelSetup.memory_estimate import Estimate, detected_gpu_gib, estimate
+from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import MemoryPreset, TrainingMethod
+from modules.util.enum import EncoderDevice, MemoryPreset, TrainingMethod
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +39,19 @@ class MemoryPlan:
 
     def short(self) -> str:
         """The changes in a few words (the GUI's line beside Start)."""
-        return "AUTO: " + (", ".join(f"{k} {v}" for k, v in self.changes.items()) or "nothing needed")
+        return "AUTO: " + (", ".join(f"{k} {_text(v)}" for k, v in self.changes.items()) or "nothing needed")
 
     def summary(self) -> str:
         if self.estimate is None:
             return "memory_preset AUTO: no GPU size known (set gpu_memory_gib), memory keys as set"
         fits = "fits" if self.estimate.fits else "does NOT fit"
-        what = ", ".join(f"{k}={v}" for k, v in self.changes.items()) or "nothing to add"
+        what = ", ".join(f"{k}={_text(v)}" for k, v in self.changes.items()) or "nothing to add"
         return (f"memory_preset AUTO for {self.gpu_gib:.1f} GiB: {what}; estimate {self.estimate.peak_gib:.1f} GiB "
                 f"({self.estimate.peak_phase}), {fits}")
+
+
+def _text(value: object) -> str:
+    return value.name if isinstance(value, enum.Enum) else str(value)
 
 
 def _free(config: TrainConfig, *keys: str) -> bool:
@@ -56,18 +63,22 @@ def _frozen_base(config: TrainConfig) -> bool:
     return config.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
 
 
-def _savers(config: TrainConfig, current: Estimate):
-    """(changes) in order of cost; each applies only where its keys are free and it means something for the run."""
-    if current.peak_phase == "caching" and _free(config, "vae_tiling"):
-        yield {"vae_tiling": True}
-    if config.gradient_checkpointing and _free(config, "activation_offload"):
-        yield {"activation_offload": True}
-    if config.gradient_checkpointing and _free(config, "ffn_chunks", "checkpoint_attention"):
-        yield {"ffn_chunks": 8, "checkpoint_attention": True}
-    if _frozen_base(config) and _free(config, "fp8_base_weights"):
-        yield {"fp8_base_weights": True}
-    if _frozen_base(config) and current.both_experts and _free(config, "offload_inactive_expert"):
-        yield {"offload_inactive_expert": True}
+def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
+    """(the phase it shrinks, the changes), in order of cost; only where its keys are free and it means something for
+    the run."""
+    frozen = _frozen_base(config)
+    savers = [("caching", {"vae_tiling": True}),
+              ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
+              ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
+              ("training", {"ffn_chunks": 8, "checkpoint_attention": True} if config.gradient_checkpointing else {}),
+              ("training", {"fp8_base_weights": True} if frozen else {}),
+              ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
+    return [(phase, changes) for phase, changes in savers if changes and _free(config, *changes)]
+
+
+def _over(result: Estimate, phase: str) -> bool:
+    """Whether `phase` alone does not fit (the estimate's headroom counted)."""
+    return sum(result.phases[phase].values()) + HEADROOM_GIB > result.gpu_gib
 
 
 def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan:
@@ -78,20 +89,22 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan
     if not gpu:
         return MemoryPlan(config, {}, None, None)
     current, result, changes = config, estimate(config, gpu), {}
-    for saver in _savers(config, result):
-        if result.fits:
-            break
+    for phase, saver in _savers(config, result.both_experts):
+        if not _over(result, phase):
+            continue
         candidate = dataclasses.replace(current, **saver)
         candidate_result = estimate(candidate, gpu)
-        if candidate_result.peak_gib < result.peak_gib:  # a saver that saves nothing here is left off
+        if candidate_result.peak_gib < result.peak_gib or sum(candidate_result.phases[phase].values()) < sum(
+                result.phases[phase].values()):  # a saver that saves nothing here is left off
             current, result = candidate, candidate_result
             changes.update(saver)
-    if not result.fits and _frozen_base(config) and _free(config, "blocks_to_swap") and current.gradient_checkpointing:
+    if _over(result, "training") and _frozen_base(config) and _free(config, "blocks_to_swap") \
+            and current.gradient_checkpointing:
         layers = result.layers
         for count in range(1, layers):
             candidate = dataclasses.replace(current, blocks_to_swap=count)
             candidate_result = estimate(candidate, gpu)
-            if candidate_result.fits or count == layers - 1:
+            if not _over(candidate_result, "training") or count == layers - 1:
                 current, result = candidate, candidate_result
                 changes["blocks_to_swap"] = count
                 break
