@@ -36,6 +36,8 @@ EXPECTED = {
     "ti2v": ("WanPipeline", 48, 48, 48, False, None, True, False, 5.0, "ti2v"),
     "a14b": ("WanPipeline", 16, 16, 16, True, 0.875, False, False, 3.0, "a14b_t2v"),
     "a14b_i2v": ("WanImageToVideoPipeline", 36, 16, 16, True, 0.9, False, False, 3.0, "a14b_i2v"),
+    "vace": ("WanVACEPipeline", 16, 16, 16, False, None, False, False, 3.0, "vace"),
+    "a14b_vace": ("WanVACEPipeline", 16, 16, 16, True, 0.875, False, False, 3.0, "a14b_vace"),
 }
 
 
@@ -70,7 +72,7 @@ def test_tiny_model_loads_and_generates(variant: str, tmp_path: Path) -> None:
     index = json.loads((path / "model_index.json").read_text())
     assert index["_class_name"] == pipe_cls
     assert index[MARKER_KEY] == {"variant": variant, "seed": 0, "mirrors": index[MARKER_KEY]["mirrors"]}
-    assert index["boundary_ratio"] == boundary and index["expand_timesteps"] is expand
+    assert index["boundary_ratio"] == boundary and index.get("expand_timesteps", False) is expand
     assert (path / "transformer_2").is_dir() == two_experts
     assert (path / "image_encoder").is_dir() == clip and (path / "image_processor").is_dir() == clip
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -89,7 +91,7 @@ def test_tiny_model_loads_and_generates(variant: str, tmp_path: Path) -> None:
     pipe = DiffusionPipeline.from_pretrained(path)
     pipe.set_progress_bar_config(disable=True)
     assert type(pipe).__name__ == pipe_cls
-    assert pipe.config.boundary_ratio == boundary and pipe.config.expand_timesteps is expand
+    assert pipe.config.boundary_ratio == boundary and pipe.config.get("expand_timesteps", False) is expand
     assert isinstance(pipe.scheduler, UniPCMultistepScheduler)
     assert pipe.scheduler.config.prediction_type == "flow_prediction" and pipe.scheduler.config.use_flow_sigmas
     assert pipe.scheduler.config.flow_shift == shift

@@ -44,6 +44,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
+from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_paths_for
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, frame_mask
@@ -208,6 +209,7 @@ class WanBaseDataLoader:
         self.resolutions = area_resolutions(height * width) if config.aspect_bucketing else [(height, width)]
         self.uses_image_condition = model.variant.channel_concat_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
+        self.uses_control = bool(model.variant.vace_layers)  # VACE: control video and mask beside each clip
         self.counter = EncoderCounter()
         self.options = [(concept, concept_options(concept, config)) for concept in self.concepts()]
         run = concept_options(ConceptConfig(), config)  # what a concept without overrides trains on
@@ -254,6 +256,10 @@ class WanBaseDataLoader:
             video.append(DecodeMask(variant.vae_scale_spatial, variant.vae_scale_temporal, self.augmentation,
                                     decode.name, per_epoch))
             outputs.append("latent_mask")
+        if self.uses_control:  # cached with the latents, keyed by the control files too
+            video += [DecodeControl(self.augmentation, decode.name, per_epoch),
+                      EncodeVaceContext(model, vae_identity, counter)]
+            outputs.append("vace_context")
         if self.uses_image_condition:
             video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
             outputs.append("condition_mean")
@@ -262,12 +268,14 @@ class WanBaseDataLoader:
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
         text = [self.caption_encoder]
-        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp"]
+        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp", "control_fp"]
         if not config.latent_caching:
             return Pipeline(sources, video + text, config.seed), []
         video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
         if config.masked_training:
             video_key.append("mask_fp")
+        if self.uses_control:
+            video_key.append("control_fp")
         stages = [CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video"),
                   CacheStage(text, ["caption"], self.cache, "text", name="text")]
         return Pipeline(sources, stages, config.seed), stages
@@ -296,7 +304,8 @@ class WanBaseDataLoader:
                 if mask is None:
                     continue
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
-                          "caption": planned.caption, "clip": planned.clip, **mask}
+                          "caption": planned.caption, "clip": planned.clip, **mask,
+                          "control_fp": self._control_fingerprint(planned.sample.media_path)}
                 keys = [stage.key_for(source) for stage in self.stages] or ["", ""]
                 varied = planned.clip["start"] is None or self.augmentation.enabled
                 variations = self.variations if varied else 1
@@ -325,6 +334,12 @@ class WanBaseDataLoader:
                 else:
                     self.skips.record(path, BAD_MASK, f"cannot read the mask ({e})")
             return None
+
+    def _control_fingerprint(self, media: Path) -> str:
+        """VACE: the identity of the sample's control video and mask (they key its cache entry)."""
+        if not self.uses_control:
+            return ""
+        return fingerprint([file_fingerprint(path) if path is not None else "" for path in control_paths_for(media)])
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
         """Validation measures every sample with its caption."""
@@ -453,6 +468,8 @@ class WanBaseDataLoader:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])
         if self.config.masked_training:
             batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
+        if self.uses_control:
+            batch["vace_context"] = torch.stack([f["vace_context"] for f in fields])
         weights = [self.items[i].loss_weight for i in indices]
         if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
             batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)
@@ -478,9 +495,12 @@ class WanBaseDataLoader:
         if self.uses_image_condition:
             condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
         clip, weights, mask = batch.get("clip_embeds"), batch.get("loss_weight"), batch.get("loss_mask")
+        control = batch.get("vace_context")
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
                                    sample_weights=weights.to(device) if weights is not None else None,
-                                   loss_mask=mask.to(device) if mask is not None else None)
+                                   loss_mask=mask.to(device) if mask is not None else None,
+                                   control=control.to(device) if control is not None else None,
+                                   control_scale=self.config.vace_context_scale)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
                           captions=batch.get("captions"))
 

@@ -19,7 +19,7 @@ from modules.util.path_checks import path_kind
 
 @dataclasses.dataclass(frozen=True)
 class WanVariant:
-    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v
+    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
     model_type: ModelType
     in_channels: int  # transformer input channels (16, 36 or 48)
     out_channels: int  # latent channels the transformer predicts
@@ -35,6 +35,7 @@ class WanVariant:
     fps: int  # frame rate the variant was trained at
     transformer_config_hash: str = ""  # of the checkpoint's transformer config: LoRA files record their base's
     transformer_class: str = "WanTransformer3DModel"  # `_class_name`: with the layout, the registry's key
+    vace_layers: tuple[int, ...] = ()  # VACE: the base blocks its control blocks feed (empty: no VACE branch)
 
     @property
     def channel_concat_condition(self) -> bool:
@@ -54,6 +55,8 @@ class WanVariant:
             parts.append(f"two experts (boundary {self.boundary_ratio})")
         if self.expand_timesteps:
             parts.append("per-token timesteps")
+        if self.vace_layers:
+            parts.append(f"VACE control on {len(self.vace_layers)} blocks")
         return ", ".join(parts)
 
 
@@ -109,6 +112,7 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         fps=24 if z_dim == 48 else 16,
         transformer_config_hash=transformer_config_hash(transformer),
         transformer_class=class_name,
+        vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if "VACE" in class_name else (),
     )
 
 

@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from diffusers import WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+from diffusers import (WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline,
+                       WanVACETransformer3DModel)
 
 from modules.model.conditioning import VariantConditioning, conditioning_for
 from modules.util.errors import UserError
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclasses.dataclass(frozen=True)
 class VariantFamily:
-    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v (WanVariant.name)
+    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace (WanVariant.name)
     transformer_class: type
     pipeline_class: type  # generation without an image
     image_pipeline_class: type | None  # generation from an image (I2V layouts need one; TI2V may take one)
@@ -46,11 +47,17 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
     ("WanTransformer3DModel", "t2v", True): VariantFamily("a14b_t2v", WanTransformer3DModel, WanPipeline, None),
     ("WanTransformer3DModel", "i2v", True): VariantFamily("a14b_i2v", WanTransformer3DModel, WanImageToVideoPipeline,
                                                           WanImageToVideoPipeline),
+    # VACE (Wan2.1-VACE-1.3B/14B; Wan2.2-VACE-Fun-A14B with two experts): a T2V transformer plus control blocks
+    # fed the 96-channel VACE context (modules/model/vace.py)
+    ("WanVACETransformer3DModel", "t2v", False): VariantFamily("vace", WanVACETransformer3DModel, WanVACEPipeline,
+                                                               None),
+    ("WanVACETransformer3DModel", "t2v", True): VariantFamily("a14b_vace", WanVACETransformer3DModel,
+                                                              WanVACEPipeline, None),
 }
 
 # Wan-derived transformers diffusers knows that we do not train yet: named, so the error can say so.
 NOT_SUPPORTED = {
-    "WanVACETransformer3DModel": "Wan VACE", "WanAnimateTransformer3DModel": "Wan Animate",
+    "WanAnimateTransformer3DModel": "Wan Animate",
     "WanAnimate2Transformer3DModel": "Wan Animate 2", "SkyReelsV2Transformer3DModel": "SkyReels V2",
     "ChronoEditTransformer3DModel": "ChronoEdit",
 }

@@ -49,6 +49,12 @@ Formats
 
     Modules without a Wan original name (e.g. ``patch_embedding`` LoRA) are refused with a hint to use
     DIFFUSERS_LORA.
+
+    VACE: the control blocks are ``vace_blocks.<i>.<Wan block name>`` plus ``vace_blocks.0.before_proj`` and
+    ``vace_blocks.<i>.after_proj`` (diffusers' ``proj_in`` / ``proj_out``), the names of ComfyUI's
+    ``VaceWanModel``, whose LoRA loader maps every ``diffusion_model.`` weight by its own name. diffusers'
+    converter knows no ``vace_blocks`` key (left over -> ValueError), so a VACE-block LoRA loads in
+    ``WanVACEPipeline`` as DIFFUSERS_LORA (``transformer.vace_blocks...``), and a base-block one in either format.
 ``MUSUBI_LORA`` (reading only)
     musubi-tuner: ``lora_unet_blocks_0_self_attn_q.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
 
@@ -124,11 +130,13 @@ _GLOBAL_NAMES = {
     "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
     "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
 }
-_BLOCK_NAMES_REV = {v: k for k, v in _BLOCK_NAMES.items()}
+# VACE control blocks (ComfyUI's VaceWanAttentionBlock, comfy/ldm/wan/model.py): a Wan block plus the input and
+# output projections of the control branch
+_VACE_BLOCK_NAMES = {**_BLOCK_NAMES, "proj_in": "before_proj", "proj_out": "after_proj"}
 _GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
-_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
-_MUSUBI_BLOCK_RE = re.compile(r"^blocks_(\d+)_(.+)$")
-_MUSUBI_BLOCK_NAMES = {v.replace(".", "_"): v for v in _BLOCK_NAMES.values()}
+BLOCK_CONTAINERS = ("blocks.", "vace_blocks.")  # module paths of the transformer's (base and VACE) blocks
+_BLOCK_RE = re.compile(r"^(blocks|vace_blocks)\.(\d+)\.(.+)$")
+_MUSUBI_BLOCK_RE = re.compile(r"^(blocks|vace_blocks)_(\d+)_(.+)$")
 _MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
 
 _DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
@@ -161,11 +169,12 @@ class LoRAWeights:
 
 
 def diffusers_to_wan_name(module: str) -> str | None:
-    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
+    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q`` (VACE: ``vace_blocks.0.proj_in`` ->
+    ``vace_blocks.0.before_proj``); None when Wan has no original name for it."""
     m = _BLOCK_RE.match(module)
     if m:
-        inner = _BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
+        inner = _inner_names(m.group(1)).get(m.group(3))
+        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
     return _GLOBAL_NAMES.get(module)
 
 
@@ -173,8 +182,8 @@ def wan_to_diffusers_name(name: str) -> str | None:
     """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
     m = _BLOCK_RE.match(name)
     if m:
-        inner = _BLOCK_NAMES_REV.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
+        inner = {v: k for k, v in _inner_names(m.group(1)).items()}.get(m.group(3))
+        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
     return _GLOBAL_NAMES_REV.get(name)
 
 
@@ -182,9 +191,13 @@ def musubi_to_wan_name(name: str) -> str | None:
     """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
     m = _MUSUBI_BLOCK_RE.match(name)
     if m:
-        inner = _MUSUBI_BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
+        inner = {v.replace(".", "_"): v for v in _inner_names(m.group(1)).values()}.get(m.group(3))
+        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
     return _MUSUBI_GLOBAL_NAMES.get(name)
+
+
+def _inner_names(container: str) -> dict[str, str]:
+    return _VACE_BLOCK_NAMES if container == "vace_blocks" else _BLOCK_NAMES
 
 
 def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
@@ -346,7 +359,7 @@ def check_comfy_compatible(weights: LoRAWeights) -> None:
             "COMFY_LORA with LoRA on only one of add_k_proj/add_v_proj cannot be loaded by diffusers "
             "(it needs both k_img and v_img); train both or save as DIFFUSERS_LORA"
         )
-    if weights.layers and not any(n.startswith("blocks.") for n in names):
+    if weights.layers and not any(n.startswith(BLOCK_CONTAINERS) for n in names):
         raise LoRAFormatError(
             "COMFY_LORA without LoRA on any transformer block cannot be loaded by diffusers; "
             "save as DIFFUSERS_LORA instead"
@@ -371,7 +384,7 @@ def to_state_dict(weights: LoRAWeights, fmt: Any) -> dict[str, torch.Tensor]:
             wan = diffusers_to_wan_name(name)
             key = f"{COMFY_PREFIX}{wan}"
             sd[f"{key}.lora_down.weight"] = layer.down
-            if wan.startswith("blocks."):
+            if wan.startswith(BLOCK_CONTAINERS):  # ComfyUI reads the alpha of every block module
                 sd[f"{key}.lora_up.weight"] = layer.up
                 sd[f"{key}{_ALPHA_SUFFIX}"] = torch.tensor(float(layer.alpha), dtype=torch.float32)
             else:  # diffusers' converter does not consume .alpha of these: bake it
@@ -398,7 +411,7 @@ def _adapter_state_dict(weights: LoRAWeights, fmt: str) -> dict[str, torch.Tenso
 
 def _is_baked(fmt: str, name: str) -> bool:
     """Whether `to_state_dict` bakes the alpha of module `name` into ``up`` (no ``.alpha`` key) in `fmt`."""
-    return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith("blocks.")
+    return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith(BLOCK_CONTAINERS)
 
 
 def format_metadata(weights: LoRAWeights, fmt: Any) -> dict[str, str]:

@@ -26,6 +26,9 @@ Variants (see ``VARIANTS``):
   ``boundary_ratio`` 0.875, Wan 2.1 VAE.
 * ``a14b_i2v`` - Wan 2.2 I2V A14B layout: ``WanImageToVideoPipeline`` with two 36-channel
   experts, no CLIP image encoder, ``boundary_ratio`` 0.9, Wan 2.1 VAE.
+* ``vace``     - Wan 2.1 VACE 1.3B/14B layout: ``WanVACEPipeline``, ``WanVACETransformer3DModel``
+  (in/out 16, a control block per base block: ``vace_layers`` [0, 1], ``vace_in_channels`` 96).
+* ``a14b_vace`` - Wan 2.2 VACE-Fun A14B layout: the same transformer as two experts, ``boundary_ratio`` 0.875.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ class TinyVariant:
     two_experts: bool = False
     boundary_ratio: float | None = None
     expand_timesteps: bool = False
+    vace: bool = False  # WanVACETransformer3DModel: control blocks on every base block
 
     @property
     def z_dim(self) -> int:
@@ -189,6 +193,28 @@ VARIANTS: dict[str, TinyVariant] = {
             two_experts=True,
             boundary_ratio=0.9,
         ),
+        TinyVariant(
+            name="vace",
+            mirrors="Wan-AI/Wan2.1-VACE-1.3B-diffusers",
+            pipeline_class="WanVACEPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            vace=True,
+        ),
+        TinyVariant(
+            name="a14b_vace",
+            mirrors="alibaba-pai/Wan2.2-VACE-Fun-A14B (diffusers layout)",
+            pipeline_class="WanVACEPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            two_experts=True,
+            boundary_ratio=0.875,
+            vace=True,
+        ),
     )
 }
 
@@ -246,10 +272,23 @@ def _text_encoder(vocab_size: int):
     return UMT5EncoderModel(config).eval()
 
 
-def _transformer(spec: TinyVariant):
-    from diffusers import WanTransformer3DModel
+#: The VACE context: inactive and reactive latents (2 x 16) and the 8x8 pixel mask folded into channels (64).
+VACE_IN_CHANNELS = 96
 
-    return WanTransformer3DModel(
+
+def _transformer(spec: TinyVariant):
+    from diffusers import WanTransformer3DModel, WanVACETransformer3DModel
+
+    if spec.vace:
+        # The real 1.3B has 30 blocks and control on every other one (vace_layers 0, 2, ... 28); ComfyUI spaces them
+        # evenly too, so two blocks with control on both keeps the tiny one loadable there.
+        return WanVACETransformer3DModel(**_transformer_config(spec), vace_layers=[0, 1],
+                                         vace_in_channels=VACE_IN_CHANNELS).eval()
+    return WanTransformer3DModel(**_transformer_config(spec)).eval()
+
+
+def _transformer_config(spec: TinyVariant) -> dict[str, Any]:
+    return dict(
         patch_size=(1, 2, 2),
         num_attention_heads=_TRANSFORMER_HEADS,
         attention_head_dim=_TRANSFORMER_HEAD_DIM,
@@ -266,7 +305,7 @@ def _transformer(spec: TinyVariant):
         added_kv_proj_dim=_TRANSFORMER_INNER_DIM if spec.clip_image_encoder else None,
         rope_max_seq_len=1024,
         pos_embed_seq_len=None,
-    ).eval()
+    )
 
 
 def _vae(spec: TinyVariant):
@@ -362,12 +401,13 @@ MARKER_KEY = "_wantrainer_tiny_model"
 def _model_index(spec: TinyVariant, seed: int) -> dict[str, Any]:
     import diffusers
 
+    transformer_class = "WanVACETransformer3DModel" if spec.vace else "WanTransformer3DModel"
     index: dict[str, Any] = {
         "_class_name": spec.pipeline_class,
         "_diffusers_version": diffusers.__version__,
         MARKER_KEY: {"variant": spec.name, "seed": seed, "mirrors": spec.mirrors},
         "boundary_ratio": spec.boundary_ratio,
-        "expand_timesteps": spec.expand_timesteps,
+        **({} if spec.vace else {"expand_timesteps": spec.expand_timesteps}),
     }
     if spec.pipeline_class == "WanImageToVideoPipeline":
         clip = spec.clip_image_encoder
@@ -378,9 +418,9 @@ def _model_index(spec: TinyVariant, seed: int) -> dict[str, Any]:
             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
             "text_encoder": ["transformers", "UMT5EncoderModel"],
             "tokenizer": ["transformers", "T5TokenizerFast"],
-            "transformer": ["diffusers", "WanTransformer3DModel"],
+            "transformer": ["diffusers", transformer_class],
             "transformer_2": (
-                ["diffusers", "WanTransformer3DModel"] if spec.two_experts else [None, None]
+                ["diffusers", transformer_class] if spec.two_experts else [None, None]
             ),
             "vae": ["diffusers", "AutoencoderKLWan"],
         }
