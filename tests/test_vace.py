@@ -3,6 +3,9 @@ mask and references trains, resumes exactly, saves files ComfyUI's VACE model an
 samples through our sampler; its header keeps it off a plain base."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +23,7 @@ from modules.modelSaver.WanLoRASaver import save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
-from tests.conftest import stop_and_resume, train_config_dict
+from tests.conftest import REPO_ROOT, stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 
@@ -123,6 +126,17 @@ def test_a_vace_lora_trains_resumes_saves_and_samples(tiny_model, tmp_path):
     attach_lora_for_inference(base, path)
     after = WanModelSampler(base).generate(sample, show_progress=False)
     assert before.shape == after.shape == (9, 32, 32, 3) and not np.array_equal(before, after)
+
+    # the same through scripts/sample.py's options
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model",
+                             str(tiny_model("vace")), "--lora", str(path), "--prompt", "a red circle",
+                             "--control-video", str(data / "001_control.mp4"), "--control-mask",
+                             str(data / "001_control_mask.mp4"), "--elements", str(reference), "--frames", "9",
+                             "--height", "32", "--width", "32", "--steps", "2", "--seed", "3",
+                             "--output", str(tmp_path / "cli.mp4")], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "cli.mp4").is_file()
 
     plain = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu"))
     with pytest.raises(UserError, match="made for wan-2.1-vace, not for this t2v model"):
