@@ -76,12 +76,15 @@ def test_a_vace_lora_trains_resumes_saves_and_samples(tiny_model, tmp_path):
     from peft.utils import get_peft_model_state_dict
 
     data = vace_dataset(tmp_path / "data")
-    trainer = make_trainer(tiny_model, data, tmp_path / "full")
+    sample = {"prompt": "a red circle", "frames": 9, "height": 32, "width": 32, "steps": 2,
+              "control_video": str(data / "000_control.mp4")}
+    trainer = make_trainer(tiny_model, data, tmp_path / "full", samples=[sample], sample_at_end=True)
     trainer.start()
     assert len(trainer.data.items) == 2  # the control files are no samples of their own
     trainer.train()
     trainer.end()
     expected = {k: v.clone() for k, v in trainer.setup.trainable_state().items()}
+    assert list((tmp_path / "full" / "workspace").rglob("*.mp4"))  # the run's sample, following its control video
     # the default (vace_train_blocks VACE, as DiffSynth and VideoX-Fun train): LoRA on the VACE blocks only
     assert expected and all(".vace_blocks." in key for key in expected)
 
