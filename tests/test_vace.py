@@ -156,3 +156,12 @@ def test_vace_train_blocks_picks_the_lora_targets(tiny_model, tmp_path):
     assert picked[VaceBlocks.VACE] and all(n.startswith("vace_blocks.") for n in picked[VaceBlocks.VACE])
     assert picked[VaceBlocks.BASE] and all(n.startswith("blocks.") for n in picked[VaceBlocks.BASE])
     assert sorted(picked[VaceBlocks.BOTH]) == sorted(picked[VaceBlocks.VACE] + picked[VaceBlocks.BASE])
+
+
+def test_an_e2v_dataset_on_a_vace_base_is_refused_in_one_line(tiny_model, tmp_path):
+    from modules.modelSetup.e2v_expansion import prepare_e2v_model
+
+    model = WanModelLoader().load(str(tiny_model("vace")), torch.device("cpu"))
+    with pytest.raises(UserError, match="config key 'dataset_config': E2V datasets do not train on the vace base") as e:
+        prepare_e2v_model(model, TrainConfig())
+    assert "\n" not in str(e.value)
