@@ -50,11 +50,7 @@ Formats
     Modules without a Wan original name (e.g. ``patch_embedding`` LoRA) are refused with a hint to use
     DIFFUSERS_LORA.
 
-    VACE: the control blocks are ``vace_blocks.<i>.<Wan block name>`` plus ``vace_blocks.0.before_proj`` and
-    ``vace_blocks.<i>.after_proj`` (diffusers' ``proj_in`` / ``proj_out``), the names of ComfyUI's
-    ``VaceWanModel``, whose LoRA loader maps every ``diffusion_model.`` weight by its own name. diffusers'
-    converter knows no ``vace_blocks`` key (left over -> ValueError), so a VACE-block LoRA loads in
-    ``WanVACEPipeline`` as DIFFUSERS_LORA (``transformer.vace_blocks...``), and a base-block one in either format.
+    VACE blocks: ComfyUI's VaceWanModel names; diffusers loads a VACE-block LoRA only as DIFFUSERS_LORA.
 ``MUSUBI_LORA`` (reading only)
     musubi-tuner: ``lora_unet_blocks_0_self_attn_q.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
 
@@ -130,8 +126,7 @@ _GLOBAL_NAMES = {
     "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
     "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
 }
-# VACE control blocks (ComfyUI's VaceWanAttentionBlock, comfy/ldm/wan/model.py): a Wan block plus the input and
-# output projections of the control branch
+# VACE control blocks (ComfyUI's VaceWanAttentionBlock): a Wan block and the control branch's projections
 _VACE_BLOCK_NAMES = {**_BLOCK_NAMES, "proj_in": "before_proj", "proj_out": "after_proj"}
 _GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
 BLOCK_CONTAINERS = ("blocks.", "vace_blocks.")  # module paths of the transformer's (base and VACE) blocks
@@ -169,35 +164,27 @@ class LoRAWeights:
 
 
 def diffusers_to_wan_name(module: str) -> str | None:
-    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q`` (VACE: ``vace_blocks.0.proj_in`` ->
-    ``vace_blocks.0.before_proj``); None when Wan has no original name for it."""
-    m = _BLOCK_RE.match(module)
-    if m:
-        inner = _inner_names(m.group(1)).get(m.group(3))
-        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
-    return _GLOBAL_NAMES.get(module)
+    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
+    return _renamed(_BLOCK_RE, module, lambda names: names, _GLOBAL_NAMES)
 
 
 def wan_to_diffusers_name(name: str) -> str | None:
     """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
-    m = _BLOCK_RE.match(name)
-    if m:
-        inner = {v: k for k, v in _inner_names(m.group(1)).items()}.get(m.group(3))
-        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
-    return _GLOBAL_NAMES_REV.get(name)
+    return _renamed(_BLOCK_RE, name, lambda names: {v: k for k, v in names.items()}, _GLOBAL_NAMES_REV)
 
 
 def musubi_to_wan_name(name: str) -> str | None:
     """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
-    m = _MUSUBI_BLOCK_RE.match(name)
-    if m:
-        inner = {v.replace(".", "_"): v for v in _inner_names(m.group(1)).values()}.get(m.group(3))
-        return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
-    return _MUSUBI_GLOBAL_NAMES.get(name)
+    return _renamed(_MUSUBI_BLOCK_RE, name, lambda names: {v.replace(".", "_"): v for v in names.values()},
+                    _MUSUBI_GLOBAL_NAMES)
 
 
-def _inner_names(container: str) -> dict[str, str]:
-    return _VACE_BLOCK_NAMES if container == "vace_blocks" else _BLOCK_NAMES
+def _renamed(pattern: re.Pattern, name: str, inner_map, global_names: Mapping[str, str]) -> str | None:
+    """A block module's name by `inner_map` of its container's names (base or VACE blocks), else a global one."""
+    if (m := pattern.match(name)) is None:
+        return global_names.get(name)
+    inner = inner_map(_VACE_BLOCK_NAMES if m.group(1) == "vace_blocks" else _BLOCK_NAMES).get(m.group(3))
+    return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None
 
 
 def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
