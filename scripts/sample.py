@@ -26,6 +26,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--negative-prompt", default="")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
+    parser.add_argument("--last-image", help="last frame (first-last-frame: FLF2V models, or I2V models trained with "
+                        "last_frame_condition)")
     parser.add_argument("--elements", nargs="+", metavar="IMG",
                         help="E2V reference images in layout order (subject, object, background)")
     parser.add_argument("--control-video", metavar="MP4", help="VACE models: the control video to follow (depth, pose, "
@@ -83,6 +85,7 @@ def main() -> int:
 
     sample = SampleConfig.from_dict({
         "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
+        "last_image": args.last_image or "",
         "elements": args.elements or [], "control_video": args.control_video or "",
         "control_mask": args.control_mask or "", "vace_scale": args.vace_scale,
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,

@@ -31,6 +31,7 @@ from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: on
 PIPELINES = {"t2v": (WanPipeline, WanPipeline), "i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
              "ti2v": (WanPipeline, WanImageToVideoPipeline), "a14b_t2v": (WanPipeline, WanPipeline),
              "a14b_i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline), "vace": (WanVACEPipeline, WanVACEPipeline),
+             "flf2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
              "a14b_vace": (WanVACEPipeline, WanVACEPipeline)}
 
 

@@ -36,6 +36,7 @@ EXPECTED = {
     "ti2v": ("WanPipeline", 48, 48, 48, False, None, True, False, 5.0, "ti2v"),
     "a14b": ("WanPipeline", 16, 16, 16, True, 0.875, False, False, 3.0, "a14b_t2v"),
     "a14b_i2v": ("WanImageToVideoPipeline", 36, 16, 16, True, 0.9, False, False, 3.0, "a14b_i2v"),
+    "flf2v": ("WanImageToVideoPipeline", 36, 16, 16, False, None, False, True, 3.0, "flf2v"),
     "vace": ("WanVACEPipeline", 16, 16, 16, False, None, False, False, 3.0, "vace"),
     "a14b_vace": ("WanVACEPipeline", 16, 16, 16, True, 0.875, False, False, 3.0, "a14b_vace"),
 }
@@ -118,6 +119,8 @@ def test_tiny_model_loads_and_generates(variant: str, tmp_path: Path) -> None:
                   max_sequence_length=512, output_type="np", generator=torch.Generator().manual_seed(0))
     if pipe_cls == "WanImageToVideoPipeline":
         kwargs["image"] = Image.new("RGB", (48, 32), (200, 40, 40))
+    if variant == "flf2v":  # its CLIP branch takes a first and a last frame
+        kwargs["last_image"] = Image.new("RGB", (48, 32), (40, 40, 200))
     if clip:
         image_embeds = pipe.encode_image(Image.new("RGB", (32, 32)), torch.device("cpu"))
         assert image_embeds.shape == (1, CLIP_NUM_TOKENS, CLIP_HIDDEN_SIZE)  # 257 tokens, as ViT-H/14 at 224

@@ -47,7 +47,7 @@ from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
 from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_paths_for
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
-from modules.model.condition_layout import condition_clip, frame_mask
+from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
@@ -145,36 +145,51 @@ class DecodeClip(PipelineModule):
                 "source_size": [frames.shape[1], frames.shape[2]], "window_start": start}
 
 
+def condition_frames(frames: int, last: bool) -> torch.Tensor:
+    """(F,) pixel mask of the condition frames: the first (I2V), or the first and the last (FLF2V)."""
+    return pixel_frame_mask(frames, frames, "first_and_last") if last else pixel_frame_mask(frames, 1)
+
+
 class FirstFrameCondition(PipelineModule):
-    """Plain I2V: the first frame, then zero frames up to F (E2V_SPEC §3 with one reference)."""
+    """Plain I2V: the first frame, then zero frames up to F (E2V_SPEC §3 with one reference); `last` (FLF2V): the
+    first and the last frame with zero frames between, as diffusers' pipeline builds it from `last_image`."""
 
     inputs = ("video_frames",)
     outputs = ("condition_clip",)
 
+    def __init__(self, last: bool = False):
+        self.last = last
+
     def cache_identity(self) -> Any:
-        return 1
+        return [1, "first_and_last"] if self.last else 1
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         video = item["video_frames"]
+        if self.last:
+            return {"condition_clip": mask_reference_clip(video, condition_frames(video.shape[1], True))}
         return {"condition_clip": condition_clip(video[:, :1], video.shape[1])}
 
 
 class EncodeFirstFrameClip(PipelineModule):
-    """CLIP second-to-last hidden state of the first frame (what Wan I2V conditions on)."""
+    """CLIP second-to-last hidden state of the first frame (what Wan I2V conditions on); `last` (FLF2V): of the
+    first and the last frame, their tokens concatenated (2 x 257)."""
 
     inputs = ("video_frames",)
     outputs = ("clip_embeds",)
 
-    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter):
-        self.model, self.identity, self.counter = model, identity, counter
+    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter, last: bool = False):
+        self.model, self.identity, self.counter, self.last = model, identity, counter, last
 
     def cache_identity(self) -> Any:
-        return self.identity
+        return [self.identity, "first_and_last"] if self.last else self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
-        first = ((item["video_frames"][:, 0].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
-        return {"clip_embeds": self.model.encode_images([first.numpy()])[0]}
+        video = item["video_frames"]
+        picks = [0, video.shape[1] - 1] if self.last else [0]
+        frames = [((video[:, i].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()
+                  for i in picks]
+        return {"clip_embeds": self.model.encode_images(frames).flatten(0, 1)}
 
 
 @dataclasses.dataclass
@@ -209,6 +224,11 @@ class WanBaseDataLoader:
         self.resolutions = area_resolutions(height * width) if config.aspect_bucketing else [(height, width)]
         self.uses_image_condition = model.variant.channel_concat_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
+        # first-last-frame: FLF2V models always, I2V-layout ones when asked
+        self.last_frame = self.uses_image_condition and (model.variant.paired_image_tokens or config.last_frame_condition)
+        if config.last_frame_condition and not self.uses_image_condition:
+            raise UserError(f"config key 'last_frame_condition' needs an I2V-layout base (the {model.variant.name} "
+                            "model has no condition channels): set it false or use an I2V / FLF2V model")
         self.uses_control = bool(model.variant.vace_layers)  # VACE: control video and mask beside each clip
         self.counter = EncoderCounter()
         self.options = [(concept, concept_options(concept, config)) for concept in self.concepts()]
@@ -261,10 +281,11 @@ class WanBaseDataLoader:
                       EncodeVaceContext(model, vae_identity, counter)]
             outputs.append("vace_context")
         if self.uses_image_condition:
-            video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
+            video += [FirstFrameCondition(self.last_frame),
+                      EncodePosterior(model, "condition_clip", "condition", vae_identity, counter)]
             outputs.append("condition_mean")
         if self.uses_clip:
-            video.append(EncodeFirstFrameClip(model, identities.clip, counter))
+            video.append(EncodeFirstFrameClip(model, identities.clip, counter, self.last_frame))
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter)
         text = [self.caption_encoder]
@@ -462,7 +483,7 @@ class WanBaseDataLoader:
             batch["condition_latents"] = self.model.normalize_latents(torch.stack([f["condition_mean"] for f in fields]))
             bucket = self.items[indices[0]].bucket
             _, _, t, h, w = batch["latent_mean"].shape
-            mask = frame_mask(bucket.frames, 1, h, w, self.model.variant.vae_scale_temporal)
+            mask = fold_mask(condition_frames(bucket.frames, self.last_frame), h, w, self.model.variant.vae_scale_temporal)
             batch["condition_mask"] = mask[None].expand(len(indices), -1, -1, -1, -1)
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])

@@ -33,6 +33,7 @@ class Prompt:
     elements: tuple[str, ...] = ()  # E2V reference images (VACE: its reference images)
     control_video: str = ""  # VACE
     control_mask: str = ""  # VACE
+    last_image: str = ""  # last frame (first-last-frame)
 
 
 def read_prompts(path: str | Path, elements: list[str] | None = None, control_video: str = "",
@@ -56,13 +57,15 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
             if isinstance(entry, str):
                 entry = {"prompt": entry}
             if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or \
-                    set(entry) - {"prompt", "negative_prompt", "image", "elements", "control_video", "control_mask"}:
+                    set(entry) - {"prompt", "negative_prompt", "image", "last_image", "elements", "control_video",
+                                 "control_mask"}:
                 raise UserError(f"--prompts '{path}' entry {index} must be a string or an object with \"prompt\" "
-                                "(and optionally \"negative_prompt\", \"image\", \"elements\", \"control_video\", "
+                                "(and optionally \"negative_prompt\", \"image\", \"last_image\", \"elements\", \"control_video\", "
                                 "\"control_mask\")")
             prompts.append(Prompt(entry["prompt"], entry.get("negative_prompt", ""), entry.get("image", ""),
                                   tuple(entry.get("elements") or elements or ()),
-                                  entry.get("control_video") or control_video, entry.get("control_mask") or control_mask))
+                                  entry.get("control_video") or control_video, entry.get("control_mask") or control_mask,
+                                  entry.get("last_image", "")))
     else:
         lines = decode_text(path.read_bytes()).splitlines()
         prompts = [Prompt(line.strip(), elements=tuple(elements or ()), control_video=control_video,
@@ -71,7 +74,8 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
     if not prompts:
         raise UserError(f"--prompts '{path}' holds no prompt")
     for index, prompt in enumerate(prompts):  # before any model loads, not after the first videos
-        for image in filter(None, (prompt.image, *prompt.elements, prompt.control_video, prompt.control_mask)):
+        for image in filter(None, (prompt.image, prompt.last_image, *prompt.elements, prompt.control_video,
+                                   prompt.control_mask)):
             if not Path(image).is_file():
                 raise UserError(f"--prompts '{path}' prompt {index}: image '{image}' does not exist (paths are "
                                 "relative to the current folder)")
@@ -94,6 +98,7 @@ class Settings:
         try:
             return SampleConfig.from_dict({
                 "prompt": prompt.prompt, "negative_prompt": prompt.negative_prompt, "image": prompt.image,
+                "last_image": prompt.last_image,
                 "elements": list(prompt.elements), "frames": self.frames, "height": self.height, "width": self.width,
                 "steps": self.steps, "cfg_scale": self.cfg_scale, "seed": seed, "scheduler": self.scheduler,
                 "shift": self.shift, "control_video": prompt.control_video, "control_mask": prompt.control_mask,

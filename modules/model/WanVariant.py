@@ -19,7 +19,7 @@ from modules.util.path_checks import path_kind
 
 @dataclasses.dataclass(frozen=True)
 class WanVariant:
-    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
+    name: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
     model_type: ModelType
     in_channels: int  # transformer input channels (16, 36 or 48)
     out_channels: int  # latent channels the transformer predicts
@@ -35,6 +35,8 @@ class WanVariant:
     fps: int  # frame rate the variant was trained at
     transformer_config_hash: str = ""  # of the checkpoint's transformer config: LoRA files record their base's
     transformer_class: str = "WanTransformer3DModel"  # `_class_name`: with the layout, the registry's key
+    # FLF2V: the CLIP branch takes a first and a last frame (2 x 257 tokens with a position embedding)
+    paired_image_tokens: bool = False
     vace_layers: tuple[int, ...] = ()  # VACE: the base blocks its control blocks feed (empty: no VACE branch)
 
     @property
@@ -93,7 +95,9 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
     scale_temporal = int(vae.get("scale_factor_temporal", 4))
     is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48
     class_name = transformer.get("_class_name") or _indexed_class(index, "transformer")
-    family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts)
+    paired = transformer.get("pos_embed_seq_len") is not None and transformer.get("image_dim") is not None
+    family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts,
+                       paired)
     return WanVariant(
         name=family.name,
         model_type=ModelType.WAN_2_2 if is_wan_2_2 else ModelType.WAN_2_1,
@@ -112,6 +116,7 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         fps=24 if z_dim == 48 else 16,
         transformer_config_hash=transformer_config_hash(transformer),
         transformer_class=class_name,
+        paired_image_tokens=paired,
         vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if "VACE" in class_name else (),
     )
 

@@ -52,7 +52,7 @@ class ConditionPayload:
 
 @dataclasses.dataclass(frozen=True)
 class VariantConditioning:
-    family: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
+    family: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
     channel_concat: bool  # hidden = [x_t, mask, condition latents]
     per_token_timesteps: bool  # Wan 2.2 TI2V: timestep 0 on clean frames' tokens
     image_context: bool  # the transformer has a CLIP cross-attention branch
@@ -60,6 +60,8 @@ class VariantConditioning:
     latent_channels: int
     patch_size: tuple[int, int, int]
     vace_layers: int = 0  # VACE: how many control blocks (each takes the context's hint at `control_scale`)
+    # FLF2V: the CLIP branch reads (B, 2·257, D) as (2B, 257, D) pairs (diffusers' WanImageEmbedding views them back)
+    paired_image_tokens: bool = False
 
     # --- expert routing --------------------------------------------------------------------------------------
     def expert_for_sigma(self, sigma: float, experts: int = 2) -> int:
@@ -112,6 +114,8 @@ class VariantConditioning:
                            payload: ConditionPayload, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
         """The keyword arguments of `WanTransformer3DModel.forward` for noisy latents at `timesteps` (B,)."""
         clip = payload.clip_embeds if self.image_context else None
+        if clip is not None and self.paired_image_tokens:  # [first, last] per sample, as diffusers' pipeline feeds
+            clip = clip.reshape(clip.shape[0] * 2, clip.shape[1] // 2, clip.shape[2])
         inputs = dict(hidden_states=self.hidden_states(noisy, payload).to(dtype),
                       timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
                       encoder_hidden_states=prompt_embeds.to(dtype),
@@ -143,4 +147,4 @@ def conditioning_for(variant: "WanVariant") -> VariantConditioning:
         per_token_timesteps=variant.expand_timesteps, image_context=variant.has_clip_branch,
         boundary_sigma=variant.boundary_sigma if variant.two_experts else None,
         latent_channels=variant.out_channels, patch_size=tuple(variant.patch_size),
-        vace_layers=len(variant.vace_layers))
+        vace_layers=len(variant.vace_layers), paired_image_tokens=variant.paired_image_tokens)

@@ -59,7 +59,12 @@ class WanModelSampler:
         variant = self.model.variant
         if sample.control_video:
             raise UserError(f"the sample has a control_video, which only VACE models follow (this is {variant.name})")
+        if variant.paired_image_tokens and not sample.last_image:
+            raise UserError(f"the {variant.name} model generates between a first and a last frame: give the sample "
+                            "an image and a last_image (--image, --last-image)")
         needs_image = variant.channel_concat_condition
+        if sample.last_image and not needs_image:
+            raise UserError(f"the sample has a last_image, which only I2V-layout models take (this is {variant.name})")
         if needs_image and not sample.image:
             raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
@@ -80,6 +85,15 @@ class WanModelSampler:
         if use_image:
             image = Image.fromarray(self._load_image(sample.image))
             kwargs["image"] = image.resize((sample.width, sample.height), Image.BICUBIC)
+            if sample.last_image:  # first-last-frame: diffusers' pipeline builds [first, zeros, last] and both CLIPs
+                last = Image.fromarray(self._load_image(sample.last_image))
+                kwargs["last_image"] = last.resize((sample.width, sample.height), Image.BICUBIC)
+                if variant.has_clip_branch and not variant.paired_image_tokens:
+                    # an I2V base takes both frames' CLIP tokens as 2 x 257 tokens of one sample (as training feeds
+                    # them); diffusers' pipeline would feed them as a pair, which only FLF2V's branch reads, and
+                    # refuses image_embeds beside an image: this pipeline object encodes them our way
+                    pipe.encode_image = lambda images, device=None: self.model.encode_images(
+                        [np.asarray(i) for i in images]).flatten(0, 1)[None]
         training = [t.training for t in self.model.transformers()]
         for t in self.model.transformers():
             t.eval()

@@ -26,6 +26,8 @@ Variants (see ``VARIANTS``):
   ``boundary_ratio`` 0.875, Wan 2.1 VAE.
 * ``a14b_i2v`` - Wan 2.2 I2V A14B layout: ``WanImageToVideoPipeline`` with two 36-channel
   experts, no CLIP image encoder, ``boundary_ratio`` 0.9, Wan 2.1 VAE.
+* ``flf2v``    - Wan 2.1 FLF2V 14B layout: the ``i2v`` one whose CLIP branch has a position embedding over a
+  first and a last frame's tokens (``pos_embed_seq_len`` 2 x 257).
 * ``vace``     - Wan 2.1 VACE 1.3B/14B layout: ``WanVACEPipeline``, ``WanVACETransformer3DModel``
   (in/out 16, a control block per base block: ``vace_layers`` [0, 1], ``vace_in_channels`` 96).
 * ``a14b_vace`` - Wan 2.2 VACE-Fun A14B layout: the same transformer as two experts, ``boundary_ratio`` 0.875.
@@ -133,6 +135,7 @@ class TinyVariant:
     boundary_ratio: float | None = None
     expand_timesteps: bool = False
     vace: bool = False  # WanVACETransformer3DModel: control blocks on every base block
+    first_last_frame: bool = False  # FLF2V: CLIP position embedding over 2 x 257 tokens
 
     @property
     def z_dim(self) -> int:
@@ -192,6 +195,17 @@ VARIANTS: dict[str, TinyVariant] = {
             flow_shift=3.0,
             two_experts=True,
             boundary_ratio=0.9,
+        ),
+        TinyVariant(
+            name="flf2v",
+            mirrors="Wan-AI/Wan2.1-FLF2V-14B-720P-diffusers",
+            pipeline_class="WanImageToVideoPipeline",
+            in_channels=36,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            clip_image_encoder=True,
+            first_last_frame=True,
         ),
         TinyVariant(
             name="vace",
@@ -304,7 +318,7 @@ def _transformer_config(spec: TinyVariant) -> dict[str, Any]:
         image_dim=CLIP_HIDDEN_SIZE if spec.clip_image_encoder else None,
         added_kv_proj_dim=_TRANSFORMER_INNER_DIM if spec.clip_image_encoder else None,
         rope_max_seq_len=1024,
-        pos_embed_seq_len=None,
+        pos_embed_seq_len=2 * CLIP_NUM_TOKENS if spec.first_last_frame else None,
     )
 
 

@@ -170,6 +170,7 @@ class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
     negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
     image: str = option("", "First-frame image for image-to-video models.")
+    last_image: str = option("", "Last-frame image (first-last-frame: FLF2V models, or I2V models trained with last_frame_condition).")
     elements: list[str] = option([], "E2V reference images in layout order (subject, object, background); on a VACE model its reference images.")
     control_video: str = option("", "VACE models: the control video the sample follows (depth, pose, edges, ... or a source video to inpaint with control_mask).")
     control_mask: str = option("", "VACE models: a mask video (or image for every frame), white where the model generates, black where the control video is kept.")
@@ -199,6 +200,8 @@ class SampleConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.steps' must be at least 1, got {self.steps}")
         if self.vace_scale < 0:
             raise ConfigError(f"config key '{path}.vace_scale' must not be negative, got {self.vace_scale}")
+        if self.last_image and not self.image:
+            raise ConfigError(f"config key '{path}.last_image' needs '{path}.image' (the first frame)")
         if self.control_mask and not self.control_video:
             raise ConfigError(f"config key '{path}.control_mask' needs '{path}.control_video' (the video it masks)")
         if self.cfg_scale < 0:
@@ -360,6 +363,7 @@ class TrainConfig(BaseConfig):
     lora_layer_filter: str = option("", "Regex on the full module name; only matches get a LoRA ('' = all).", structural=True)
     lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).", structural=True)
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
+    last_frame_condition: bool = option(False, "I2V-layout bases: condition on the clip's first AND last frame (first-last-frame, FLF2V; samples give last_image). Always on for FLF2V models.", structural=True)
     vace_train_blocks: VaceBlocks = option(VaceBlocks.VACE, "VACE models: which blocks train (LORA and FINE_TUNE): VACE (the control blocks, as DiffSynth and VideoX-Fun train), BASE (the Wan blocks) or BOTH.", structural=True)
     vace_context_scale: float = option(1.0, "VACE models: the weight of the control blocks' hints in the training step (diffusers' conditioning_scale, ComfyUI's VACE strength; samples take their own vace_scale).")
 
