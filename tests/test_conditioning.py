@@ -21,7 +21,7 @@ from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: on
 
 FRAMES, SIZE = 9, 32
 # E2V runs on i2v, ti2v and a14b_i2v as they are; "e2v_" + a T2V base is that base expanded for E2V
-VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v", "e2v_t2v", "e2v_a14b_t2v"]
+VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v", "e2v_t2v", "e2v_a14b_t2v", "skyreels_v2", "skyreels_v2_i2v"]
 
 
 def load(variant: str, tiny_model):
@@ -120,6 +120,7 @@ def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tin
             assert family.loss_weights(latents.shape[2], payload, torch.device("cpu"))[:clean].eq(0).all()
         assert (fed.get("encoder_hidden_states_image") is not None) == family.image_context
         assert (trained.get("encoder_hidden_states_image") is None) == (fed.get("encoder_hidden_states_image") is None)
+        assert trained.get("fps") == fed.get("fps") == ([1] if variant == "skyreels_v2" else None)  # 24 fps: index 1
 
 
 @pytest.mark.parametrize("variant, expected", [

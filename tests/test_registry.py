@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusers import WanImageToVideoPipeline, WanPipeline, WanVACEPipeline
+from diffusers import SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, WanImageToVideoPipeline, WanPipeline, WanVACEPipeline
 from safetensors.torch import load_file
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
@@ -32,6 +32,8 @@ PIPELINES = {"t2v": (WanPipeline, WanPipeline), "i2v": (WanImageToVideoPipeline,
              "ti2v": (WanPipeline, WanImageToVideoPipeline), "a14b_t2v": (WanPipeline, WanPipeline),
              "a14b_i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline), "vace": (WanVACEPipeline, WanVACEPipeline),
              "flf2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
+             "skyreels_v2_t2v": (SkyReelsV2Pipeline, SkyReelsV2Pipeline),
+             "skyreels_v2_i2v": (SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
              "a14b_vace": (WanVACEPipeline, WanVACEPipeline)}
 
 
@@ -40,7 +42,9 @@ def test_every_tiny_variant_resolves_to_its_family_and_pipelines(variant, tiny_m
     detected = detect_variant(tiny_model(variant))
     family = family_for(detected)
     assert detected.name == family.name == variant
-    assert detected.transformer_class == ("WanVACETransformer3DModel" if "vace" in variant else "WanTransformer3DModel")
+    assert detected.transformer_class == ("WanVACETransformer3DModel" if "vace" in variant else
+                                          "SkyReelsV2Transformer3DModel" if "skyreels" in variant else
+                                          "WanTransformer3DModel")
     assert isinstance(WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu")).transformer,
                       family.transformer_class)
     assert (family.pipeline(False), family.pipeline(True)) == PIPELINES[variant]

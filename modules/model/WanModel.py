@@ -7,6 +7,7 @@ call diffusers' own pipeline code, so our embeddings are exactly what `WanPipeli
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import torch
@@ -72,8 +73,10 @@ class WanModel:
         pipeline_class = family_for(self.variant).pipeline(image_conditioned)
         if pipeline_class is not WanVACEPipeline:  # (VACE's pipeline has no expand_timesteps)
             common["expand_timesteps"] = self.variant.expand_timesteps
-        if pipeline_class is WanImageToVideoPipeline:
-            return WanImageToVideoPipeline(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
+        accepted = inspect.signature(pipeline_class.__init__).parameters  # SkyReels-V2's: one transformer, no flags
+        common = {key: value for key, value in common.items() if key in accepted}
+        if "image_encoder" in accepted:
+            return pipeline_class(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
         return pipeline_class(**common)
 
     # --- latent normalisation (per channel, from the VAE's own config) ---------------------------

@@ -37,6 +37,7 @@ class WanVariant:
     transformer_class: str = "WanTransformer3DModel"  # `_class_name`: with the layout, the registry's key
     # FLF2V: the CLIP branch takes a first and a last frame (2 x 257 tokens with a position embedding)
     paired_image_tokens: bool = False
+    fps_embedding: bool = False  # SkyReels-V2 with inject_sample_info: the transformer takes the clip's fps
     vace_layers: tuple[int, ...] = ()  # VACE: the base blocks its control blocks feed (empty: no VACE branch)
 
     @property
@@ -112,11 +113,12 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         vae_scale_spatial=scale_spatial,
         vae_scale_temporal=scale_temporal,
         patch_size=tuple(transformer.get("patch_size", (1, 2, 2))),
-        # Wan 2.2 TI2V 5B was trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
-        fps=24 if z_dim == 48 else 16,
+        # Wan 2.2 TI2V 5B and SkyReels-V2 were trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
+        fps=24 if z_dim == 48 or class_name.startswith("SkyReelsV2") else 16,
         transformer_config_hash=transformer_config_hash(transformer),
         transformer_class=class_name,
         paired_image_tokens=paired,
+        fps_embedding=bool(transformer.get("inject_sample_info", False)),
         vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if "VACE" in class_name else (),
     )
 

@@ -62,6 +62,8 @@ class VariantConditioning:
     vace_layers: int = 0  # VACE: how many control blocks (each takes the context's hint at `control_scale`)
     # FLF2V: the CLIP branch reads (B, 2·257, D) as (2B, 257, D) pairs (diffusers' WanImageEmbedding views them back)
     paired_image_tokens: bool = False
+    # SkyReels-V2 with an fps embedding: 0 for 16 fps, 1 otherwise (its diffusion-forcing pipeline's rule)
+    fps_index: int | None = None
 
     # --- expert routing --------------------------------------------------------------------------------------
     def expert_for_sigma(self, sigma: float, experts: int = 2) -> int:
@@ -120,6 +122,8 @@ class VariantConditioning:
                       timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
                       encoder_hidden_states=prompt_embeds.to(dtype),
                       encoder_hidden_states_image=clip.to(dtype) if clip is not None else None)
+        if self.fps_index is not None:
+            inputs["fps"] = [self.fps_index] * noisy.shape[0]
         if self.vace_layers:
             if payload.control is None:
                 raise ValueError("a VACE model needs the VACE context (ConditionPayload.control)")
@@ -147,4 +151,5 @@ def conditioning_for(variant: "WanVariant") -> VariantConditioning:
         per_token_timesteps=variant.expand_timesteps, image_context=variant.has_clip_branch,
         boundary_sigma=variant.boundary_sigma if variant.two_experts else None,
         latent_channels=variant.out_channels, patch_size=tuple(variant.patch_size),
-        vace_layers=len(variant.vace_layers), paired_image_tokens=variant.paired_image_tokens)
+        vace_layers=len(variant.vace_layers), paired_image_tokens=variant.paired_image_tokens,
+        fps_index=(0 if variant.fps == 16 else 1) if variant.fps_embedding else None)

@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from diffusers import (WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline,
+from diffusers import (SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel,
+                       WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline,
                        WanVACETransformer3DModel)
 
 from modules.model.conditioning import VariantConditioning, conditioning_for
@@ -57,13 +58,18 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
                                                                None),
     ("WanVACETransformer3DModel", "t2v", True): VariantFamily("a14b_vace", WanVACETransformer3DModel,
                                                               WanVACEPipeline, None),
+    # SkyReels-V2 T2V / I2V (not diffusion forcing): Wan blocks, 24 fps, with an fps embedding when its config has
+    # inject_sample_info
+    ("SkyReelsV2Transformer3DModel", "t2v", False): VariantFamily("skyreels_v2_t2v", SkyReelsV2Transformer3DModel,
+                                                                  SkyReelsV2Pipeline, None),
+    ("SkyReelsV2Transformer3DModel", "i2v", False): VariantFamily(
+        "skyreels_v2_i2v", SkyReelsV2Transformer3DModel, SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
 }
 
 # Wan-derived transformers diffusers knows that we do not train yet: named, so the error can say so.
 NOT_SUPPORTED = {
     "WanAnimateTransformer3DModel": "Wan Animate",
-    "WanAnimate2Transformer3DModel": "Wan Animate 2", "SkyReelsV2Transformer3DModel": "SkyReels V2",
-    "ChronoEditTransformer3DModel": "ChronoEdit",
+    "WanAnimate2Transformer3DModel": "Wan Animate 2", "ChronoEditTransformer3DModel": "ChronoEdit",
 }
 
 

@@ -57,6 +57,13 @@ class WanModelSampler:
         if sample.elements:
             return self.generate_e2v(sample, show_progress)[0]
         variant = self.model.variant
+        if variant.fps_embedding:  # diffusers' SkyReels-V2 T2V/I2V pipelines feed no fps: our loop does
+            if variant.channel_concat_condition:
+                raise UserError(f"sampling the {variant.name} model (an image-to-video model with an fps embedding) "
+                                "is not supported yet: sample it without the fps embedding's checkpoint")
+            self._move(self.model.train_device)
+            return self._denoise(E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8)),
+                                 sample, show_progress)
         if sample.control_video:
             raise UserError(f"the sample has a control_video, which only VACE models follow (this is {variant.name})")
         if variant.paired_image_tokens and not sample.last_image:
