@@ -66,10 +66,14 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
         "skyreels_v2_i2v", SkyReelsV2Transformer3DModel, SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
 }
 
-# Wan-derived transformers diffusers knows that we do not train yet: named, so the error can say so.
+# Wan-derived transformers diffusers knows that we do not train: named, with why, so the error can say so.
 NOT_SUPPORTED = {
-    "WanAnimateTransformer3DModel": "Wan Animate",
-    "WanAnimate2Transformer3DModel": "Wan Animate 2", "ChronoEditTransformer3DModel": "ChronoEdit",
+    "WanAnimateTransformer3DModel": ("Wan Animate", "it animates a character from pose and face videos through its "
+                                     "own motion encoder and face adapter, inputs no data kind here provides"),
+    "WanAnimate2Transformer3DModel": ("Wan Animate 2", "like Wan Animate it needs pose, face and reference inputs no "
+                                      "data kind here provides"),
+    "ChronoEditTransformer3DModel": ("ChronoEdit", "an image editor over temporal reasoning frames, trained on image "
+                                     "pairs, which is no video data kind here"),
 }
 
 
@@ -91,8 +95,9 @@ def family_of(model_dir: Any, class_name: str, in_channels: int, out_channels: i
     """The family of a checkpoint folder from what its configs say; a one-line UserError naming the folder
     for a class or layout we do not know."""
     if class_name in NOT_SUPPORTED:
-        raise UserError(f"'{model_dir}' is a {NOT_SUPPORTED[class_name]} checkpoint ({class_name}), which WanTrainer "
-                        "does not train yet: use a Wan 2.1 / 2.2 T2V, I2V, TI2V or A14B folder")
+        title, reason = NOT_SUPPORTED[class_name]
+        raise UserError(f"'{model_dir}' is a {title} checkpoint ({class_name}), which WanTrainer does not train yet "
+                        f"({reason}): use a Wan 2.1 / 2.2 T2V, I2V, FLF2V, TI2V, A14B, VACE or SkyReels-V2 folder")
     if not any(key[0] == class_name for key in FAMILIES):
         raise UserError(f"'{model_dir}': transformer class '{class_name}' is not a Wan transformer WanTrainer knows "
                         "(expected WanTransformer3DModel in transformer/config.json)")
