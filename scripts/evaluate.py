@@ -37,6 +37,10 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--base-model", help="the base folder to compare a full fine-tune (--model) with")
     parser.add_argument("--prompts", required=True, help=".txt (one prompt per line) or .json list")
     parser.add_argument("--elements", nargs="+", metavar="IMG", help="E2V reference images for every prompt")
+    parser.add_argument("--control-video", default="", metavar="MP4",
+                        help="VACE models: the control video for every prompt that names none (--elements: references)")
+    parser.add_argument("--control-mask", default="", metavar="MP4|PNG", help="VACE models: its mask (white = generate)")
+    parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
     parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for E2V on bases "
                                                 "without them")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
@@ -73,9 +77,9 @@ def main() -> int:
     # every check that needs no weights, before any loads
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
-    prompts = read_prompts(args.prompts, args.elements)
+    prompts = read_prompts(args.prompts, args.elements, args.control_video, args.control_mask)
     settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
-                        args.seeds)
+                        args.seeds, args.vace_scale)
     for prompt in prompts:
         settings.sample(prompt, 0)
     variant = detect_variant(args.model)

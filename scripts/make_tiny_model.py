@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a tiny randomly initialised Wan model in diffusers format (for tests, demos and benchmarks).
 
-    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v} --output DIR [--seed N]
+    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v,flf2v,skyreels_v2,skyreels_v2_i2v,vace,a14b_vace} --output DIR [--seed N]
 
 Prints the folder it wrote.  Nothing is downloaded.
 """
@@ -18,7 +18,7 @@ if REPO_ROOT not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VARIANT_CHOICES = ("t2v", "i2v", "ti2v", "a14b", "a14b_i2v")
+VARIANT_CHOICES = ("t2v", "i2v", "ti2v", "a14b", "a14b_i2v", "flf2v", "skyreels_v2", "skyreels_v2_i2v", "vace", "a14b_vace")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--variant", required=True, choices=VARIANT_CHOICES,
                         help="t2v (Wan 2.1 T2V), i2v (Wan 2.1 I2V 14B), ti2v (Wan 2.2 TI2V 5B), "
-                             "a14b (Wan 2.2 T2V A14B), a14b_i2v (Wan 2.2 I2V A14B)")
+                             "a14b (Wan 2.2 T2V A14B), a14b_i2v (Wan 2.2 I2V A14B), flf2v (Wan 2.1 FLF2V 14B), "
+                             "skyreels_v2 / skyreels_v2_i2v (SkyReels-V2 T2V / I2V), "
+                             "vace (Wan 2.1 VACE), "
+                             "a14b_vace (Wan 2.2 VACE-Fun A14B)")
     parser.add_argument("--output", required=True, help="folder to write (new, empty, or a previous tiny model)")
     parser.add_argument("--seed", type=_seed, default=0, help="weight seed (default 0); same seed, same weights")
     args = parser.parse_args(argv)

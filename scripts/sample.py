@@ -34,8 +34,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--negative-prompt", default="")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
+    parser.add_argument("--last-image", help="last frame (first-last-frame: FLF2V models, or I2V models trained with "
+                        "last_frame_condition)")
     parser.add_argument("--elements", nargs="+", metavar="IMG",
                         help="E2V reference images in layout order (subject, object, background)")
+    parser.add_argument("--control-video", metavar="MP4", help="VACE models: the control video to follow (depth, pose, "
+                        "edges, ... or a source video to inpaint with --control-mask); --elements are its references")
+    parser.add_argument("--control-mask", metavar="MP4|PNG", help="VACE models: white where the model generates, "
+                        "black where the control video is kept")
+    parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
     parser.add_argument("--dataset-config", help="E2V dataset JSON whose element layout (repeats, preprocessing) "
                                                  "to use; default: A2's (repeats 1/4/4)")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
@@ -87,7 +94,9 @@ def main() -> int:
 
     sample = SampleConfig.from_dict({
         "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
-        "elements": args.elements or [],
+        "last_image": args.last_image or "",
+        "elements": args.elements or [], "control_video": args.control_video or "",
+        "control_mask": args.control_mask or "", "vace_scale": args.vace_scale,
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "seed": args.seed,
         "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,

@@ -63,6 +63,24 @@ def e2v_on_t2v_config(tiny_model, work: Path, **overrides) -> dict:
     return train_config_dict(tiny_model("t2v"), dataset, work, **values)
 
 
+def trains_and_resumes_exactly(make_trainer, step: int = 2):
+    """`make_trainer("full")` trained to its end (saving its outputs), then `make_trainer("stopped")` stopped after
+    optimizer step `step` and resumed from its backup: the resumed run must end with bit-identical trainable
+    weights. Returns the full run's trainer."""
+    import torch
+
+    trainer = make_trainer("full")
+    trainer.start()
+    trainer.train()
+    trainer.end()
+    expected = {k: v.clone() for k, v in trainer.setup.trainable_state().items()}
+    resumed = stop_and_resume(lambda **o: make_trainer("stopped", **o), step)
+    resumed.train()
+    actual = resumed.setup.trainable_state()
+    assert actual.keys() == expected.keys() and all(torch.equal(actual[k], expected[k]) for k in expected)
+    return trainer
+
+
 def stop_and_resume(make_trainer, step: int):
     """Trains with `make_trainer()` until a stop after optimizer step `step` (which writes a backup), then
     returns `make_trainer(continue_last_backup=True)` started from that backup, not yet trained further."""

@@ -21,7 +21,7 @@ from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: on
 
 FRAMES, SIZE = 9, 32
 # E2V runs on i2v, ti2v and a14b_i2v as they are; "e2v_" + a T2V base is that base expanded for E2V
-VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v", "e2v_t2v", "e2v_a14b_t2v"]
+VARIANTS = ["t2v", "i2v", "ti2v", "a14b_t2v", "a14b_i2v", "e2v_t2v", "e2v_a14b_t2v", "skyreels_v2", "skyreels_v2_i2v"]
 
 
 def load(variant: str, tiny_model):
@@ -120,6 +120,7 @@ def test_training_and_sampling_route_and_feed_the_transformer_alike(variant, tin
             assert family.loss_weights(latents.shape[2], payload, torch.device("cpu"))[:clean].eq(0).all()
         assert (fed.get("encoder_hidden_states_image") is not None) == family.image_context
         assert (trained.get("encoder_hidden_states_image") is None) == (fed.get("encoder_hidden_states_image") is None)
+        assert trained.get("fps") == fed.get("fps") == ([1] if variant == "skyreels_v2" else None)  # 24 fps: index 1
 
 
 @pytest.mark.parametrize("variant, expected", [
@@ -140,3 +141,51 @@ def test_each_family_is_an_instance_read_from_the_checkpoint(variant, expected, 
         assert family.expert_for_sigma(b) == 0 and family.expert_for_sigma(b - 1e-6) == 1
         assert family.sigma_range(0) == (b, 1.0) and family.sigma_range(1) == (0.0, b)
         assert family.expert_for_sigma(0.1, experts=1) == 0  # one expert trained or loaded: no routing
+
+
+@pytest.mark.parametrize("variant", ["vace", "a14b_vace"])
+def test_vace_training_and_sampling_feed_the_control_branch_alike(variant, tiny_model, tmp_path):
+    """VACE: the sampler (a control video and one reference image) and the training step at the same σ route to
+    the same expert and feed the same VACE context at the same scale; the reference's leading latent frame is in
+    the latents and out of the loss."""
+    from PIL import Image
+
+    from modules.modelSampler.e2v_sampling import E2VConditioning
+    from modules.modelSampler.vace_sampling import build_vace_context
+    from modules.util.video_write import write_video
+
+    model = load(variant, tiny_model)
+    family = model.conditioning
+    assert family.vace_layers == 2 and not family.channel_concat
+    write_video(tmp_path / "control.mp4", np.full((FRAMES, SIZE, SIZE, 3), 90, np.uint8), 16.0)
+    sample = SampleConfig.from_dict({"prompt": "a red circle", "frames": FRAMES, "height": SIZE, "width": SIZE,
+                                     "steps": 4, "cfg_scale": 1.0, "seed": 3, "shift": 2.0, "vace_scale": 0.7,
+                                     "control_video": str(tmp_path / "control.mp4")}, "sample")
+    context = build_vace_context(model, sample, [np.full((24, 24, 3), 200, np.uint8)])
+    conditioning = E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8),
+                                   control=context, control_references=1)
+    recorder = Recorder(model)
+    latents = sample_latents(model, conditioning, sample)
+    calls, experts = list(recorder.calls), len(model.transformers())
+    assert len(calls) == 4 and latents.shape[2] == (FRAMES - 1) // 4 + 1  # the reference frame is dropped
+    if experts == 2:
+        assert {expert for expert, _ in calls} == {0, 1}
+    setup = BaseWanSetup(model, TrainConfig())
+    for expert, fed in calls:
+        assert fed["hidden_states"].shape[2] == latents.shape[2] + 1 == fed["control_hidden_states"].shape[2]
+        assert torch.equal(fed["control_hidden_states"], context)
+        assert torch.allclose(fed["control_hidden_states_scale"], torch.full((2,), 0.7))
+        sigma = float(fed["timestep"].flatten()[-1]) / TRAIN_TIMESTEPS
+        payload = ConditionPayload(control=context, control_scale=0.7, dropped_frames=1)
+        inputs = StepInputs(x0=torch.randn(fed["hidden_states"].shape), prompt_embeds=fed["encoder_hidden_states"],
+                            payload=payload)
+        setup.sigma_sampler = FixedSigma(sigma)
+        recorder.calls.clear()
+        output = setup.predict(inputs, StepRandom.for_micro_step(0, 0, 1))
+        (trained_expert, trained), = recorder.calls
+        assert trained_expert == output.expert == expert
+        assert torch.allclose(trained["timestep"].float(), fed["timestep"].float(), rtol=0, atol=1e-3)
+        assert torch.equal(trained["control_hidden_states"], fed["control_hidden_states"])
+        assert torch.equal(trained["control_hidden_states_scale"], fed["control_hidden_states_scale"])
+        weights = family.loss_weights(inputs.x0.shape[2], payload, torch.device("cpu"))
+        assert weights[0] == 0 and weights[1:].eq(1).all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusers import WanImageToVideoPipeline, WanPipeline
+from diffusers import SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, WanImageToVideoPipeline, WanPipeline, WanVACEPipeline
 from safetensors.torch import load_file
 
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
@@ -30,14 +30,23 @@ from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: on
 
 PIPELINES = {"t2v": (WanPipeline, WanPipeline), "i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
              "ti2v": (WanPipeline, WanImageToVideoPipeline), "a14b_t2v": (WanPipeline, WanPipeline),
-             "a14b_i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline)}
+             "a14b_i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline), "vace": (WanVACEPipeline, WanVACEPipeline),
+             "flf2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
+             "skyreels_v2_t2v": (SkyReelsV2Pipeline, SkyReelsV2Pipeline),
+             "skyreels_v2_i2v": (SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
+             "a14b_vace": (WanVACEPipeline, WanVACEPipeline)}
 
 
 @pytest.mark.parametrize("variant", list(PIPELINES))
 def test_every_tiny_variant_resolves_to_its_family_and_pipelines(variant, tiny_model):
     detected = detect_variant(tiny_model(variant))
     family = family_for(detected)
-    assert detected.name == family.name == variant and detected.transformer_class == "WanTransformer3DModel"
+    assert detected.name == family.name == variant
+    assert detected.transformer_class == ("WanVACETransformer3DModel" if "vace" in variant else
+                                          "SkyReelsV2Transformer3DModel" if "skyreels" in variant else
+                                          "WanTransformer3DModel")
+    assert isinstance(WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu")).transformer,
+                      family.transformer_class)
     assert (family.pipeline(False), family.pipeline(True)) == PIPELINES[variant]
     model = WanModelLoader().load(str(tiny_model(variant)), torch.device("cpu"))
     needs_image = detected.channel_concat_condition
@@ -64,8 +73,8 @@ def test_an_unknown_transformer_class_is_one_line_naming_the_folder(tiny_model, 
 
 
 def test_a_wan_family_we_do_not_train_is_named(tiny_model, tmp_path):
-    folder = edited_copy(tiny_model, tmp_path, _class_name="WanVACETransformer3DModel")
-    with pytest.raises(UserError, match=r"is a Wan VACE checkpoint \(WanVACETransformer3DModel\), which WanTrainer "
+    folder = edited_copy(tiny_model, tmp_path, _class_name="WanAnimateTransformer3DModel")
+    with pytest.raises(UserError, match=r"is a Wan Animate checkpoint \(WanAnimateTransformer3DModel\), which WanTrainer "
                                         r"does not train yet"):
         detect_variant(folder)
 

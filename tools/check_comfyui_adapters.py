@@ -7,7 +7,9 @@ Not a test: it needs a ComfyUI source tree, which CI does not have. The tests re
     .venv/bin/python tools/check_comfyui_adapters.py /tmp/comfyui /tmp/comfydeps
 
 Prints, per adapter case: how many modules ComfyUI patched, how many keys it left unread (it logs
-"lora key not loaded" for each), and the largest difference between its patched weight and peft's.
+"lora key not loaded" for each), and the largest difference between its patched weight and peft's. Then the same
+for a LoRA on a tiny VACE model's VACE and base blocks, with the key map of ComfyUI's own `VaceWanModel`
+(comfy/ldm/wan/model.py) built at the tiny size.
 """
 from __future__ import annotations
 
@@ -89,6 +91,45 @@ def main() -> None:
         kind = type(next(iter(patches.values()))).__name__
         print(f"{case:16s} keys {len(state):4d}  patched {len(patches):3d}/{len(names)} modules as {kind:12s} "
               f"keys not loaded {sum('not loaded' in m for m in warnings.messages)}  max |ComfyUI - peft| {error:.2e}")
+    check_vace(root, warnings)
+
+
+def check_vace(root: Path, warnings: Warnings) -> None:
+    """ComfyUI's VaceWanModel (its key names, not ours) and load_lora on our COMFY_LORA of a tiny VACE model."""
+    import comfy.ops
+    import torch
+    from comfy.ldm.wan.model import VaceWanModel
+    from diffusers import WanVACETransformer3DModel
+
+    model_dir = write_tiny_model("vace", root / "vace")
+    transformer = WanVACETransformer3DModel.from_pretrained(model_dir / "transformer")
+    targets = [n for n, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)
+               and n.startswith(("blocks.", "vace_blocks."))]
+    from peft import LoraConfig
+
+    transformer.add_adapter(LoraConfig(r=4, lora_alpha=3, target_modules=targets, init_lora_weights=False))
+    state = to_state_dict(extract_from_peft(transformer), COMFY_LORA)
+    cfg = transformer.config
+    comfy_model = VaceWanModel(dim=cfg.num_attention_heads * cfg.attention_head_dim, ffn_dim=cfg.ffn_dim,
+                               num_heads=cfg.num_attention_heads, num_layers=cfg.num_layers, text_dim=cfg.text_dim,
+                               vace_layers=len(cfg.vace_layers), vace_in_dim=cfg.vace_in_channels,
+                               in_dim=cfg.in_channels, out_dim=cfg.out_channels,
+                               operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32)
+    weights = {f"diffusion_model.{k}": v for k, v in comfy_model.state_dict().items()}
+    to_load = {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")}  # model_lora_keys_unet
+    warnings.messages.clear()
+    patches = comfy.lora.load_lora(state, to_load)
+    error = 0.0
+    for wan_name, diffusers_name in original_to_diffusers(transformer).items():
+        module = transformer.get_submodule(diffusers_name)
+        key = f"diffusion_model.{wan_name}.weight"
+        weight = module.get_base_layer().weight.detach().float().clone()
+        patched = comfy.lora.calculate_weight([(1.0, patches[key], 1.0, None, None)], weight, key)
+        error = max(error, float((patched - peft_weight(module)).abs().max()))
+    vace = sum(".vace_blocks." in key for key in patches)
+    print(f"{'vace lora':16s} keys {len(state):4d}  patched {len(patches):3d}/{len(targets)} modules ({vace} in "
+          f"VaceWanModel's vace_blocks)  keys not loaded {sum('not loaded' in m for m in warnings.messages)}  "
+          f"max |ComfyUI - peft| {error:.2e}")
 
 
 if __name__ == "__main__":

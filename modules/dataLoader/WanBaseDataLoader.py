@@ -46,9 +46,10 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
+from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_paths_for
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
-from modules.model.condition_layout import condition_clip, frame_mask
+from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.loading import load_concepts
@@ -151,39 +152,55 @@ class DecodeClip(PipelineModule):
                 "source_size": [frames.shape[1], frames.shape[2]], "window_start": start}
 
 
+def condition_frames(frames: int, last: bool) -> torch.Tensor:
+    """(F,) pixel mask of the condition frames: the first (I2V), or the first and the last (FLF2V)."""
+    return pixel_frame_mask(frames, frames, "first_and_last") if last else pixel_frame_mask(frames, 1)
+
+
 class FirstFrameCondition(PipelineModule):
-    """Plain I2V: the first frame, then zero frames up to F (docs/e2v.md §3 with one reference)."""
+    """Plain I2V: the first frame, then zero frames up to F (docs/e2v.md §3 with one reference); `last` (FLF2V): the
+    first and the last frame with zero frames between, as diffusers' pipeline builds it from `last_image`."""
 
     inputs = ("video_frames",)
     outputs = ("condition_clip",)
 
+    def __init__(self, last: bool = False):
+        self.last = last
+
     def cache_identity(self) -> Any:
-        return 1
+        return [1, "first_and_last"] if self.last else 1
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         video = item["video_frames"]
+        if self.last:
+            return {"condition_clip": mask_reference_clip(video, condition_frames(video.shape[1], True))}
         return {"condition_clip": condition_clip(video[:, :1], video.shape[1])}
 
 
 class EncodeFirstFrameClip(PipelineModule):
-    """CLIP second-to-last hidden state of the first frame (what Wan I2V conditions on)."""
+    """CLIP second-to-last hidden state of the first frame (what Wan I2V conditions on); `last` (FLF2V): of the
+    first and the last frame, their tokens concatenated (2 x 257)."""
 
     inputs = ("video_frames",)
     outputs = ("clip_embeds",)
     encoder = "clip"
 
-    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter, placement=None):
-        self.model, self.identity, self.counter, self.placement = model, identity, counter, placement
+    def __init__(self, model: WanModel, identity: Any, counter: EncoderCounter, last: bool = False, placement=None):
+        self.model, self.identity, self.counter, self.last = model, identity, counter, last
+        self.placement = placement
 
     def cache_identity(self) -> Any:
-        return self.identity
+        return [self.identity, "first_and_last"] if self.last else self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.counter.calls += 1
         if self.placement is not None:
             self.placement.use(self.encoder)
-        first = ((item["video_frames"][:, 0].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
-        return {"clip_embeds": self.model.encode_images([first.numpy()])[0]}
+        video = item["video_frames"]
+        picks = [0, video.shape[1] - 1] if self.last else [0]
+        frames = [((video[:, i].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()
+                  for i in picks]
+        return {"clip_embeds": self.model.encode_images(frames).flatten(0, 1)}
 
 
 @dataclasses.dataclass
@@ -218,6 +235,12 @@ class WanBaseDataLoader:
         self.resolutions = area_resolutions(height * width) if config.aspect_bucketing else [(height, width)]
         self.uses_image_condition = model.variant.channel_concat_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
+        # first-last-frame: FLF2V models always, I2V-layout ones when asked
+        self.last_frame = self.uses_image_condition and (model.variant.paired_image_tokens or config.last_frame_condition)
+        if config.last_frame_condition and not self.uses_image_condition:
+            raise UserError(f"config key 'last_frame_condition' needs an I2V-layout base (the {model.variant.name} "
+                            "model has no condition channels): set it false or use an I2V / FLF2V model")
+        self.uses_control = bool(model.variant.vace_layers)  # VACE: control video and mask beside each clip
         self.counter = EncoderCounter()
         self.placement = placement_for(config, model)  # caching: one encoder on the device at a time
         self.options = [(concept, concept_options(concept, config)) for concept in self.concepts()]
@@ -266,22 +289,28 @@ class WanBaseDataLoader:
             video.append(DecodeMask(variant.vae_scale_spatial, variant.vae_scale_temporal, self.augmentation,
                                     decode.name, per_epoch))
             outputs.append("latent_mask")
+        if self.uses_control:  # cached with the latents, keyed by the control files too
+            video += [DecodeControl(self.augmentation, decode.name, per_epoch),
+                      EncodeVaceContext(model, vae_identity, counter)]
+            outputs.append("vace_context")
         if self.uses_image_condition:
-            video += [FirstFrameCondition(), EncodePosterior(model, "condition_clip", "condition", vae_identity, counter,
-                                                                    placement)]
+            video += [FirstFrameCondition(self.last_frame),
+                      EncodePosterior(model, "condition_clip", "condition", vae_identity, counter, placement)]
             outputs.append("condition_mean")
         if self.uses_clip:
-            video.append(EncodeFirstFrameClip(model, identities.clip, counter, placement))
+            video.append(EncodeFirstFrameClip(model, identities.clip, counter, self.last_frame, placement))
             outputs.append("clip_embeds")
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter,
                                              placement=placement)
         text = [self.caption_encoder]
-        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp"]
+        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp", "control_fp"]
         if not config.latent_caching:
             return Pipeline(sources, video + text, config.seed), []
         video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
         if config.masked_training:
             video_key.append("mask_fp")
+        if self.uses_control:
+            video_key.append("control_fp")
         # text first: caching runs every caption through UMT5 before the first clip meets the VAE (`prefill`)
         stages = [CacheStage(text, ["caption"], self.cache, "text", name="text"),
                   CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video")]
@@ -304,7 +333,8 @@ class WanBaseDataLoader:
                 if mask is None:
                     continue
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
-                          "caption": planned.caption, "clip": planned.clip, **mask}
+                          "caption": planned.caption, "clip": planned.clip, **mask,
+                          "control_fp": self._control_fingerprint(planned.sample.media_path)}
                 keys = {stage.name: stage.key_for(source) for stage in self.stages}
                 varied = planned.clip["start"] is None or self.augmentation.enabled
                 variations = self.variations if varied else 1
@@ -334,6 +364,12 @@ class WanBaseDataLoader:
                 else:
                     self.skips.record(path, BAD_MASK, f"cannot read the mask ({e})")
             return None
+
+    def _control_fingerprint(self, media: Path) -> str:
+        """VACE: the identity of the sample's control video and mask (they key its cache entry)."""
+        if not self.uses_control:
+            return ""
+        return fingerprint([file_fingerprint(path) if path is not None else "" for path in control_paths_for(media)])
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
         """Validation measures every sample with its caption."""
@@ -466,12 +502,14 @@ class WanBaseDataLoader:
             batch["condition_latents"] = self.model.normalize_latents(torch.stack([f["condition_mean"] for f in fields]))
             bucket = self.items[indices[0]].bucket
             _, _, t, h, w = batch["latent_mean"].shape
-            mask = frame_mask(bucket.frames, 1, h, w, self.model.variant.vae_scale_temporal)
+            mask = fold_mask(condition_frames(bucket.frames, self.last_frame), h, w, self.model.variant.vae_scale_temporal)
             batch["condition_mask"] = mask[None].expand(len(indices), -1, -1, -1, -1)
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([f["clip_embeds"] for f in fields])
         if self.config.masked_training:
             batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
+        if self.uses_control:
+            batch["vace_context"] = torch.stack([f["vace_context"] for f in fields])
         weights = [self.items[i].loss_weight for i in indices]
         if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
             batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)
@@ -497,9 +535,12 @@ class WanBaseDataLoader:
         if self.uses_image_condition:
             condition = torch.cat([batch["condition_mask"], batch["condition_latents"]], dim=1).to(device)
         clip, weights, mask = batch.get("clip_embeds"), batch.get("loss_weight"), batch.get("loss_mask")
+        control = batch.get("vace_context")
         payload = ConditionPayload(condition=condition, clip_embeds=clip.to(device) if clip is not None else None,
                                    sample_weights=weights.to(device) if weights is not None else None,
-                                   loss_mask=mask.to(device) if mask is not None else None)
+                                   loss_mask=mask.to(device) if mask is not None else None,
+                                   control=control.to(device) if control is not None else None,
+                                   control_scale=self.config.vace_context_scale)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
                           captions=batch.get("captions"))
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modules.dataLoader.masks import is_mask_file, mask_path_for
+from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
 from modules.util.text_io import bom_encoding
@@ -62,7 +63,7 @@ def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
         p
         for p in candidates
         if p.suffix.lower() in FOLDER_EXTENSIONS and not _is_hidden(p.relative_to(folder)) and p.is_file()
-        and not is_mask_file(p)  # a sample's mask is never a sample of its own
+        and not is_mask_file(p) and not is_control_file(p)  # a sample's mask or VACE control is no sample of its own
     ]
     media.sort(key=lambda p: p.relative_to(folder).as_posix())
     return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder), mask_path_for(p)) for p in media]

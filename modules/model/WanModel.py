@@ -7,10 +7,11 @@ call diffusers' own pipeline code, so our embeddings are exactly what `WanPipeli
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import torch
-from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline
 from diffusers.schedulers import SchedulerMixin
 from transformers import CLIPImageProcessor, CLIPVisionModel, PreTrainedTokenizerBase, UMT5EncoderModel
 
@@ -71,10 +72,14 @@ class WanModel:
             image_conditioned = self.variant.channel_concat_condition
         common = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
                       scheduler=self.scheduler, transformer=self.transformer, transformer_2=self.transformer_2,
-                      boundary_ratio=self.variant.boundary_ratio, expand_timesteps=self.variant.expand_timesteps)
+                      boundary_ratio=self.variant.boundary_ratio)
         pipeline_class = family_for(self.variant).pipeline(image_conditioned)
-        if pipeline_class is WanImageToVideoPipeline:
-            return WanImageToVideoPipeline(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
+        if pipeline_class is not WanVACEPipeline:  # (VACE's pipeline has no expand_timesteps)
+            common["expand_timesteps"] = self.variant.expand_timesteps
+        accepted = inspect.signature(pipeline_class.__init__).parameters  # SkyReels-V2's: one transformer, no flags
+        common = {key: value for key, value in common.items() if key in accepted}
+        if "image_encoder" in accepted:
+            return pipeline_class(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
         return pipeline_class(**common)
 
     # --- latent normalisation (per channel, from the VAE's own config) ---------------------------

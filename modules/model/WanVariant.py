@@ -13,7 +13,7 @@ from modules.util.enum import ModelType
 
 @dataclasses.dataclass(frozen=True)
 class WanVariant:
-    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v
+    name: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
     model_type: ModelType
     in_channels: int  # transformer input channels (16, 36 or 48)
     out_channels: int  # latent channels the transformer predicts
@@ -29,6 +29,10 @@ class WanVariant:
     fps: int  # frame rate the variant was trained at
     transformer_config_hash: str = ""  # of the checkpoint's transformer config: LoRA files record their base's
     transformer_class: str = "WanTransformer3DModel"  # `_class_name`: with the layout, the registry's key
+    # FLF2V: the CLIP branch takes a first and a last frame (2 x 257 tokens with a position embedding)
+    paired_image_tokens: bool = False
+    fps_embedding: bool = False  # SkyReels-V2 with inject_sample_info: the transformer takes the clip's fps
+    vace_layers: tuple[int, ...] = ()  # VACE: the base blocks its control blocks feed (empty: no VACE branch)
 
     @property
     def channel_concat_condition(self) -> bool:
@@ -48,4 +52,6 @@ class WanVariant:
             parts.append(f"two experts (boundary {self.boundary_ratio})")
         if self.expand_timesteps:
             parts.append("per-token timesteps")
+        if self.vace_layers:
+            parts.append(f"VACE control on {len(self.vace_layers)} blocks")
         return ", ".join(parts)

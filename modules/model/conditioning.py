@@ -6,8 +6,10 @@ transformer takes (one per sample, or one per token for Wan 2.2 TI2V), the hidde
 plus mask and condition channels for the I2V layout), which latent frames stay clean, and the image context.
 What a batch or a sample brings is a `ConditionPayload`; which of its fields a family reads is listed there.
 
-T2V, I2V, TI2V and the two-expert A14B models are instances (`conditioning_for(variant)`); E2V is a payload on
-them (P reference frames in the condition channels, or K clean reference latents for TI2V), not another family.
+T2V, I2V, TI2V, the two-expert A14B models and VACE are instances (`conditioning_for(variant)`); E2V is a payload
+on them (P reference frames in the condition channels, or K clean reference latents for TI2V), not another family.
+VACE adds the control context (`modules/model/vace.py`) and its scale; its reference images are R leading latent
+frames of the latents that stay out of the loss (`dropped_frames`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ class ConditionPayload:
     - every family: `loss_frame_weights` (T,) per latent frame (E2V leaves reference frames out), None = all 1;
       `sample_weights` (B,) per sample (`concepts[].loss_weight`), None = all 1; `loss_mask` (B, 1, T, h, w) in
       [0, 1], the masked share of each latent cell (masked training), None = no mask.
+    - VACE: `control` (B, 96, R + T, h, w), the VACE context (never None for a VACE model); `control_scale`, the
+      weight of its hints (diffusers' `conditioning_scale`, ComfyUI's VACE strength); `dropped_frames` R, the
+      leading latent frames that stand for the reference images (noised like the rest, left out of the loss).
     """
 
     condition: torch.Tensor | None = None
@@ -38,17 +43,25 @@ class ConditionPayload:
     loss_frame_weights: torch.Tensor | None = None
     sample_weights: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
+    control: torch.Tensor | None = None
+    control_scale: float = 1.0
+    dropped_frames: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class VariantConditioning:
-    family: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v
+    family: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace
     channel_concat: bool  # hidden = [x_t, mask, condition latents]
     per_token_timesteps: bool  # Wan 2.2 TI2V: timestep 0 on clean frames' tokens
     image_context: bool  # the transformer has a CLIP cross-attention branch
     boundary_sigma: float | None  # two experts: σ >= boundary goes to the high-noise expert
     latent_channels: int
     patch_size: tuple[int, int, int]
+    vace_layers: int = 0  # VACE: how many control blocks (each takes the context's hint at `control_scale`)
+    # FLF2V: the CLIP branch reads (B, 2·257, D) as (2B, 257, D) pairs (diffusers' WanImageEmbedding views them back)
+    paired_image_tokens: bool = False
+    # SkyReels-V2 with an fps embedding: 0 for 16 fps, 1 otherwise (its diffusion-forcing pipeline's rule)
+    fps_index: int | None = None
 
     # --- expert routing --------------------------------------------------------------------------------------
     def expert_for_sigma(self, sigma: float, experts: int = 2) -> int:
@@ -101,17 +114,31 @@ class VariantConditioning:
                            payload: ConditionPayload, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
         """The keyword arguments of `WanTransformer3DModel.forward` for noisy latents at `timesteps` (B,)."""
         clip = payload.clip_embeds if self.image_context else None
-        return dict(hidden_states=self.hidden_states(noisy, payload).to(dtype),
-                    timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
-                    encoder_hidden_states=prompt_embeds.to(dtype),
-                    encoder_hidden_states_image=clip.to(dtype) if clip is not None else None)
+        if clip is not None and self.paired_image_tokens:  # [first, last] per sample, as diffusers' pipeline feeds
+            clip = clip.reshape(clip.shape[0] * 2, clip.shape[1] // 2, clip.shape[2])
+        inputs = dict(hidden_states=self.hidden_states(noisy, payload).to(dtype),
+                      timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
+                      encoder_hidden_states=prompt_embeds.to(dtype),
+                      encoder_hidden_states_image=clip.to(dtype) if clip is not None else None)
+        if self.fps_index is not None:
+            inputs["fps"] = [self.fps_index] * noisy.shape[0]
+        if self.vace_layers:
+            if payload.control is None:
+                raise ValueError("a VACE model needs the VACE context (ConditionPayload.control)")
+            if payload.control.shape[2] != noisy.shape[2]:
+                raise ValueError(f"VACE context of {payload.control.shape[2]} latent frames for latents of "
+                                 f"{noisy.shape[2]}: the references must lead both")
+            inputs["control_hidden_states"] = payload.control.to(noisy.device, dtype)
+            inputs["control_hidden_states_scale"] = torch.full((self.vace_layers,), float(payload.control_scale),
+                                                               device=noisy.device, dtype=dtype)
+        return inputs
 
     def loss_weights(self, num_latent_frames: int, payload: ConditionPayload, device: torch.device) -> torch.Tensor:
         """(T,) weight of each latent frame in the loss: the payload's, with clean frames at 0."""
         weights = torch.ones(num_latent_frames, device=device)
         if payload.loss_frame_weights is not None:
             weights = payload.loss_frame_weights.to(device).float().clone()
-        weights[: payload.clean_frames] = 0
+        weights[: max(payload.clean_frames, payload.dropped_frames)] = 0
         return weights
 
 
@@ -121,4 +148,6 @@ def conditioning_for(variant: WanVariant) -> VariantConditioning:
         family=variant.name, channel_concat=variant.channel_concat_condition,
         per_token_timesteps=variant.expand_timesteps, image_context=variant.has_clip_branch,
         boundary_sigma=variant.boundary_sigma if variant.two_experts else None,
-        latent_channels=variant.out_channels, patch_size=tuple(variant.patch_size))
+        latent_channels=variant.out_channels, patch_size=tuple(variant.patch_size),
+        vace_layers=len(variant.vace_layers), paired_image_tokens=variant.paired_image_tokens,
+        fps_index=(0 if variant.fps == 16 else 1) if variant.fps_embedding else None)

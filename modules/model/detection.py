@@ -47,7 +47,9 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
     scale_temporal = int(vae.get("scale_factor_temporal", 4))
     is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48
     class_name = transformer.get("_class_name") or _indexed_class(index, "transformer")
-    family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts)
+    paired = transformer.get("pos_embed_seq_len") is not None and transformer.get("image_dim") is not None
+    family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts,
+                       paired)
     return WanVariant(
         name=family.name,
         model_type=ModelType.WAN_2_2 if is_wan_2_2 else ModelType.WAN_2_1,
@@ -62,10 +64,13 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         vae_scale_spatial=scale_spatial,
         vae_scale_temporal=scale_temporal,
         patch_size=tuple(transformer.get("patch_size", (1, 2, 2))),
-        # Wan 2.2 TI2V 5B was trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
-        fps=24 if z_dim == 48 else 16,
+        # Wan 2.2 TI2V 5B and SkyReels-V2 were trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
+        fps=24 if z_dim == 48 or class_name.startswith("SkyReelsV2") else 16,
         transformer_config_hash=transformer_config_hash(transformer),
         transformer_class=class_name,
+        paired_image_tokens=paired,
+        fps_embedding=bool(transformer.get("inject_sample_info", False)),
+        vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if "VACE" in class_name else (),
     )
 
 

@@ -11,7 +11,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from diffusers import WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+from diffusers import (SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel,
+                       WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline,
+                       WanVACETransformer3DModel)
 
 from modules.model.WanVariant import WanVariant
 from modules.model.conditioning import VariantConditioning, conditioning_for
@@ -20,7 +22,7 @@ from modules.util.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class VariantFamily:
-    name: str  # t2v | i2v | ti2v | a14b_t2v | a14b_i2v (WanVariant.name)
+    name: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace (WanVariant.name)
     transformer_class: type
     pipeline_class: type  # generation without an image
     image_pipeline_class: type | None  # generation from an image (I2V layouts need one; TI2V may take one)
@@ -42,40 +44,62 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
     ("WanTransformer3DModel", "ti2v", False): VariantFamily("ti2v", WanTransformer3DModel, WanPipeline,
                                                             WanImageToVideoPipeline),
     ("WanTransformer3DModel", "t2v", True): VariantFamily("a14b_t2v", WanTransformer3DModel, WanPipeline, None),
+    # Wan2.1-FLF2V-14B: the I2V layout whose CLIP branch takes the first and the last frame (a position embedding
+    # over 2 x 257 image tokens)
+    ("WanTransformer3DModel", "flf2v", False): VariantFamily("flf2v", WanTransformer3DModel, WanImageToVideoPipeline,
+                                                             WanImageToVideoPipeline),
     ("WanTransformer3DModel", "i2v", True): VariantFamily("a14b_i2v", WanTransformer3DModel, WanImageToVideoPipeline,
                                                           WanImageToVideoPipeline),
+    # VACE (Wan2.1-VACE-1.3B/14B; Wan2.2-VACE-Fun-A14B with two experts): a T2V transformer plus control blocks
+    # fed the 96-channel VACE context (modules/model/vace.py)
+    ("WanVACETransformer3DModel", "t2v", False): VariantFamily("vace", WanVACETransformer3DModel, WanVACEPipeline,
+                                                               None),
+    ("WanVACETransformer3DModel", "t2v", True): VariantFamily("a14b_vace", WanVACETransformer3DModel,
+                                                              WanVACEPipeline, None),
+    # SkyReels-V2 T2V / I2V (not diffusion forcing): Wan blocks, 24 fps, with an fps embedding when its config has
+    # inject_sample_info
+    ("SkyReelsV2Transformer3DModel", "t2v", False): VariantFamily("skyreels_v2_t2v", SkyReelsV2Transformer3DModel,
+                                                                  SkyReelsV2Pipeline, None),
+    ("SkyReelsV2Transformer3DModel", "i2v", False): VariantFamily(
+        "skyreels_v2_i2v", SkyReelsV2Transformer3DModel, SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
 }
 
-# Wan-derived transformers diffusers knows that we do not train yet: named, so the error can say so.
+# Wan-derived transformers diffusers knows that we do not train: named, with why, so the error can say so.
 NOT_SUPPORTED = {
-    "WanVACETransformer3DModel": "Wan VACE", "WanAnimateTransformer3DModel": "Wan Animate",
-    "WanAnimate2Transformer3DModel": "Wan Animate 2", "SkyReelsV2Transformer3DModel": "SkyReels V2",
-    "ChronoEditTransformer3DModel": "ChronoEdit",
+    "WanAnimateTransformer3DModel": ("Wan Animate", "it animates a character from pose and face videos through its "
+                                     "own motion encoder and face adapter, inputs no data kind here provides"),
+    "WanAnimate2Transformer3DModel": ("Wan Animate 2", "like Wan Animate it needs pose, face and reference inputs no "
+                                      "data kind here provides"),
+    "ChronoEditTransformer3DModel": ("ChronoEdit", "an image editor over temporal reasoning frames, trained on image "
+                                     "pairs, which is no video data kind here"),
 }
 
 
-def channel_layout(in_channels: int, out_channels: int, temporal_scale: int, per_token_timesteps: bool) -> str | None:
-    """t2v | i2v | ti2v, or None for channels no Wan layout has."""
+def channel_layout(in_channels: int, out_channels: int, temporal_scale: int, per_token_timesteps: bool,
+                   paired_image_tokens: bool = False) -> str | None:
+    """t2v | i2v | flf2v | ti2v, or None for channels no Wan layout has (`paired_image_tokens`: the CLIP branch has
+    a position embedding over a first and a last frame's tokens, FLF2V's)."""
     if per_token_timesteps:
         return "ti2v" if in_channels == out_channels else None
     if in_channels == out_channels:
         return "t2v"
     if in_channels == 2 * out_channels + temporal_scale:
-        return "i2v"
+        return "flf2v" if paired_image_tokens else "i2v"
     return None
 
 
 def family_of(model_dir: Any, class_name: str, in_channels: int, out_channels: int, temporal_scale: int,
-              per_token_timesteps: bool, two_experts: bool) -> VariantFamily:
+              per_token_timesteps: bool, two_experts: bool, paired_image_tokens: bool = False) -> VariantFamily:
     """The family of a checkpoint folder from what its configs say; a one-line UserError naming the folder
     for a class or layout we do not know."""
     if class_name in NOT_SUPPORTED:
-        raise UserError(f"'{model_dir}' is a {NOT_SUPPORTED[class_name]} checkpoint ({class_name}), which WanTrainer "
-                        "does not train yet: use a Wan 2.1 / 2.2 T2V, I2V, TI2V or A14B folder")
+        title, reason = NOT_SUPPORTED[class_name]
+        raise UserError(f"'{model_dir}' is a {title} checkpoint ({class_name}), which WanTrainer does not train yet "
+                        f"({reason}): use a Wan 2.1 / 2.2 T2V, I2V, FLF2V, TI2V, A14B, VACE or SkyReels-V2 folder")
     if not any(key[0] == class_name for key in FAMILIES):
         raise UserError(f"'{model_dir}': transformer class '{class_name}' is not a Wan transformer WanTrainer knows "
                         "(expected WanTransformer3DModel in transformer/config.json)")
-    layout = channel_layout(in_channels, out_channels, temporal_scale, per_token_timesteps)
+    layout = channel_layout(in_channels, out_channels, temporal_scale, per_token_timesteps, paired_image_tokens)
     family = FAMILIES.get((class_name, layout, two_experts)) if layout else None
     if family is None:
         raise UserError(f"'{model_dir}': a transformer with {in_channels} input and {out_channels} output channels"
@@ -87,5 +111,5 @@ def family_of(model_dir: Any, class_name: str, in_channels: int, out_channels: i
 def family_for(variant: WanVariant) -> VariantFamily:
     """The family a variant's current layout belongs to (an E2V-expanded T2V base has the I2V layout)."""
     layout = channel_layout(variant.in_channels, variant.out_channels, variant.vae_scale_temporal,
-                            variant.expand_timesteps)
+                            variant.expand_timesteps, variant.paired_image_tokens)
     return FAMILIES[(variant.transformer_class, layout, variant.two_experts)]

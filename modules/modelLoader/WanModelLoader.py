@@ -18,8 +18,9 @@ from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
 from transformers import AutoTokenizer, CLIPImageProcessor, CLIPVisionModel, UMT5EncoderModel
 
 from modules.model.WanModel import WanModel
-from modules.model.WanVariant import WanVariant
 from modules.model.detection import detect_variant
+from modules.model.registry import family_for
+from modules.model.WanVariant import WanVariant
 from modules.modelLoader.component_files import (
     load_image_encoder_file,
     load_text_encoder_file,
@@ -88,10 +89,12 @@ class WanModelLoader:
         text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
                                                text_encoder_override)
         vae = self._load_vae(model_dir, resolve_dtype(vae_dtype, train_device), vae_override)
-        transformer = self._load_transformer(model_dir, "transformer", t_dtype, transformer_override)
+        transformer_class = family_for(variant).transformer_class  # WanVACETransformer3DModel for VACE
+        transformer = self._load_transformer(model_dir, "transformer", t_dtype, transformer_override, transformer_class)
         transformer_2 = None
         if variant.two_experts:
-            transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override)
+            transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override,
+                                                   transformer_class)
         image_encoder, image_processor = self._load_image_encoder(
             model_dir, variant, resolve_dtype(image_encoder_dtype, train_device), image_encoder_override)
         scheduler = _from_folder(model_dir, "", self._load_scheduler)
@@ -155,12 +158,16 @@ class WanModelLoader:
         return encoder.to(device), processor
 
     @staticmethod
-    def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str) -> WanTransformer3DModel:
+    def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str,
+                          transformer_class: type = WanTransformer3DModel) -> WanTransformer3DModel:
         if override:
+            if transformer_class is not WanTransformer3DModel:
+                raise UserError(f"{name}_override: single-file transformers of {transformer_class.__name__} "
+                                "models are not read yet; use the diffusers folder's own transformer")
             return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
         return _from_folder(model_dir / name, f"{name}_override",
-                            lambda folder: WanTransformer3DModel.from_pretrained(folder, torch_dtype=dtype,
-                                                                                 use_safetensors=True))
+                            lambda folder: transformer_class.from_pretrained(folder, torch_dtype=dtype,
+                                                                             use_safetensors=True))
 
     @staticmethod
     def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:

@@ -20,7 +20,8 @@ from modules.dataLoader.video_io import read_image
 from modules.util.video_write import write_png_strip
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
-from modules.modelSampler.e2v_sampling import build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSampler.e2v_sampling import E2VConditioning, build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
@@ -51,10 +52,26 @@ class WanModelSampler:
     @torch.no_grad()
     def generate(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
         """uint8 frames (F, H, W, 3) for one sample definition."""
+        if self.model.variant.vace_layers:
+            return self.generate_vace(sample, show_progress)
         if sample.elements:
             return self.generate_e2v(sample, show_progress)[0]
         variant = self.model.variant
+        if variant.fps_embedding:  # diffusers' SkyReels-V2 T2V/I2V pipelines feed no fps: our loop does
+            if variant.channel_concat_condition:
+                raise UserError(f"sampling the {variant.name} model (an image-to-video model with an fps embedding) "
+                                "is not supported yet: sample it without the fps embedding's checkpoint")
+            self._move(self.model.train_device)
+            return self._denoise(E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8)),
+                                 sample, show_progress)
+        if sample.control_video:
+            raise UserError(f"the sample has a control_video, which only VACE models follow (this is {variant.name})")
+        if variant.paired_image_tokens and not sample.last_image:
+            raise UserError(f"the {variant.name} model generates between a first and a last frame: give the sample "
+                            "an image and a last_image (--image, --last-image)")
         needs_image = variant.channel_concat_condition
+        if sample.last_image and not needs_image:
+            raise UserError(f"the sample has a last_image, which only I2V-layout models take (this is {variant.name})")
         if needs_image and not sample.image:
             raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
@@ -75,6 +92,15 @@ class WanModelSampler:
         if use_image:
             image = Image.fromarray(self._load_image(sample.image))
             kwargs["image"] = image.resize((sample.width, sample.height), Image.BICUBIC)
+            if sample.last_image:  # first-last-frame: diffusers' pipeline builds [first, zeros, last] and both CLIPs
+                last = Image.fromarray(self._load_image(sample.last_image))
+                kwargs["last_image"] = last.resize((sample.width, sample.height), Image.BICUBIC)
+                if variant.has_clip_branch and not variant.paired_image_tokens:
+                    # an I2V base takes both frames' CLIP tokens as 2 x 257 tokens of one sample (as training feeds
+                    # them); diffusers' pipeline would feed them as a pair, which only FLF2V's branch reads, and
+                    # refuses image_embeds beside an image: this pipeline object encodes them our way
+                    pipe.encode_image = lambda images, device=None: self.model.encode_images(
+                        [np.asarray(i) for i in images]).flatten(0, 1)[None]
         training = [t.training for t in self.model.transformers()]
         for t in self.model.transformers():
             t.eval()
@@ -98,16 +124,29 @@ class WanModelSampler:
         conditioning = build_conditioning(
             self.model, images, self.e2v.specs(len(images)), sample.frames, sample.height, sample.width,
             self.e2v.use_vae, self.e2v.use_clip and self.model.image_encoder is not None, self.e2v.clip_resolution)
+        return self._denoise(conditioning, sample, show_progress), conditioning.references_preview
+
+    @torch.no_grad()
+    def generate_vace(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
+        """A VACE model's frames: the sample's control video, mask and reference images (its elements) as the VACE
+        context, through the same loop and conditioning as E2V."""
+        images = [self._load_image(path) for path in sample.elements]
+        self._move(self.model.train_device)
+        context = build_vace_context(self.model, sample, images)
+        conditioning = E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8),
+                                       control=context, control_references=len(images))
+        return self._denoise(conditioning, sample, show_progress)
+
+    def _denoise(self, conditioning: E2VConditioning, sample: SampleConfig, show_progress: bool) -> np.ndarray:
         was_training = [t.training for t in self.model.transformers()]
         for t in self.model.transformers():
             t.eval()
         try:
-            frames = denoise_e2v(self.model, conditioning, sample, self.e2v.target_layout,
-                                 progress=(lambda it: tqdm(it, desc="sampling", leave=False)) if show_progress else None)
+            return denoise_e2v(self.model, conditioning, sample, self.e2v.target_layout,
+                               progress=(lambda it: tqdm(it, desc="sampling", leave=False)) if show_progress else None)
         finally:
             for t, training in zip(self.model.transformers(), was_training):
                 t.train(training)
-        return frames, conditioning.references_preview
 
     def _move(self, device: torch.device) -> None:
         for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
@@ -124,7 +163,7 @@ class WanModelSampler:
         """`sample_to_file`, also returning the generated frames (F, H, W, 3) (scripts/evaluate.py measures them)."""
         output = check_video_output(output, "sample output")
         write_strip: Callable[[Path], None]
-        if sample.elements:
+        if sample.elements and not self.model.variant.vace_layers:
             frames, references = self.generate_e2v(sample, show_progress)
             write_strip = functools.partial(atomic_save_png, image=contact_sheet(references, frames))
         else:

@@ -40,6 +40,8 @@ class E2VConditioning:
     reference_frames: int  # P
     reference_latents: int  # K
     references_preview: np.ndarray  # uint8 (N, H, W, 3): each element as the VAE sees it
+    control: torch.Tensor | None = None  # VACE: the context (1, 96, R + T, h, w) (`vace_sampling.build_vace_context`)
+    control_references: int = 0  # VACE: R, the reference images' leading latent frames (dropped from the output)
 
     def condition_latents(self, model: WanModel, posterior: str, generator: torch.Generator) -> torch.Tensor | None:
         """Normalised z_cond on the generator's device: the posterior mode (diffusers' I2V pipeline) or a sample
@@ -73,9 +75,10 @@ def build_conditioning(model: WanModel, images: list[np.ndarray], layout: list[E
     return E2VConditioning(mean, std, mask, clip_embeds, p, reference_latent_frames(p), np.stack(vae_images))
 
 
-def latent_shape(model: WanModel, sample: SampleConfig) -> tuple[int, int, int, int, int]:
+def latent_shape(model: WanModel, sample: SampleConfig, leading: int = 0) -> tuple[int, int, int, int, int]:
+    """(1, C, T, h, w) of a sample's latents, `leading` extra frames first (VACE's reference slots)."""
     variant = model.variant
-    t = (sample.frames - 1) // variant.vae_scale_temporal + 1
+    t = (sample.frames - 1) // variant.vae_scale_temporal + 1 + leading
     return (1, variant.out_channels, t, sample.height // variant.vae_scale_spatial,
             sample.width // variant.vae_scale_spatial)
 
@@ -87,14 +90,15 @@ def initial_latents(model: WanModel, conditioning: E2VConditioning,
     gives A2's starting point."""
     device = model.train_device
     generator = torch.Generator(device).manual_seed(sample.seed)
-    noise = torch.randn(latent_shape(model, sample), generator=generator, device=device)
+    noise = torch.randn(latent_shape(model, sample, conditioning.control_references), generator=generator,
+                        device=device)
     return noise, conditioning.condition_latents(model, sample.e2v_posterior, generator)
 
 
 @torch.no_grad()
 def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: SampleConfig,
                    progress: Callable[[Iterable], Iterable] | None = None) -> torch.Tensor:
-    """The denoised normalised latents (1, C, T, h, w) of one E2V sample."""
+    """The denoised normalised latents (1, C, T, h, w) of one E2V (or VACE) sample."""
     device, dtype = model.train_device, model.train_dtype
     prompt_embeds = model.encode_prompts([sample.prompt]).to(device, dtype)
     negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) if sample.cfg_scale > 1 else None
@@ -106,7 +110,9 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
         condition=torch.cat([conditioning.mask.to(device), condition_z], dim=1).to(dtype)
         if family.channel_concat and condition_z is not None else None,  # None: zero condition channels
         clip_embeds=conditioning.clip_embeds.to(device) if conditioning.clip_embeds is not None else None,
-        clean_frames=conditioning.reference_latents if family.per_token_timesteps else 0)  # TI2V: clean tokens
+        clean_frames=conditioning.reference_latents if family.per_token_timesteps else 0,  # TI2V: clean tokens
+        control=conditioning.control.to(device) if conditioning.control is not None else None,  # VACE
+        control_scale=sample.vace_scale, dropped_frames=conditioning.control_references)
     k = payload.clean_frames
     for timestep in (progress(scheduler.timesteps) if progress else scheduler.timesteps):
         latents = family.keep_clean(latents, condition_z, k)
@@ -120,7 +126,7 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
                 prediction = unconditional + sample.cfg_scale * (prediction - unconditional)
         latents = scheduler.step(prediction, timestep, latents, return_dict=False)[0]
     latents = family.keep_clean(latents, condition_z, k)
-    return latents
+    return latents[:, :, payload.dropped_frames:]  # VACE: without the reference images' frames
 
 
 @torch.no_grad()

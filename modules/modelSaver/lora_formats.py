@@ -49,6 +49,8 @@ Formats
 
     Modules without a Wan original name (e.g. ``patch_embedding`` LoRA) are refused with a hint to use
     DIFFUSERS_LORA.
+
+    VACE blocks: ComfyUI's VaceWanModel names; diffusers loads a VACE-block LoRA only as DIFFUSERS_LORA.
 ``MUSUBI_LORA`` (reading only)
     musubi-tuner: ``lora_unet_blocks_0_self_attn_q.lora_down.weight`` / ``.lora_up.weight`` / ``.alpha``.
 
@@ -81,6 +83,7 @@ from modules.adapter.lora import LORA, LoRALayer
 from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
 from modules.adapter.spec import AdapterLayer, AdapterSpec
 from modules.modelSaver.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
+    BLOCK_CONTAINERS,
     diffusers_to_wan_name,
     musubi_to_wan_name,
     wan_to_diffusers_name,
@@ -288,7 +291,7 @@ def check_comfy_compatible(weights: LoRAWeights) -> None:
             "COMFY_LORA with LoRA on only one of add_k_proj/add_v_proj cannot be loaded by diffusers "
             "(it needs both k_img and v_img); train both or save as DIFFUSERS_LORA"
         )
-    if weights.layers and not any(n.startswith("blocks.") for n in names):
+    if weights.layers and not any(n.startswith(BLOCK_CONTAINERS) for n in names):
         raise LoRAFormatError(
             "COMFY_LORA without LoRA on any transformer block cannot be loaded by diffusers; "
             "save as DIFFUSERS_LORA instead"
@@ -313,7 +316,7 @@ def to_state_dict(weights: LoRAWeights, fmt: Any) -> dict[str, torch.Tensor]:
             wan = diffusers_to_wan_name(name)
             key = f"{COMFY_PREFIX}{wan}"
             sd[f"{key}.lora_down.weight"] = layer.down
-            if wan.startswith("blocks."):
+            if wan.startswith(BLOCK_CONTAINERS):  # ComfyUI reads the alpha of every block module
                 sd[f"{key}.lora_up.weight"] = layer.up
                 sd[f"{key}{_ALPHA_SUFFIX}"] = torch.tensor(float(layer.alpha), dtype=torch.float32)
             else:  # diffusers' converter does not consume .alpha of these: bake it
@@ -340,7 +343,7 @@ def _adapter_state_dict(weights: LoRAWeights, fmt: str) -> dict[str, torch.Tenso
 
 def _is_baked(fmt: str, name: str) -> bool:
     """Whether `to_state_dict` bakes the alpha of module `name` into ``up`` (no ``.alpha`` key) in `fmt`."""
-    return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith("blocks.")
+    return fmt == DIFFUSERS_LORA or not (diffusers_to_wan_name(name) or "").startswith(BLOCK_CONTAINERS)
 
 
 def format_metadata(weights: LoRAWeights, fmt: Any) -> dict[str, str]:

@@ -5,6 +5,7 @@ and musubi-tuner's (``blocks_0_self_attn_q`` after ``lora_unet_``). One place fo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 # diffusers module path inside a block -> Wan original name inside a block
 _BLOCK_NAMES = {
@@ -32,35 +33,34 @@ _GLOBAL_NAMES = {
     "condition_embedder.image_embedder.ff.net.0.proj": "img_emb.proj.1",
     "condition_embedder.image_embedder.ff.net.2": "img_emb.proj.3",
 }
-_BLOCK_NAMES_REV = {v: k for k, v in _BLOCK_NAMES.items()}
+# VACE control blocks (ComfyUI's VaceWanAttentionBlock): a Wan block and the control branch's projections
+_VACE_BLOCK_NAMES = {**_BLOCK_NAMES, "proj_in": "before_proj", "proj_out": "after_proj"}
 _GLOBAL_NAMES_REV = {v: k for k, v in _GLOBAL_NAMES.items()}
-_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
-_MUSUBI_BLOCK_RE = re.compile(r"^blocks_(\d+)_(.+)$")
-_MUSUBI_BLOCK_NAMES = {v.replace(".", "_"): v for v in _BLOCK_NAMES.values()}
+BLOCK_CONTAINERS = ("blocks.", "vace_blocks.")  # module paths of the transformer's (base and VACE) blocks
+_BLOCK_RE = re.compile(r"^(blocks|vace_blocks)\.(\d+)\.(.+)$")
+_MUSUBI_BLOCK_RE = re.compile(r"^(blocks|vace_blocks)_(\d+)_(.+)$")
 _MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
+
 
 def diffusers_to_wan_name(module: str) -> str | None:
     """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
-    m = _BLOCK_RE.match(module)
-    if m:
-        inner = _BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES.get(module)
+    return _renamed(_BLOCK_RE, module, lambda names: names, _GLOBAL_NAMES)
 
 
 def wan_to_diffusers_name(name: str) -> str | None:
     """``blocks.3.self_attn.q`` -> ``blocks.3.attn1.to_q``; None when unknown."""
-    m = _BLOCK_RE.match(name)
-    if m:
-        inner = _BLOCK_NAMES_REV.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _GLOBAL_NAMES_REV.get(name)
+    return _renamed(_BLOCK_RE, name, lambda names: {v: k for k, v in names.items()}, _GLOBAL_NAMES_REV)
 
 
 def musubi_to_wan_name(name: str) -> str | None:
     """``blocks_0_self_attn_q`` (musubi-tuner, without ``lora_unet_``) -> ``blocks.0.self_attn.q``."""
-    m = _MUSUBI_BLOCK_RE.match(name)
-    if m:
-        inner = _MUSUBI_BLOCK_NAMES.get(m.group(2))
-        return f"blocks.{m.group(1)}.{inner}" if inner else None
-    return _MUSUBI_GLOBAL_NAMES.get(name)
+    return _renamed(_MUSUBI_BLOCK_RE, name, lambda names: {v.replace(".", "_"): v for v in names.values()},
+                    _MUSUBI_GLOBAL_NAMES)
+
+
+def _renamed(pattern: re.Pattern, name: str, inner_map, global_names: Mapping[str, str]) -> str | None:
+    """A block module's name by `inner_map` of its container's names (base or VACE blocks), else a global one."""
+    if (m := pattern.match(name)) is None:
+        return global_names.get(name)
+    inner = inner_map(_VACE_BLOCK_NAMES if m.group(1) == "vace_blocks" else _BLOCK_NAMES).get(m.group(3))
+    return f"{m.group(1)}.{m.group(2)}.{inner}" if inner else None

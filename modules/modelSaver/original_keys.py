@@ -25,7 +25,7 @@ from modules.util.atomic import atomic_path
 from modules.util.errors import UserError
 from modules.util.safetensors_io import TensorSpec, write_safetensors_streamed
 
-_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
+_BLOCK = re.compile(r"^(blocks|vace_blocks)\.(\d+)\.(.+)$")  # VACE's control blocks are Wan blocks too
 # diffusers module path inside a block -> Wan original name, for what `lora_formats` does not map
 _BLOCK_EXTRAS = {
     "attn1.norm_q": "self_attn.norm_q",
@@ -38,6 +38,7 @@ _BLOCK_EXTRAS = {
 }
 _GLOBAL_EXTRAS = {
     "patch_embedding": "patch_embedding",
+    "vace_patch_embedding": "vace_patch_embedding",
     "condition_embedder.image_embedder.norm1": "img_emb.proj.0",
     "condition_embedder.image_embedder.norm2": "img_emb.proj.4",
     "scale_shift_table": "head.modulation",  # a parameter, not a module
@@ -46,8 +47,8 @@ _GLOBAL_EXTRAS = {
 
 def _module_name(module: str) -> str | None:
     match = _BLOCK.match(module)
-    if match and match.group(2) in _BLOCK_EXTRAS:
-        return f"blocks.{match.group(1)}.{_BLOCK_EXTRAS[match.group(2)]}"
+    if match and match.group(3) in _BLOCK_EXTRAS:
+        return f"{match.group(1)}.{match.group(2)}.{_BLOCK_EXTRAS[match.group(3)]}"
     return diffusers_to_wan_name(module) or _GLOBAL_EXTRAS.get(module)
 
 

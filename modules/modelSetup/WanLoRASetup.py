@@ -28,8 +28,9 @@ class WanLoRASetup(BaseWanSetup):
                 keep = tuple(name.rsplit(".", 1)[0] for name in self.full_train.get(expert, []))
                 enable_fp8_storage(transformer, self.model.train_dtype, keep, config.fp8_scale)
             full = set(self.full_train.get(expert, []))
+            scope = config.vace_train_blocks if self.model.variant.vace_layers else None
             targets = [t for t in select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,
-                                                      config.lora_layer_filter) if f"{t}.weight" not in full]
+                                                      config.lora_layer_filter, scope) if f"{t}.weight" not in full]
             transformer.add_adapter(spec.peft_config(config, targets), adapter_name=ADAPTER)
             self.trained_names[expert] = spec.trainable_names(transformer, ADAPTER) | full
             expert_params = [p for n, p in transformer.named_parameters() if n in self.trained_names[expert]]

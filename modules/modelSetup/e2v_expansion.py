@@ -103,6 +103,10 @@ def prepare_e2v_model(model, config) -> dict[int, list[str]]:
     every weight a trained expert expanded or added, and an untrained expert's new inputs are a no-op whatever
     their seed (tests/test_registry.py)."""
     variant, e2v = model.variant, config.e2v
+    if variant.vace_layers:  # its references are VACE's own frames, not A2's condition channels
+        raise UserError(f"config key 'dataset_config': E2V datasets do not train on the {variant.name} base yet; "
+                        "train it on clips with <name>_control.mp4 beside them (concepts) and give references "
+                        "to its samples as elements")
     if variant.channel_concat_condition or variant.expand_timesteps:
         return {}
     wants_clip = e2v.e2v_type in ("dual", "clip") or (e2v.e2v_type == "auto" and model.image_encoder is not None)

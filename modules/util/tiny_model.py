@@ -26,6 +26,14 @@ Variants (see ``VARIANTS``):
   ``boundary_ratio`` 0.875, Wan 2.1 VAE.
 * ``a14b_i2v`` - Wan 2.2 I2V A14B layout: ``WanImageToVideoPipeline`` with two 36-channel
   experts, no CLIP image encoder, ``boundary_ratio`` 0.9, Wan 2.1 VAE.
+* ``flf2v``    - Wan 2.1 FLF2V 14B layout: the ``i2v`` one whose CLIP branch has a position embedding over a
+  first and a last frame's tokens (``pos_embed_seq_len`` 2 x 257).
+* ``skyreels_v2`` - SkyReels-V2 T2V layout: ``SkyReelsV2Pipeline``, ``SkyReelsV2Transformer3DModel`` with its fps
+  embedding (``inject_sample_info``), Wan 2.1 VAE.
+* ``skyreels_v2_i2v`` - SkyReels-V2 I2V layout (36 channels, CLIP branch), no fps embedding (as the real one).
+* ``vace``     - Wan 2.1 VACE 1.3B/14B layout: ``WanVACEPipeline``, ``WanVACETransformer3DModel``
+  (in/out 16, a control block per base block: ``vace_layers`` [0, 1], ``vace_in_channels`` 96).
+* ``a14b_vace`` - Wan 2.2 VACE-Fun A14B layout: the same transformer as two experts, ``boundary_ratio`` 0.875.
 """
 
 from __future__ import annotations
@@ -129,6 +137,10 @@ class TinyVariant:
     two_experts: bool = False
     boundary_ratio: float | None = None
     expand_timesteps: bool = False
+    vace: bool = False  # WanVACETransformer3DModel: control blocks on every base block
+    first_last_frame: bool = False  # FLF2V: CLIP position embedding over 2 x 257 tokens
+    skyreels: bool = False  # SkyReelsV2Transformer3DModel
+    fps_embedding: bool = False  # its inject_sample_info (the diffusion-forcing checkpoints have it)
 
     @property
     def z_dim(self) -> int:
@@ -189,12 +201,67 @@ VARIANTS: dict[str, TinyVariant] = {
             two_experts=True,
             boundary_ratio=0.9,
         ),
+        TinyVariant(
+            name="flf2v",
+            mirrors="Wan-AI/Wan2.1-FLF2V-14B-720P-diffusers",
+            pipeline_class="WanImageToVideoPipeline",
+            in_channels=36,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            clip_image_encoder=True,
+            first_last_frame=True,
+        ),
+        TinyVariant(
+            name="skyreels_v2",
+            mirrors="Skywork/SkyReels-V2-T2V-14B-540P-Diffusers (with inject_sample_info)",
+            pipeline_class="SkyReelsV2Pipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=8.0,
+            skyreels=True,
+            fps_embedding=True,
+        ),
+        TinyVariant(
+            name="skyreels_v2_i2v",
+            mirrors="Skywork/SkyReels-V2-I2V-14B-540P-Diffusers",
+            pipeline_class="SkyReelsV2ImageToVideoPipeline",
+            in_channels=36,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=5.0,
+            clip_image_encoder=True,
+            skyreels=True,
+        ),
+        TinyVariant(
+            name="vace",
+            mirrors="Wan-AI/Wan2.1-VACE-1.3B-diffusers",
+            pipeline_class="WanVACEPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            vace=True,
+        ),
+        TinyVariant(
+            name="a14b_vace",
+            mirrors="alibaba-pai/Wan2.2-VACE-Fun-A14B (diffusers layout)",
+            pipeline_class="WanVACEPipeline",
+            in_channels=16,
+            out_channels=16,
+            vae="wan2.1",
+            flow_shift=3.0,
+            two_experts=True,
+            boundary_ratio=0.875,
+            vace=True,
+        ),
     )
 }
 
 
 #: Other accepted spellings (``a14b_t2v`` is the name ``modules.model.WanVariant`` uses).
-_ALIASES = {"a14b_t2v": "a14b"}
+_ALIASES = {"a14b_t2v": "a14b", "skyreels_v2_t2v": "skyreels_v2"}
 
 
 class TinyModelError(UserError, ValueError):
@@ -246,10 +313,25 @@ def _text_encoder(vocab_size: int):
     return UMT5EncoderModel(config).eval()
 
 
-def _transformer(spec: TinyVariant):
-    from diffusers import WanTransformer3DModel
+#: The VACE context: inactive and reactive latents (2 x 16) and the 8x8 pixel mask folded into channels (64).
+VACE_IN_CHANNELS = 96
 
-    return WanTransformer3DModel(
+
+def _transformer(spec: TinyVariant):
+    from diffusers import SkyReelsV2Transformer3DModel, WanTransformer3DModel, WanVACETransformer3DModel
+
+    if spec.skyreels:
+        return SkyReelsV2Transformer3DModel(**_transformer_config(spec), inject_sample_info=spec.fps_embedding).eval()
+    if spec.vace:
+        # The real 1.3B has 30 blocks and control on every other one (vace_layers 0, 2, ... 28); ComfyUI spaces them
+        # evenly too, so two blocks with control on both keeps the tiny one loadable there.
+        return WanVACETransformer3DModel(**_transformer_config(spec), vace_layers=[0, 1],
+                                         vace_in_channels=VACE_IN_CHANNELS).eval()
+    return WanTransformer3DModel(**_transformer_config(spec)).eval()
+
+
+def _transformer_config(spec: TinyVariant) -> dict[str, Any]:
+    return dict(
         patch_size=(1, 2, 2),
         num_attention_heads=_TRANSFORMER_HEADS,
         attention_head_dim=_TRANSFORMER_HEAD_DIM,
@@ -265,8 +347,8 @@ def _transformer(spec: TinyVariant):
         image_dim=CLIP_HIDDEN_SIZE if spec.clip_image_encoder else None,
         added_kv_proj_dim=_TRANSFORMER_INNER_DIM if spec.clip_image_encoder else None,
         rope_max_seq_len=1024,
-        pos_embed_seq_len=None,
-    ).eval()
+        pos_embed_seq_len=2 * CLIP_NUM_TOKENS if spec.first_last_frame else None,
+    )
 
 
 def _vae(spec: TinyVariant):
@@ -362,14 +444,16 @@ MARKER_KEY = "_wantrainer_tiny_model"
 def _model_index(spec: TinyVariant, seed: int) -> dict[str, Any]:
     import diffusers
 
+    transformer_class = ("WanVACETransformer3DModel" if spec.vace else
+                         "SkyReelsV2Transformer3DModel" if spec.skyreels else "WanTransformer3DModel")
     index: dict[str, Any] = {
         "_class_name": spec.pipeline_class,
         "_diffusers_version": diffusers.__version__,
         MARKER_KEY: {"variant": spec.name, "seed": seed, "mirrors": spec.mirrors},
-        "boundary_ratio": spec.boundary_ratio,
-        "expand_timesteps": spec.expand_timesteps,
+        **({} if spec.skyreels else {"boundary_ratio": spec.boundary_ratio}),  # (SkyReels' pipeline has neither)
+        **({} if spec.vace or spec.skyreels else {"expand_timesteps": spec.expand_timesteps}),
     }
-    if spec.pipeline_class == "WanImageToVideoPipeline":
+    if spec.pipeline_class in ("WanImageToVideoPipeline", "SkyReelsV2ImageToVideoPipeline"):
         clip = spec.clip_image_encoder
         index["image_encoder"] = ["transformers", "CLIPVisionModel"] if clip else [None, None]
         index["image_processor"] = ["transformers", "CLIPImageProcessor"] if clip else [None, None]
@@ -378,13 +462,12 @@ def _model_index(spec: TinyVariant, seed: int) -> dict[str, Any]:
             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
             "text_encoder": ["transformers", "UMT5EncoderModel"],
             "tokenizer": ["transformers", "T5TokenizerFast"],
-            "transformer": ["diffusers", "WanTransformer3DModel"],
-            "transformer_2": (
-                ["diffusers", "WanTransformer3DModel"] if spec.two_experts else [None, None]
-            ),
+            "transformer": ["diffusers", transformer_class],
             "vae": ["diffusers", "AutoencoderKLWan"],
         }
     )
+    if not spec.skyreels:
+        index["transformer_2"] = ["diffusers", transformer_class] if spec.two_experts else [None, None]
     return dict(sorted(index.items()))
 
 

@@ -37,6 +37,7 @@ from modules.util.enum import (
     TimestepDistribution,
     TimeUnit,
     TrainingMethod,
+    VaceBlocks,
     WanExpert,
 )
 
@@ -59,7 +60,7 @@ _AT_LEAST_ONE = ("max_frame_pixels", "epochs", "batch_size", "gradient_accumulat
 _NOT_NEGATIVE = ("max_steps", "learning_rate_warmup_steps", "learning_rate_high_noise", "learning_rate_low_noise",
                  "lora_plus_ratio", "backup_after", "sample_after", "ram_cache_mb",
                  "rolling_backup_count", "validate_after", "cache_variations", "save_every", "save_skip_first", "rolling_save_count", "weight_decay", "max_grad_norm", "blocks_to_swap",
-                 "ffn_chunks", "gpu_memory_gib")
+                 "ffn_chunks", "gpu_memory_gib", "vace_context_scale")
 _POSITIVE = ("learning_rate", "huber_c", "learning_rate_cycles", "lora_alpha", "timestep_shift", "logit_std", "sigmoid_scale")
 _FRACTION_BELOW_ONE = ("lora_dropout", "learning_rate_min_factor")
 
@@ -186,7 +187,11 @@ class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
     negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
     image: str = option("", "First-frame image for image-to-video models.")
-    elements: list[str] = option([], "E2V reference images in layout order (subject, object, background).")
+    last_image: str = option("", "Last-frame image (first-last-frame: FLF2V models, or I2V models trained with last_frame_condition).")
+    elements: list[str] = option([], "E2V reference images in layout order (subject, object, background); on a VACE model its reference images.")
+    control_video: str = option("", "VACE models: the control video the sample follows (depth, pose, edges, ... or a source video to inpaint with control_mask).")
+    control_mask: str = option("", "VACE models: a mask video (or image for every frame), white where the model generates, black where the control video is kept.")
+    vace_scale: float = option(1.0, "VACE models: the weight of the control hints (diffusers' conditioning_scale).")
     frames: int = option(17, "Frame count (4k+1). With elements (E2V) it counts the reference frames too, which the video drops: 4K frames with target_layout separate (A2's three elements: K = 3, so 17 give 5 video frames and 81 give 69; at least 13), the P reference frames with joint.")
     height: int = option(256, "Height in pixels (multiple of 16).")
     width: int = option(256, "Width in pixels (multiple of 16).")
@@ -210,6 +215,12 @@ class SampleConfig(BaseConfig):
                               "the posterior choice applies to E2V samples only; set it to 'mode' or add elements")
         if self.steps < 1:
             raise ConfigError(f"config key '{path}.steps' must be at least 1, got {self.steps}")
+        if self.vace_scale < 0:
+            raise ConfigError(f"config key '{path}.vace_scale' must not be negative, got {self.vace_scale}")
+        if self.last_image and not self.image:
+            raise ConfigError(f"config key '{path}.last_image' needs '{path}.image' (the first frame)")
+        if self.control_mask and not self.control_video:
+            raise ConfigError(f"config key '{path}.control_mask' needs '{path}.control_video' (the video it masks)")
         if self.cfg_scale < 0:
             raise ConfigError(f"config key '{path}.cfg_scale' must not be negative, got {self.cfg_scale}")
         for key in ("height", "width"):
@@ -395,6 +406,9 @@ class TrainConfig(BaseConfig):
     lora_layer_filter: str = option("", "Regex on the full module name; only matches get a LoRA ('' = all).", structural=True)
     lora_blocks: list[int] = option([], "Transformer block indices that get a LoRA ([] = all).", structural=True)
     lora_weight_path: str = option("", "A LoRA file (ours, ComfyUI or musubi) to continue training from.")
+    last_frame_condition: bool = option(False, "I2V-layout bases: condition on the clip's first AND last frame (first-last-frame, FLF2V; samples give last_image). Always on for FLF2V models.", structural=True)
+    vace_train_blocks: VaceBlocks = option(VaceBlocks.VACE, "VACE models: which blocks train (LORA and FINE_TUNE): VACE (the control blocks, as DiffSynth and VideoX-Fun train), BASE (the Wan blocks) or BOTH.", structural=True)
+    vace_context_scale: float = option(1.0, "VACE models: the weight of the control blocks' hints in the training step (diffusers' conditioning_scale, ComfyUI's VACE strength; samples take their own vace_scale).")
 
     # --- embedding (textual inversion) -----------------------------------------------------------
     embedding: EmbeddingConfig = option(EmbeddingConfig(), "Textual-inversion embedding of UMT5: trained by EMBEDDING, or beside a LoRA when embedding.placeholder is set; written as <name>.safetensors (key umt5xxl) for ComfyUI's models/embeddings (with the node in comfyui/wantrainer_nodes: stock ComfyUI ignores embeddings for Wan).")

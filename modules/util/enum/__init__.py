@@ -143,6 +143,14 @@ class WanExpert(Enum):
     LOW = "LOW"  # transformer_2, sigma < boundary
 
 
+class VaceBlocks(Enum):
+    """Which blocks of a VACE transformer train (DiffSynth and VideoX-Fun train the VACE blocks)."""
+
+    VACE = "VACE"  # the control blocks (vace_blocks.*, and vace_patch_embedding when fine-tuning)
+    BASE = "BASE"  # the base Wan blocks and the rest of the transformer
+    BOTH = "BOTH"
+
+
 class DataParallel(Enum):
     """How several GPUs (torchrun) share the training."""
 

@@ -1,0 +1,56 @@
+"""VACE generation inputs: a sample's control video, mask and reference images, read and laid out as diffusers'
+`WanVACEPipeline` does, into the VACE context that `sample_latents` feeds through the family's conditioning (the
+same `transformer_inputs` the training step uses)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from modules.dataLoader.errors import DataError
+from modules.dataLoader.frames import resize_and_crop, to_tensor
+from modules.dataLoader.masks import read_mask_frames
+from modules.dataLoader.video_io import read_video_frames
+from modules.model.vace import reference_canvas, vace_context
+from modules.model.WanModel import WanModel
+from modules.util.config.train_config import SampleConfig
+from modules.util.errors import UserError
+
+
+def _control_frames(path: str, fps: float, frames: int, height: int, width: int) -> tuple[np.ndarray, tuple]:
+    if not Path(path).is_file():
+        raise UserError(f"control video '{path}' does not exist: fix the sample's control_video")
+    try:
+        pixels, _ = read_video_frames(path, target_fps=fps, max_frames=frames)
+    except DataError as e:
+        raise UserError(f"control video '{path}' cannot be read ({e.reason}): re-encode it as mp4") from None
+    if len(pixels) < frames:
+        raise UserError(f"control video '{path}' holds {len(pixels)} frames at {fps:g} fps, the sample {frames}: "
+                        "give a longer control video or fewer frames")
+    return resize_and_crop(pixels[:frames], height, width), tuple(pixels.shape[1:3])
+
+
+@torch.no_grad()
+def build_vace_context(model: WanModel, sample: SampleConfig, references: list[np.ndarray]) -> torch.Tensor:
+    """(1, 96, R + T, h, w) for a sample: `control_video` (+ `control_mask`) or none, and `references` (uint8
+    images, the sample's elements) in order."""
+    variant = model.variant
+    frames, height, width = sample.frames, sample.height, sample.width
+    video = mask = None
+    if sample.control_video:
+        pixels, source = _control_frames(sample.control_video, variant.fps, frames, height, width)
+        video = to_tensor(pixels)[None]
+        if sample.control_mask:
+            if not Path(sample.control_mask).is_file():
+                raise UserError(f"control mask '{sample.control_mask}' does not exist: fix the sample's control_mask")
+            try:
+                masks = read_mask_frames(Path(sample.control_mask), variant.fps, 0, frames, source)
+            except DataError as e:
+                raise UserError(f"control mask '{sample.control_mask}' cannot be used ({e.reason})") from None
+            mask = torch.from_numpy(resize_and_crop(masks, height, width)[..., 0] > 127).float()[None, None]
+    canvases = [reference_canvas(to_tensor(image[None])[:, 0], height, width) for image in references]
+    encode: Callable[[torch.Tensor], torch.Tensor] = lambda clip: model.normalize_latents(model.encode_video(clip)[0])
+    return vace_context(encode, video, mask, canvases, variant.vae_scale_spatial, variant.vae_scale_temporal,
+                        (1, frames, height, width))
