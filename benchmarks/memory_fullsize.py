@@ -62,7 +62,7 @@ CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, limit_gib=11.2, note="1.3B 832x480x81, training, GC only"),
     "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.45, ci=True,
                                   note="1.3B, GC + ffn_chunks 8 + checkpoint_attention"),
-    "1.3b_auto8": MemoryConfig("1.3b", **SPLIT, activation_offload=True, goal_gib=7.5, limit_gib=7.5,
+    "1.3b_auto8": MemoryConfig("1.3b", **SPLIT, activation_offload=True, goal_gib=7.5, limit_gib=7.5, ci=True,
                                note="1.3B, what AUTO picks for an 8 GiB card (with caching_umt5_cpu: the whole run)"),
     "14b_gc": MemoryConfig("14b", goal_gib=45.0, limit_gib=55.3, note="14B 832x480x81, GC only (80 GB card, no swap)"),
     "14b_gc_split": MemoryConfig("14b", **SPLIT, goal_gib=45.0, limit_gib=49.4,
