@@ -8,9 +8,6 @@ from collections.abc import Callable
 
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
-from modules.model.detection import detect_variant
-from modules.modelLoader.base_loras import check_base_loras
-from modules.modelSaver.embedding_file import read_embedding_vectors
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
@@ -49,11 +46,16 @@ def check_paths(config: TrainConfig) -> None:
         if getattr(config, key):
             check_input_file(key, getattr(config, key), f"a .safetensors {key.removesuffix('_override')} file")
     if config.base_loras:  # files, their experts and headers against the base's variant
+        from modules.model.detection import detect_variant  # here: diffusers' classes come with the registry
+        from modules.modelLoader.base_loras import check_base_loras
+
         check_base_loras(config.base_loras, detect_variant(config.base_model_name))
     if config.lora_weight_path:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.embedding_weight_path:
         check_input_file("embedding_weight_path", config.embedding_weight_path, "an embedding .safetensors file")
+        from modules.modelSaver.embedding_file import read_embedding_vectors  # here: it imports diffusers
+
         read_embedding_vectors(config.embedding_weight_path, "config key 'embedding_weight_path'")  # e.g. NaN
     if config.dataset_config:
         check_input_file("dataset_config", config.dataset_config, "an E2V dataset .json file")
@@ -86,11 +88,16 @@ def check_base_model(path: str) -> None:
 def check_expert_keys(config: TrainConfig) -> None:
     """Keys of two-expert models (Wan 2.2 A14B) set for a one-expert base would be ignored: refuse them. The base's
     experts are read from its model_index.json, without loading weights."""
+    defaults = TrainConfig()
+    keys = ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise", "expert_step_share",
+            "offload_inactive_expert", "train_expert")
+    if all(getattr(config, key) == getattr(defaults, key) for key in keys):
+        return  # nothing to check (and the registry, which imports diffusers, stays unimported)
+    from modules.model.detection import detect_variant
+
     if detect_variant(config.base_model_name).two_experts:
         return
-    defaults = TrainConfig()
-    for key in ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise", "expert_step_share",
-                "offload_inactive_expert", "train_expert"):
+    for key in keys:
         if getattr(config, key) != getattr(defaults, key):
             value = getattr(config, key)
             shown = value.name if isinstance(value, WanExpert) else value
