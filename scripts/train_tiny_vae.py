@@ -14,8 +14,8 @@ def main() -> int:
 
     parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--output", default=str(FIXTURE), help="folder to write (diffusers layout)")
     args = parser.parse_args()
     import torch
