@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train the tiny Wan VAE that really reconstructs (synthetic moving shapes) and write it as the committed
 fixture tests/fixtures/tiny_wan_vae/ (or --output). Deterministic from --seed on a given torch build;
-about 12 minutes on one busy CPU core. Prints the held-out PSNR (the learning tests need >= 25 dB)."""
+about 10 minutes on one CPU core. Prints the held-out PSNR (the learning tests need >= 25 dB)."""
 from __future__ import annotations
 
 from pathlib import Path
