@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a tiny randomly initialised Wan model in diffusers format (for tests, demos and benchmarks).
 
-    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v,flf2v,skyreels_v2,skyreels_v2_i2v,vace,a14b_vace} --output DIR [--seed N]
+    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v,flf2v,skyreels_v2,skyreels_v2_i2v,vace,a14b_vace} --output DIR [--seed N] [--trained-vae]
 
 Prints the folder it wrote.  Nothing is downloaded.
 """
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                              "vace (Wan 2.1 VACE), "
                              "a14b_vace (Wan 2.2 VACE-Fun A14B)")
     parser.add_argument("--output", required=True, help="folder to write (new, empty, or a previous tiny model)")
+    parser.add_argument("--trained-vae", action="store_true",
+                        help="use the committed VAE trained on synthetic shape clips (Wan 2.1 layouts), so "
+                             "trained samples can be seen; default: a random VAE")
     parser.add_argument("--seed", type=_seed, default=0, help="weight seed (default 0); same seed, same weights")
     args = parser.parse_args(argv)
 
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from modules.util.tiny_model import write_tiny_model
 
     try:
-        path = write_tiny_model(args.variant, args.output, seed=args.seed)
+        path = write_tiny_model(args.variant, args.output, seed=args.seed, trained_vae=args.trained_vae)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

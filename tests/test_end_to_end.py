@@ -100,6 +100,15 @@ def test_demo_makes_everything_and_runs(tmp_path, mode, name):
     assert list((tmp_path / "workspace" / name / "samples").glob("*.mp4"))
 
 
+def test_the_shapes_demo_prints_its_verdict_and_epochs_it_reaches(tmp_path):
+    # 6 steps learn nothing: this checks the run and the report; tests/test_learning.py checks the learning
+    result = run_script("demo.py", "--shapes", "--folder", tmp_path, "--steps", 6, "--strip", tmp_path / "strip.png")
+    assert "Demo finished." in result.stdout
+    assert "red circle moving right: " in result.stdout and "blue square moving down: " in result.stdout
+    assert (tmp_path / "output" / "t2v-shapes-model" / "transformer").is_dir() and (tmp_path / "strip.png").is_file()
+    assert "epoch=2/2" in result.stderr and "/100000" not in result.stderr  # 12 clips, batch 4: 3 steps an epoch
+
+
 def test_training_loss_falls_on_one_clip(tiny_model, video_dataset, tmp_path):
     """Overfitting one clip at a fixed σ: the LoRA learns (loss falls clearly)."""
     from modules.trainer.GenericTrainer import GenericTrainer

@@ -206,6 +206,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         bar = tqdm(total=self.total_steps, initial=self.progress.global_step, desc="training", unit="step",
                    dynamic_ncols=True, disable=not self.dist.is_main)
         start_time, start_step = time.monotonic(), self.progress.global_step
+        epochs = math.ceil(self.total_steps / max(1, self._steps_per_epoch()))  # the bar's: max_steps may end sooner
         committed = dataclasses.replace(self.progress)  # position after the last optimizer step
         interrupted = at_same_point = False
         try:
@@ -228,7 +229,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                     pending = 0
                     committed = dataclasses.replace(self.progress)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{config.epochs}", refresh=False)
+                    bar.set_postfix(loss=f"{loss:.4f}", epoch=f"{epoch + 1}/{epochs}", refresh=False)
                     self._report(loss, start_time, start_step)
                     self._after_step(epoch_end=False)
                     if self.dist.broadcast_object(self.commands.stop_requested):  # every rank stops together

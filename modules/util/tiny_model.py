@@ -488,8 +488,11 @@ def _seeded(seed: int, offset: int) -> Iterator[None]:
 # --------------------------------------------------------------------------------------
 
 
-def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Path:
+def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0, trained_vae: bool = False) -> Path:
     """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
+
+    ``trained_vae``: use the committed VAE trained on synthetic shape clips (``modules/util/tiny_vae.py``,
+    Wan 2.1 layout only) instead of a random one, so that what the transformer learns can be seen.
 
     ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
     ``seed`` an integer in [0, 2**32).  Bad arguments raise ``TinyModelError`` (both a
@@ -499,6 +502,8 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Pat
     files.  Returns the resolved folder path.
     """
     spec = get_variant(variant)
+    if trained_vae and spec.vae != "wan2.1":
+        raise TinyModelError(f"the trained tiny VAE has the Wan 2.1 layout; the {spec.name} variant needs Wan 2.2's")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise TinyModelError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     out = Path(output_dir).expanduser().resolve()
@@ -517,7 +522,7 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0) -> Pat
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()  # (not tempfile.mkdtemp: that makes the final folder mode 0700)
     try:
-        _write_components(spec, tmp, seed)
+        _write_components(spec, tmp, seed, trained_vae)
         if out.exists():
             for child in out.iterdir():
                 if child.is_dir() and not child.is_symlink():
@@ -540,7 +545,7 @@ def _is_tiny_model(folder: Path) -> bool:
     return isinstance(index, dict) and MARKER_KEY in index
 
 
-def _write_components(spec: TinyVariant, root: Path, seed: int) -> None:
+def _write_components(spec: TinyVariant, root: Path, seed: int, trained_vae: bool) -> None:
     from transformers.utils import logging as hf_logging
 
     # transformers' save_pretrained shows a "Writing model shards" bar per model; hide it
@@ -548,13 +553,13 @@ def _write_components(spec: TinyVariant, root: Path, seed: int) -> None:
     bars_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        _write_components_quiet(spec, root, seed)
+        _write_components_quiet(spec, root, seed, trained_vae)
     finally:
         if bars_enabled:
             hf_logging.enable_progress_bar()
 
 
-def _write_components_quiet(spec: TinyVariant, root: Path, seed: int) -> None:
+def _write_components_quiet(spec: TinyVariant, root: Path, seed: int, trained_vae: bool) -> None:
     tokenizer = build_tokenizer()
     save_tokenizer(tokenizer, root / "tokenizer")
 
@@ -563,8 +568,13 @@ def _write_components_quiet(spec: TinyVariant, root: Path, seed: int) -> None:
             text_encoder = _text_encoder(len(tokenizer))
         text_encoder.save_pretrained(str(root / "text_encoder"), safe_serialization=True)
 
-        with _seeded(seed, 2):
-            vae = _vae(spec)
+        if trained_vae:
+            from modules.util.tiny_vae import load_fixture
+
+            vae = load_fixture()
+        else:
+            with _seeded(seed, 2):
+                vae = _vae(spec)
         vae.save_pretrained(str(root / "vae"), safe_serialization=True)
 
         with _seeded(seed, 3):
@@ -585,4 +595,7 @@ def _write_components_quiet(spec: TinyVariant, root: Path, seed: int) -> None:
             _write_json(root / "image_processor" / "preprocessor_config.json", _image_processor_config())
 
     _scheduler(spec).save_pretrained(str(root / "scheduler"))
-    _write_json(root / "model_index.json", _model_index(spec, seed))
+    index = _model_index(spec, seed)
+    if trained_vae:
+        index[MARKER_KEY]["trained_vae"] = True
+    _write_json(root / "model_index.json", index)

@@ -1,0 +1,31 @@
+#!/usr/bin/env python
+"""Train the tiny Wan VAE that really reconstructs (synthetic moving shapes) and write it as the committed
+fixture tests/fixtures/tiny_wan_vae/ (or --output). Deterministic from --seed on a given torch build;
+about 10 minutes on one CPU core. Prints the held-out PSNR (the learning tests need >= 25 dB)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from _bootstrap import OneLineArgumentParser, run_main
+
+
+def main() -> int:
+    from modules.util.tiny_vae import FIXTURE, held_out_psnr, save_fixture, train_tiny_vae
+
+    parser = OneLineArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--output", default=str(FIXTURE), help="folder to write (diffusers layout)")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # the same arithmetic everywhere (and no OpenMP spinning on a busy machine)
+    vae = train_tiny_vae(args.seed, args.steps, lr=args.lr, checkpoint=lambda vae: save_fixture(vae, Path(args.output)))
+    folder = save_fixture(vae, Path(args.output))
+    print(f"wrote {folder}; held-out PSNR {held_out_psnr(vae):.2f} dB")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,158 @@
+"""Training runs of the learning tests (tests/test_learning.py) and of tools/learning_broken_variants.py:
+a tiny Wan with the trained VAE (modules/util/tiny_vae.py), fully fine-tuned from scratch with the project's
+own trainer on clips of coloured shapes, then sampled with the project's own sampler and measured with colour
+masks and centroids (modules/util/shape_clips.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
+
+SIZE = 48  # 6x6 latents, 3x3 tokens a latent frame
+FRAMES = 9  # 3 latent frames
+SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
+T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
+
+
+def learning_config(model: Path, data: Path, work: Path, **overrides) -> dict:
+    """Full fine-tune of the tiny transformer(s): LoRA on random weights learns too slowly for a test."""
+    config = {
+        "base_model_name": str(model), "concepts": [{"path": str(data)}], "resolution": [SIZE, SIZE],
+        "frames": FRAMES, "epochs": 1000, "max_steps": 300, "batch_size": 4, "learning_rate": 1e-3,
+        "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS",
+        "gradient_checkpointing": False, "tensorboard": False, "sample_at_end": False,
+        "backup_after_unit": "NEVER", "workspace_dir": str(work / "workspace"), "cache_dir": str(work / "cache"),
+        "output_model_destination": str(work / "output"),
+    }
+    config.update(overrides)
+    return config
+
+
+def train(config: dict):
+    """The project's own trainer, start to end (saves the output); returns the trainer (model still loaded)."""
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.config.train_config import TrainConfig
+
+    trainer = GenericTrainer(TrainConfig.from_dict(config))
+    trainer.start()
+    trainer.train()
+    trainer.end()
+    return trainer
+
+
+def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] | None = None) -> np.ndarray:
+    """uint8 (F, H, W, 3) from the project's own sampler (no CFG: the runs never train an empty prompt)."""
+    from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.util.config.train_config import SampleConfig
+
+    config = SampleConfig(prompt=prompt, frames=FRAMES, height=SIZE, width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
+                          image=image, elements=list(elements or []))
+    return WanModelSampler(model).generate(config, show_progress=False)
+
+
+@dataclass
+class T2VRun:
+    model: object  # WanModel, trained
+    output: Path  # the saved diffusers folder
+
+
+def t2v_run(tiny_variant_dir: Path, work: Path, **overrides) -> T2VRun:
+    data = write_motif_dataset(work / "data", list(T2V_MOTIFS), clips_per_motif=6, frames=FRAMES, height=SIZE,
+                               width=SIZE, seed=1)
+    trainer = train(learning_config(tiny_variant_dir, data, work, **overrides))
+    return T2VRun(trainer.model, Path(trainer.config.output_model_destination))
+
+
+def match_rate(generate, motif: Motif) -> float:
+    """Fraction of SEEDS whose sample shows the motif's colour, shape and direction (`generate(prompt, seed)`)."""
+    return float(np.mean([matches(generate(motif.prompt, seed), motif) for seed in SEEDS]))
+
+
+# --- I2V: the first frame decides colour and start position -------------------------------------------------
+
+I2V_CAPTION = "a circle moving right"  # the same for every clip: only the first frame tells the colour
+I2V_COLOURS = ("red", "green", "blue")
+
+
+def i2v_run(tiny_variant_dir: Path, work: Path, **overrides):
+    motifs = [Motif("circle", colour, "right") for colour in I2V_COLOURS]
+    data = write_motif_dataset(work / "data", motifs, clips_per_motif=4, frames=FRAMES, height=SIZE, width=SIZE,
+                               seed=2, caption=I2V_CAPTION)
+    return train(learning_config(tiny_variant_dir, data, work, **overrides)).model
+
+
+@dataclass(frozen=True)
+class FirstFrame:
+    colour: str
+    start: tuple[float, float]  # centre (x, y) at frame 0
+
+    def write(self, path: Path) -> Path:
+        from PIL import Image
+
+        from modules.util.shape_clips import directed_motion, render
+
+        motion = directed_motion("circle", self.colour, "right", np.random.default_rng(0), SIZE, SIZE, FRAMES,
+                                 start=self.start)
+        Image.fromarray(render(motion, 1, SIZE, SIZE)[0]).save(path)
+        return path
+
+
+#: Held-out first frames: positions no training clip started from exactly, colours the run trained.
+I2V_FIRST_FRAMES = (FirstFrame("green", (12.0, 13.0)), FirstFrame("red", (14.0, 35.0)))
+
+
+def i2v_follows(frames: np.ndarray, first: FirstFrame) -> bool:
+    """The first frame's colour shows in the generated frames (>= 2 % of pixels, twice any other colour), the
+    centroid of frame 1 lies within 8 px of the start, and it moves right (> 0.3 px/frame)."""
+    from modules.util.shape_clips import centroids, measure
+
+    verdict = measure(frames[1:], Motif("circle", first.colour, "right"))
+    path = centroids(frames[1:2], first.colour)[0]
+    near = not np.isnan(path).any() and float(np.hypot(*(path - np.array(first.start)))) < 8.0
+    return verdict.colour_ok and near and verdict.moves_ok
+
+
+def i2v_rate(model, first: FirstFrame, image: Path) -> float:
+    return float(np.mean([i2v_follows(sample(model, I2V_CAPTION, seed, image=str(image)), first) for seed in SEEDS]))
+
+
+# --- A14B: two experts, each trained on its own noise range ---------------------------------------------------
+
+
+def a14b_run(tiny_variant_dir: Path, work: Path, **overrides):
+    """Both experts trained (half the steps each) on the T2V motifs; returns (trained model, the base folder)."""
+    data = write_motif_dataset(work / "data", list(T2V_MOTIFS), clips_per_motif=6, frames=FRAMES, height=SIZE,
+                               width=SIZE, seed=1)
+    values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 400, **overrides}
+    return train(learning_config(tiny_variant_dir, data, work, **values)).model
+
+
+def with_expert_from(model, base: Path, expert: int):
+    """A context: `model` with expert `expert` (0 high noise, 1 low noise) put back to its untrained weights."""
+    import contextlib
+
+    import torch
+    from diffusers import WanTransformer3DModel
+
+    @contextlib.contextmanager
+    def swapped():
+        transformer = model.transformers()[expert]
+        trained = {k: v.clone() for k, v in transformer.state_dict().items()}
+        untrained = WanTransformer3DModel.from_pretrained(base / ("transformer", "transformer_2")[expert])
+        with torch.no_grad():
+            transformer.load_state_dict(untrained.state_dict())
+        try:
+            yield model
+        finally:
+            with torch.no_grad():
+                transformer.load_state_dict(trained)
+
+    return swapped()
+
+
+def t2v_score(model) -> float:
+    """Mean T2V match rate over both motifs (the A14B comparison's metric)."""
+    return float(np.mean([match_rate(lambda prompt, seed: sample(model, prompt, seed), motif) for motif in T2V_MOTIFS]))

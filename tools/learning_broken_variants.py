@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""The learning tests' thresholds fail on deliberately broken trainers: runs the runs of tests/test_learning.py
+with one fault patched into the training step (the sampler untouched) and prints each test's metric.
+
+    python tools/learning_broken_variants.py [--only flip|drop|swap] [--work DIR]
+
+- flip: the flow-matching target's sign flipped (x0 − ε instead of ε − x0) — T2V match rate per prompt;
+- drop: the reference (first-frame latents and CLIP image tokens) zeroed while training — I2V follow rate;
+- swap: each A14B expert trained on the other's noise range — both-experts score against each alone.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, value):
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def flipped_target():
+    import modules.modelSetup.BaseWanSetup as setup
+
+    return patched(setup, "flow_target", lambda x0, noise: x0 - noise)
+
+
+def dropped_references():
+    from modules.model.conditioning import VariantConditioning
+
+    original = VariantConditioning.transformer_inputs
+
+    def without_references(self, noisy, timesteps, prompt_embeds, payload, dtype):
+        clip = None if payload.clip_embeds is None else payload.clip_embeds * 0
+        return original(self, noisy, timesteps, prompt_embeds,
+                        dataclasses.replace(payload, condition=None, clip_embeds=clip), dtype)
+
+    return patched(VariantConditioning, "transformer_inputs", without_references)
+
+
+def swapped_experts():
+    from modules.model.conditioning import VariantConditioning
+
+    original = VariantConditioning.sigma_range
+    return patched(VariantConditioning, "sigma_range",
+                   lambda self, expert, experts=2: original(self, 1 - expert, experts) if experts == 2 else
+                   original(self, expert, experts))
+
+
+def run_flip(work: Path) -> None:
+    from modules.util.tiny_model import write_tiny_model
+    from tests.learning_runs import T2V_MOTIFS, match_rate, sample, t2v_run
+
+    base = write_tiny_model("t2v", work / "t2v-base", trained_vae=True)
+    with flipped_target():
+        model = t2v_run(base, work / "t2v-flip").model
+    for motif in T2V_MOTIFS:
+        rate = match_rate(lambda prompt, seed: sample(model, prompt, seed), motif)
+        print(f"flip: T2V '{motif.prompt}' match rate {rate:.2f} (test threshold >= 0.80: "
+              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+
+
+def run_drop(work: Path) -> None:
+    from modules.util.tiny_model import write_tiny_model
+    from tests.learning_runs import I2V_FIRST_FRAMES, i2v_rate, i2v_run
+
+    base = write_tiny_model("i2v", work / "i2v-base", trained_vae=True)
+    with dropped_references():
+        model = i2v_run(base, work / "i2v-drop")
+    for i, first in enumerate(I2V_FIRST_FRAMES):
+        rate = i2v_rate(model, first, first.write(work / f"first-{i}.png"))
+        print(f"drop: I2V first frame {first} follow rate {rate:.2f} (test threshold >= 0.80: "
+              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+
+
+def run_swap(work: Path) -> None:
+    from modules.util.tiny_model import write_tiny_model
+    from tests.learning_runs import a14b_run, t2v_score, with_expert_from
+
+    base = write_tiny_model("a14b", work / "a14b-base", trained_vae=True)
+    with swapped_experts():
+        model = a14b_run(base, work / "a14b-swap")
+    both = t2v_score(model)
+    with with_expert_from(model, base, 1):
+        high_only = t2v_score(model)
+    with with_expert_from(model, base, 0):
+        low_only = t2v_score(model)
+    verdict = "PASSES" if both >= 0.8 and both > max(high_only, low_only) else "fails"
+    print(f"swap: A14B score both {both:.2f}, high-noise expert alone {high_only:.2f}, low-noise alone "
+          f"{low_only:.2f} (test: both >= 0.80 and above each alone: {verdict})", flush=True)
+
+
+RUNS = {"flip": run_flip, "drop": run_drop, "swap": run_swap}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=list(RUNS), action="append", help="run only these faults")
+    parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        work = Path(args.work) if args.work else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for name in args.only or list(RUNS):
+            RUNS[name](work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
