@@ -99,8 +99,15 @@ def ensure_built() -> Path:
     """Build the extension in a child process (building imports torch, which must not be imported in a process that
     will preload it) unless it is built already; returns the library's path."""
     path = library_path()
-    if not path.is_file():
-        subprocess.run([sys.executable, __file__, "--build"], check=True)
+    if path.is_file():
+        return path
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / "build.lock", "w") as lock:  # two measurements starting at once build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            subprocess.run([sys.executable, __file__, "--build"], check=True)
     return path
 
 
