@@ -1,5 +1,5 @@
 """Model folders are read as safetensors only: a pickle (`pytorch_model.bin`, `.pt`, `.ckpt`) can run code when
-unpickled, even through torch's restricted loader's advice to pass `weights_only=False`. The real Wan diffusers
+unpickled, even through torch's restricted loader, whose error advises turning that restriction off. The real Wan diffusers
 folders are all safetensors; a component that holds only a pickle is refused in one line saying how to convert
 it, and every `from_pretrained` on weights passes `use_safetensors=True`, so neither diffusers nor transformers
 falls back to a `.bin` (diffusers: `_fetch_index_file` / `_get_model_file`; transformers: `_get_resolved_checkpoint_files`)."""
