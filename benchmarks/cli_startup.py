@@ -3,7 +3,8 @@
 unknown key (issue #25: a one-line config error must come in under 3 s, not after importing the trainer).
 
 Each command runs `--repeats` times in a fresh process; the median wall time is reported, beside the time of
-`import torch` alone (the floor: the typed config's optimizer and adapter registries need torch).
+`import torch` alone: reading and checking a config imports no torch (tests/test_cli_startup.py), so the config
+error should take a fraction of it.
 
     python benchmarks/cli_startup.py [--repeats 3] [--json OUT]
 """

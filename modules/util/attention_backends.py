@@ -7,8 +7,6 @@ import dataclasses
 import importlib.util
 import logging
 
-import torch
-
 from modules.util.enum import AttentionBackend
 
 logger = logging.getLogger(__name__)
@@ -72,7 +70,10 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
 
 
 def device_type_of(train_device: str) -> str:
-    """The device type a config's train_device gives (auto: cuda when torch sees a GPU)."""
+    """The device type a config's train_device gives (auto: cuda when torch sees a GPU). Only "auto" imports
+    torch, here rather than above: the config's checks call this, and a config error should not wait for torch."""
     if train_device == "auto":
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return train_device.split(":")[0]
