@@ -71,6 +71,9 @@ def test_an_unknown_key_is_answered_without_torch(tmp_path):
     ({"peft_type": "LOHA", "lora_decompose": True}, (), "config key 'lora_decompose'"),
     ({"optimizer": "ADAMW_SCHEDULE_FREE", "ema": "GPU"}, (), "config key 'ema'"),
     ({"attention_backend": "FLASH", "train_device": "cpu"}, (), "config key 'attention_backend' is FLASH"),
+    # chosen backends whose check needs no device: train_device auto does not ask torch for a GPU
+    ({"attention_backend": "NATIVE", "sample_attention_backend": "FLEX", "random_crop": 0.9}, (),
+     "config key 'random_crop'"),
 ])
 def test_a_bad_value_is_answered_without_torch(tmp_path, config, args, named):
     """Values the optimizer and adapter registries and the attention table check, through every layer."""

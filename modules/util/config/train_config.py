@@ -472,8 +472,9 @@ class TrainConfig(BaseConfig):
         if not 0.0 <= self.unmasked_weight <= 1.0:
             fail("unmasked_weight", f"must be between 0 and 1, got {self.unmasked_weight}")
         for key, training in (("attention_backend", True), ("sample_attention_backend", False)):
-            # the device only for a chosen backend: train_device auto asks torch, which a config error should not wait for
-            problem = unavailable(getattr(self, key), device_type_of(self.train_device), training) \
+            # the device only where the answer needs it: train_device auto asks torch, which a config error
+            # should not wait for
+            problem = unavailable(getattr(self, key), lambda: device_type_of(self.train_device), training) \
                 if getattr(self, key) != AttentionBackend.AUTO else None
             if problem:
                 fail(key, f"is {getattr(self, key).name}, which {problem}: choose AUTO or NATIVE")
