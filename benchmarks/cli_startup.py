@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""How long the command-line scripts take to answer before any real work: `--help`, and a config with one
-unknown key (issue #25: a one-line config error must come in under 3 s, not after importing the trainer).
+"""How long the command-line scripts take to answer before any real work: `--help`, a config with one
+unknown key, a config whose model folder is missing (the start-up path checks), and a sample with a bad output
+name (issue #25: a one-line config error must come in under 3 s, not after importing the trainer).
 
 Each command runs `--repeats` times in a fresh process; the median wall time is reported, beside the time of
-`import torch` alone (the floor: the typed config's optimizer and adapter registries need torch).
+`import torch` alone: reading and checking a config imports no torch (tests/test_cli_startup.py), so the config
+error should take a fraction of it.
 
     python benchmarks/cli_startup.py [--repeats 3] [--json OUT]
 """
@@ -41,10 +43,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bad = Path(tmp) / "bad.json"
         bad.write_text(json.dumps({"base_model_name": "x", "epohcs": 1}))
+        missing = Path(tmp) / "missing_model.json"
+        missing.write_text(json.dumps({"base_model_name": str(Path(tmp) / "no such folder")}))
         commands = {
             "import torch": [python, "-c", "import torch"],
             "train.py --help": [python, "scripts/train.py", "--help"],
             "train.py (unknown config key)": [python, "scripts/train.py", "--config-path", str(bad)],
+            "train.py (missing model folder)": [python, "scripts/train.py", "--config-path", str(missing)],
+            "sample.py (bad output name)": [python, "scripts/sample.py", "--model", tmp, "--prompt", "a cat",
+                                            "--output", "x.avi"],
             "sample.py --help": [python, "scripts/sample.py", "--help"],
             "evaluate.py --help": [python, "scripts/evaluate.py", "--help"],
             "merge_lora.py --help": [python, "scripts/merge_lora.py", "--help"],

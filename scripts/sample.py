@@ -78,20 +78,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from modules.model.detection import detect_variant
-    from modules.modelLoader.base_loras import sampling_stack
-    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
-    from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.video_output import check_video_output
-    from modules.modelSaver.embedding_file import read_embedding
-    from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.modelSampler.e2v_options import e2v_sampling_options
-    from modules.util.attention_backends import apply_attention_backend, unavailable
-    from modules.util.enum import AttentionBackend
-    from modules.util.errors import UserError
     from modules.util.config.train_config import SampleConfig
-    from modules.util.path_checks import check_input_file
 
+    # the sample's values and the output's format first, before the seconds torch and diffusers take to import
     sample = SampleConfig.from_dict({
         "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
         "last_image": args.last_image or "",
@@ -101,8 +91,21 @@ def main() -> int:
         "cfg_scale": args.cfg_scale, "seed": args.seed,
         "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
     }, "sample")
-    # everything that can be checked without the weights is, before they load
     check_video_output(args.output)
+
+    from modules.model.detection import detect_variant
+    from modules.modelLoader.base_loras import sampling_stack
+    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+    from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+    from modules.modelSaver.embedding_file import read_embedding
+    from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.util.attention_backends import apply_attention_backend, unavailable
+    from modules.util.enum import AttentionBackend
+    from modules.util.errors import UserError
+    from modules.util.path_checks import check_input_file
+
+    # everything else that can be checked without the weights is, before they load
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
     from peft import PeftConfig
 
 FACTORS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
     from peft import PeftConfig
 
 KEYS = ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b")
@@ -90,6 +89,8 @@ class LoKrSpec(AdapterSpec):
             copy_parameter(getattr(module, key)[adapter_name], rescaled(value, factor) if key in _FIRST else value)
 
     def merged_weight(self, weight: torch.Tensor, layer: AdapterLayer, strength: float) -> torch.Tensor:
+        import torch
+
         delta = torch.kron(_factor(layer.tensors, "w1"), _factor(layer.tensors, "w2"))
         weight += (strength * _comfy_scale(layer)) * delta.reshape(weight.shape)
         return weight

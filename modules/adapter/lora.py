@@ -15,15 +15,14 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from modules.adapter.spec import AdapterLayer, AdapterOptions, AdapterSpec, base_weight, copy_parameter, rescaled
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
     from peft import PeftConfig
 
 DOWN, UP, DORA_SCALE = "lora_down.weight", "lora_up.weight", "dora_scale"
-_EPS = torch.finfo(torch.float32).eps  # ComfyUI's eps: it patches weights in float32
+_EPS = 2.0 ** -23  # torch.finfo(torch.float32).eps, ComfyUI's eps: it patches weights in float32
 
 
 @dataclasses.dataclass
@@ -194,6 +193,8 @@ class DoRASpec(AdapterSpec):
             norm = _row_norm(weight)
         else:  # LyCORIS's input axis: column norms of the merged weight
             norm = merged.norm(dim=0, keepdim=True)
+        import torch
+
         merged *= dora_scale / (norm + torch.finfo(weight.dtype).eps)
         if strength == 1.0:
             return merged

@@ -3,14 +3,15 @@ a file holds. DoRA is LoRA's `lora_decompose` option."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Iterable
-
-import torch
+from typing import TYPE_CHECKING, Iterable
 
 from modules.adapter.loha import LOHA
 from modules.adapter.lokr import LOKR
 from modules.adapter.lora import DORA, LORA
 from modules.adapter.spec import AdapterSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 _TYPES: dict[str, AdapterSpec] = {"LORA": LORA, "LOHA": LOHA, "LOKR": LOKR}
 

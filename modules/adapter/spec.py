@@ -4,6 +4,10 @@
 The neutral layer of a type holds exactly what ComfyUI reads for one module, and its effect is what ComfyUI
 computes from it (`merged_weight` re-states the type's ``calculate_weight`` in comfy/weight_adapter/). So a
 file is right by construction: `extract` turns peft's parametrisation into ComfyUI's, `load_into` back.
+
+The config imports the registry (its `peft_type` enum, the types' `up_weights`), so the adapter modules import
+torch and peft where they work on tensors, not at module level: a config error comes before the seconds torch
+takes (tests/test_cli_startup.py).
 """
 from __future__ import annotations
 
@@ -11,9 +15,8 @@ import dataclasses
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import torch
-
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
     from peft import PeftConfig
 
 
@@ -97,6 +100,8 @@ class AdapterSpec(ABC):
     def trainable_names(self, transformer: torch.nn.Module, adapter_name: str) -> set[str]:
         """Parameter names (as `transformer.named_parameters` gives them) of the adapter's weights, found
         through peft's own `adapter_layer_names`."""
+        import torch
+
         layer_cls = self.peft_layer()
         names: set[str] = set()
         for module_name, module in transformer.named_modules():
@@ -120,6 +125,8 @@ class AdapterSpec(ABC):
 
     def encode(self, layer: AdapterLayer) -> dict[str, torch.Tensor]:
         """The file tensors of a layer by suffix, `.alpha` included."""
+        import torch
+
         out = dict(layer.tensors)
         if layer.alpha is not None:
             out[ALPHA] = torch.tensor(float(layer.alpha), dtype=torch.float32)
@@ -147,5 +154,7 @@ def rescaled(tensor: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def copy_parameter(param: torch.Tensor, value: torch.Tensor) -> None:
+    import torch
+
     with torch.no_grad():
         param.copy_(value.to(device=param.device, dtype=param.dtype))

@@ -27,7 +27,7 @@ from modules.dataLoader.errors import (
     UNSUPPORTED_FILE,
     DataError,
 )
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
+from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, WHITE
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ _DEFAULT_FRAME_MS = 100  # a frame without a delay, or with one of at most _SHOR
 # Browsers play a GIF/WebP delay of 0 or 10 ms as 100 ms, and so does ffprobe 5.1; the FFmpeg 8.1 in PyAV keeps 10 ms.
 _SHORTEST_FRAME_MS = 10
 _FFMPEG_EXTENSIONS = VIDEO_EXTENSIONS - ANIMATED_IMAGE_EXTENSIONS
-WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 
 

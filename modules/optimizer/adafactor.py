@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, positive
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclasses.dataclass
@@ -22,6 +24,8 @@ class AdafactorOptions(BaseConfig):
 
 
 def _adafactor(params, lr: float, weight_decay: float, o: AdafactorOptions) -> torch.optim.Optimizer:
+    import torch  # here, not above: the config imports this module for its options
+
     return torch.optim.Adafactor(params, lr=lr, beta2_decay=o.beta2_decay, eps=(None, o.eps), d=o.d,
                                  weight_decay=weight_decay)
 

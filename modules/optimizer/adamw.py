@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, betas_in_range, positive
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclasses.dataclass
@@ -36,6 +38,8 @@ def _on_cuda(params) -> bool:
 
 
 def _adamw(params, lr: float, weight_decay: float, o: AdamWOptions) -> torch.optim.Optimizer:
+    import torch  # here, not above: the config imports this module for its options
+
     params = list(params)
     fused = o.fused == "on" or (o.fused == "auto" and _on_cuda(params))
     return torch.optim.AdamW(params, lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=weight_decay,

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, betas_in_range
 from modules.util.config.base_config import BaseConfig, option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclasses.dataclass

@@ -4,11 +4,13 @@ dimensions (biases, norms, DoRA magnitudes) take the AdamW rule inside the same 
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, as_groups, betas_in_range, positive
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclasses.dataclass

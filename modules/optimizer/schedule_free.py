@@ -3,11 +3,13 @@ averages into x, which is what saves and samples use (see `OptimizerSpec.average
 from __future__ import annotations
 
 import dataclasses
-
-import torch
+from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, betas_in_range, positive
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 @dataclasses.dataclass

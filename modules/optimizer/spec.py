@@ -1,18 +1,22 @@
 """What every optimizer gives: its options type, a factory, what must be installed, and whether it keeps an
-averaged copy of the weights (schedule-free) that saving and sampling must use."""
+averaged copy of the weights (schedule-free) that saving and sampling must use.
+
+The config imports every optimizer module for its option types (`optimizer_options`), so none of them imports
+torch at module level: a config error comes before the seconds torch takes (tests/test_cli_startup.py)."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from modules.util.config.base_config import BaseConfig, ConfigError
 
-Factory = Callable[[Sequence[torch.nn.Parameter], float, float, Any], torch.optim.Optimizer]
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+Factory = Callable[[Sequence["torch.nn.Parameter"], float, float, Any], "torch.optim.Optimizer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,8 @@ class OptimizerSpec:
         if not self.schedule_free:
             yield
             return
+        import torch
+
         kept = [p.detach().clone() for p in params]
         optimizer.eval()
         try:

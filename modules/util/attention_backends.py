@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
-
-import torch
+from collections.abc import Callable
 
 from modules.util.enum import AttentionBackend
 
@@ -34,16 +33,21 @@ AUTO_ORDER = (AttentionBackend.FLASH, AttentionBackend.CUDNN, AttentionBackend.N
 _LOGGED: set = set()  # what AUTO chose, said once per process
 
 
-def unavailable(backend: AttentionBackend, device_type: str, training: bool) -> str | None:
-    """Why `backend` cannot run here (None: it can)."""
+def unavailable(backend: AttentionBackend, device_type: str | Callable[[], str], training: bool) -> str | None:
+    """Why `backend` cannot run here (None: it can). `device_type` may be a function, called only when the answer
+    depends on the device (the config's check: train_device auto asks torch, which takes seconds to import)."""
     spec = BACKENDS[backend]
+
+    def on_cuda() -> bool:
+        return (device_type() if callable(device_type) else device_type) == "cuda"
+
     if spec.package and importlib.util.find_spec(spec.package) is None:
         return f"needs the '{spec.package}' package, which is not installed"
-    if spec.cuda_only and device_type != "cuda":
+    if spec.cuda_only and not on_cuda():
         return "needs a CUDA (or ROCm) GPU"
     if training and not spec.backward:
         return "has no backward pass: it can sample (sample_attention_backend) but not train"
-    if training and device_type != "cuda" and not spec.backward_on_cpu:
+    if training and not spec.backward_on_cpu and not on_cuda():
         return "has no backward pass on the CPU: train with NATIVE there"
     return None
 
@@ -72,7 +76,10 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
 
 
 def device_type_of(train_device: str) -> str:
-    """The device type a config's train_device gives (auto: cuda when torch sees a GPU)."""
+    """The device type a config's train_device gives (auto: cuda when torch sees a GPU). Only "auto" imports
+    torch, here rather than above: the config's checks call this, and a config error should not wait for torch."""
     if train_device == "auto":
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return train_device.split(":")[0]

@@ -4,7 +4,7 @@ trainer (and diffusers) is imported: a dataset error in a second or two."""
 from __future__ import annotations
 
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
-from modules.model.condition_layout import min_num_frames
+from modules.model.layout_frames import min_num_frames
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig

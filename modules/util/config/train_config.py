@@ -52,6 +52,7 @@ DEFAULT_LORA_TARGETS = [
     "ffn.net.0.proj", "ffn.net.2",
 ]
 
+WHITE = (255, 255, 255)  # what transparent pixels are composited on unless a config says otherwise
 
 # Range checks of TrainConfig.validate: a value outside them would train nothing useful or crash late.
 # A frame's pixel budget (8192 x 8192, 192 MB as RGB): more than 8K video (7680 x 4320) and 61 MP photos.
@@ -334,7 +335,7 @@ class TrainConfig(BaseConfig):
     ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
     max_frame_pixels: int = option(DEFAULT_MAX_FRAME_PIXELS, "Skip (and count) an image or video whose header declares frames of more than this many pixels (width x height), before decoding it: a 1 MB PNG may declare 20000x20000 pixels and take GBs of RAM. 67108864 = 8192x8192 takes 8K video and camera photos.")
-    transparent_background: list[int] = option([255, 255, 255], "RGB colour [r, g, b] (0-255) that transparent pixels of images (RGBA, LA, palette PNGs) are composited on; white as E2V's pad_white.")
+    transparent_background: list[int] = option(list(WHITE), "RGB colour [r, g, b] (0-255) that transparent pixels of images (RGBA, LA, palette PNGs) are composited on; white as E2V's pad_white.")
 
     # --- training ----------------------------------------------------------------------------
     epochs: int = option(10, "Passes over the data.")
@@ -470,10 +471,11 @@ class TrainConfig(BaseConfig):
             fail("min_sigma", f"and max_sigma must satisfy 0 <= min_sigma < max_sigma <= 1, got {self.min_sigma}, {self.max_sigma}")
         if not 0.0 <= self.unmasked_weight <= 1.0:
             fail("unmasked_weight", f"must be between 0 and 1, got {self.unmasked_weight}")
-        device = device_type_of(self.train_device)
         for key, training in (("attention_backend", True), ("sample_attention_backend", False)):
-            problem = unavailable(getattr(self, key), device, training) if getattr(self, key) != AttentionBackend.AUTO \
-                else None
+            # the device only where the answer needs it: train_device auto asks torch, which a config error
+            # should not wait for
+            problem = unavailable(getattr(self, key), lambda: device_type_of(self.train_device), training) \
+                if getattr(self, key) != AttentionBackend.AUTO else None
             if problem:
                 fail(key, f"is {getattr(self, key).name}, which {problem}: choose AUTO or NATIVE")
         for key in ("random_crop", "color_jitter"):
@@ -518,7 +520,7 @@ class TrainConfig(BaseConfig):
         if self.offload_inactive_expert and self.train_expert != WanExpert.BOTH:
             fail("offload_inactive_expert", f"applies to train_expert BOTH (with {self.train_expert.name} the other expert "
                                             "is not trained and stays off the GPU anyway): set it false")
-        if self.compile and device_type_of(self.train_device) == "cuda" and importlib.util.find_spec("triton") is None:
+        if self.compile and importlib.util.find_spec("triton") is None and device_type_of(self.train_device) == "cuda":
             fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
                             "install it or set compile false")
         if self.data_parallel == DataParallel.FSDP:
