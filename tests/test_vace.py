@@ -221,3 +221,44 @@ def test_an_e2v_dataset_on_a_vace_base_trains_resumes_saves_and_samples(tiny_mod
     from modules.dataLoader.video_io import read_video_frames
 
     assert read_video_frames(tmp_path / "cli.mp4")[0].shape == (9, 32, 32, 3)  # the reference frames are trimmed
+
+
+def test_e2v_on_vace_caches_the_context_keyed_by_its_references_and_control(tiny_model, tmp_path):
+    """The cached VACE context of an E2V item is reused while nothing changed and rebuilt when an element image or
+    the control video changes; dataset_stats.py counts the items the loader trains (the references take no frames
+    of the 9-frame clips, where A2's 1 + 4 + 4 reference frames would); preview_e2v.py shows what the step is fed."""
+    from modules.dataLoader.e2v.statistics import e2v_dataset_statistics
+    from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
+
+    config = TrainConfig.from_dict(e2v_vace_config(tiny_model, tmp_path))
+    model = WanModelLoader().load(str(tiny_model("vace")), torch.device("cpu"))
+    data = tmp_path / "data"
+
+    def contexts():
+        loader = WanE2VDataLoader(config, model)
+        loader.prepare()
+        return [loader.load_batch([i], 0)["vace_context"] for i in range(len(loader.items))]
+
+    def cache_files():
+        return sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file())
+
+    first = contexts()
+    files = cache_files()
+    assert [c.shape[2] for c in first] == [3 + 3, 2 + 3]  # R leading frames per sample, then the clip's three
+    assert all(torch.equal(a, b) for a, b in zip(contexts(), first)) and cache_files() == files  # from the cache
+    Image.new("RGB", (24, 32), (10, 200, 30)).save(data / "002_subject.png")
+    changed = contexts()
+    assert torch.equal(changed[0], first[0]) and not torch.equal(changed[1], first[1])
+    write_video(data / "002_control.mp4", np.full((9, 32, 32, 3), 30, np.uint8), 16.0)
+    controlled = contexts()
+    assert torch.equal(controlled[0], first[0]) and not torch.equal(controlled[1][:, :, 2:], changed[1][:, :, 2:])
+    assert torch.equal(controlled[1][:, :, :2], changed[1][:, :, :2])  # the references' frames stay as they were
+
+    stats = e2v_dataset_statistics(config, 16.0, use_cache=False)
+    assert stats[0].samples == 2 and stats[0].items_per_length == {9: 2}
+
+    loader = WanE2VDataLoader(config, model)  # preview_e2v.py: the context, and the references as VACE places them
+    loader.prepare()
+    tensors, references = loader.preview("001")
+    assert set(tensors) == {"target_latents", "vace_context"} and references.shape == (3, 3, 32, 32)
+    assert torch.equal(tensors["target_latents"][:, :3], tensors["vace_context"][:16, :3])

@@ -30,7 +30,13 @@ from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.config_check import datasets_of_type
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
-from modules.dataLoader.e2v.vace import DecodeE2VControl, EncodeE2VVaceContext, read_references, reference_names
+from modules.dataLoader.e2v.vace import (
+    DecodeE2VControl,
+    EncodeE2VVaceContext,
+    note_unused_settings,
+    read_references,
+    reference_names,
+)
 from modules.model.condition_layout import (
     fold_mask,
     latent_loss_mask,
@@ -112,6 +118,8 @@ class WanE2VDataLoader:
         # VACE: the elements are VACE's reference images (e2v/vace.py), not A2's condition channels
         self.vace = bool(model.variant.vace_layers)
         self.uses_vae = self.e2v_type in ("dual", "vae") and not self.vace
+        if self.vace:
+            note_unused_settings(self.datasets)
         self.uses_clip = self.e2v_type in ("dual", "clip")
         self.layout = config.e2v.target_layout
         self.fps = config.fps or model.variant.fps

@@ -4,6 +4,7 @@ the VACE context through the sampler's own function (`model.vace_references.refe
 target latents; without a control video it is diffusers' reference-to-video one (a grey video, mask all ones)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,19 @@ from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
+
+logger = logging.getLogger(__name__)
+
+
+def note_unused_settings(datasets: Sequence[E2VDatasetConfig]) -> None:
+    """Logs the A2-layout element settings that a VACE base does not follow (one reference frame per image, placed
+    on white as diffusers places it), so a dataset JSON written for A2 trains unchanged and the user knows."""
+    unused = sorted({f"{e.name}: {what}" for d in datasets for e in d.elements
+                     for what in (["vae.repeat"] if e.vae.repeat != 1 else [])
+                     + (["vae.preprocess"] if d.vae_preprocess(e) != "pad_white" else [])})
+    if unused:
+        logger.info("VACE base: each element is one reference image placed on white (as diffusers' WanVACEPipeline "
+                    "places it); these element settings do not apply: %s", ", ".join(unused))
 
 
 def reference_names(dataset: E2VDatasetConfig, element_paths: Mapping[str, str]) -> list[str]:
