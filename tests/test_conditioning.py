@@ -191,7 +191,8 @@ def test_vace_training_and_sampling_feed_the_control_branch_alike(variant, tiny_
         assert weights[0] == 0 and weights[1:].eq(1).all()
 
 
-def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(tiny_model, tmp_path):
+@pytest.mark.parametrize("variant", ["vace", "a14b_vace"])
+def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(variant, tiny_model, tmp_path):
     """E2V on a VACE base: the training step's VACE context, built from a sample's element images (layout order) and
     its control video and mask, is the tensor the sampler builds from the same images and files; x0 carries the
     references' latents as its R leading frames, which stay out of the loss; the step at a sampler step's σ feeds the
@@ -214,10 +215,10 @@ def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(tiny_model,
     mask[8:24, 4:20] = 255
     write_video(data / "001_control_mask.mp4", np.repeat(mask[None], frames, 0), 16.0)
     (tmp_path / "dataset.json").write_text(json.dumps(e2v_dataset_json(data, SIZE, SIZE, frames)))
-    config = TrainConfig.from_dict(train_config_dict(tiny_model("vace"), data, tmp_path, concepts=[],
+    config = TrainConfig.from_dict(train_config_dict(tiny_model(variant), data, tmp_path, concepts=[],
                                                      dataset_config=str(tmp_path / "dataset.json"),
                                                      vace_context_scale=0.7))
-    model = load("vace", tiny_model)
+    model = load(variant, tiny_model)
     assert prepare_e2v_model(model, config) == {}  # nothing to expand: the elements are VACE's references
     loader = WanE2VDataLoader(config, model)
     loader.prepare()
@@ -246,11 +247,12 @@ def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(tiny_model,
     assert sample_latents(model, conditioning, sample).shape[2] == 5  # the references' frames dropped
     calls = list(recorder.calls)
     setup = BaseWanSetup(model, config)
-    for _, fed in calls:
+    for expert, fed in calls:
         setup.sigma_sampler = FixedSigma(float(fed["timestep"].flatten()[-1]) / TRAIN_TIMESTEPS)
         recorder.calls.clear()
         setup.predict(inputs, StepRandom.for_micro_step(0, 0, 1))
-        (_, trained), = recorder.calls
+        (trained_expert, trained), = recorder.calls
+        assert trained_expert == expert
         assert trained["hidden_states"].shape == fed["hidden_states"].shape
         assert torch.equal(trained["control_hidden_states"], fed["control_hidden_states"])
         assert torch.equal(trained["control_hidden_states_scale"], fed["control_hidden_states_scale"])

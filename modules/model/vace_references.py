@@ -9,12 +9,18 @@ latent frame per image, placed on white). What cannot apply is refused here, bef
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from modules.model.vace import Encode, reference_canvas, vace_context
 from modules.util.config.base_config import ConfigError
+from modules.util.config.e2v_dataset_config import E2VDatasetConfig
+from modules.util.config.train_config import TrainConfig
+
+if TYPE_CHECKING:  # the check below runs before diffusers is imported (preflight)
+    from modules.model.WanModel import WanModel
 
 # Each reference adds one latent frame of tokens to every step; SkyReels-V3's reference-to-video also stops at 4.
 MAX_VACE_REFERENCES = 4
@@ -25,7 +31,7 @@ def image_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).to(torch.float32).div_(127.5).sub_(1.0)
 
 
-def model_encoder(model) -> Encode:
+def model_encoder(model: WanModel) -> Encode:
     """A `WanModel`'s VAE as `vace_context` encodes: the posterior mode, normalised."""
     return lambda clip: model.normalize_latents(model.encode_video(clip)[0])
 
@@ -36,7 +42,7 @@ def placed_references(images: Sequence[np.ndarray], height: int, width: int, mir
 
 
 @torch.no_grad()
-def reference_context(model, video: torch.Tensor | None, mask: torch.Tensor | None, images: Sequence[np.ndarray],
+def reference_context(model: WanModel, video: torch.Tensor | None, mask: torch.Tensor | None, images: Sequence[np.ndarray],
                       frames: int, height: int, width: int, mirror: bool = False) -> torch.Tensor:
     """(1, 96, R + T, h, w): the VACE context of one clip or sample. `video` (1, 3, F, H, W) in [-1, 1] or None (no
     control), `mask` (1, 1, F, H, W) or None, `images` the R reference images (uint8) in order; `mirror` flips
@@ -47,10 +53,9 @@ def reference_context(model, video: torch.Tensor | None, mask: torch.Tensor | No
                         variant.vae_scale_temporal, (1, frames, height, width))
 
 
-def check_e2v_on_vace(config, datasets: Sequence, base: str) -> None:
-    """One-line `ConfigError` for E2V settings a VACE base cannot follow (`config` a TrainConfig, `datasets` its
-    E2VDatasetConfig list, `base` the variant's name): VACE takes the elements through its VAE only, posterior mode,
-    one latent frame each, at most MAX_VACE_REFERENCES."""
+def check_e2v_on_vace(config: TrainConfig, datasets: Sequence[E2VDatasetConfig], base: str) -> None:
+    """One-line `ConfigError` for E2V settings a VACE base (`base`, the variant's name) cannot follow: VACE takes the
+    elements through its VAE only, posterior mode, one latent frame each, at most MAX_VACE_REFERENCES."""
     e2v = config.e2v
     if e2v.e2v_type in ("dual", "clip"):
         raise ConfigError(f"config key 'e2v.e2v_type' is '{e2v.e2v_type}', but the {base} base takes element images as "
