@@ -188,7 +188,7 @@ def test_e2v_settings_a_vace_base_cannot_follow_stop_before_the_model_loads(chan
         for element in elements:  # A2's repeats would outgrow the 9 frames in the dataset file's own check
             element["vae"]["repeat"] = 1
         open(values["dataset_config"], "w").write(json.dumps(dataset))
-    with pytest.raises(UserError, match=f"{key.replace('[', '.').replace(']', '.')}.*vace") as e:
+    with pytest.raises(UserError, match=f"{key.replace('[', '.').replace(']', '.')}.*VACE base") as e:
         check_before_loading(TrainConfig.from_dict(values))
     assert "\n" not in str(e.value)
 

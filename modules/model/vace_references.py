@@ -4,7 +4,7 @@ then the control video, mask and references become the VACE context (`vace_conte
 
 An E2V dataset trains on a VACE base with its elements as these references, in the dataset's layout order
 (`vae.position`); an element's `vae.repeat` and `vae.preprocess` belong to the A2 layout and do not apply (one
-latent frame per image, placed on white). What cannot apply is refused here, before a model loads.
+latent frame per image, placed on white). What cannot apply is refused before a model loads (`vace_e2v.py`).
 """
 from __future__ import annotations
 
@@ -15,15 +15,9 @@ import numpy as np
 import torch
 
 from modules.model.vace import Encode, reference_canvas, vace_context
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-from modules.util.config.train_config import TrainConfig
 
-if TYPE_CHECKING:  # the check below runs before diffusers is imported (preflight)
+if TYPE_CHECKING:
     from modules.model.WanModel import WanModel
-
-# Each reference adds one latent frame of tokens to every step; SkyReels-V3's reference-to-video also stops at 4.
-MAX_VACE_REFERENCES = 4
 
 
 def image_tensor(image: np.ndarray) -> torch.Tensor:
@@ -51,27 +45,3 @@ def reference_context(model: WanModel, video: torch.Tensor | None, mask: torch.T
     return vace_context(model_encoder(model), video, mask, placed_references(images, height, width, mirror),
                         variant.vae_scale_spatial,
                         variant.vae_scale_temporal, (1, frames, height, width))
-
-
-def check_e2v_on_vace(config: TrainConfig, datasets: Sequence[E2VDatasetConfig], base: str) -> None:
-    """One-line `ConfigError` for E2V settings a VACE base (`base`, the variant's name) cannot follow: VACE takes the
-    elements through its VAE only, posterior mode, one latent frame each, at most MAX_VACE_REFERENCES."""
-    e2v = config.e2v
-    if e2v.e2v_type in ("dual", "clip"):
-        raise ConfigError(f"config key 'e2v.e2v_type' is '{e2v.e2v_type}', but the {base} base takes element images as "
-                          "VACE reference images, through the VAE only: set it to 'auto' or 'vae'")
-    if e2v.image_encoder_model_name:
-        raise ConfigError(f"config key 'e2v.image_encoder_model_name' is set, but the {base} base has no CLIP "
-                          "branch (its element images are VACE reference images): clear it")
-    if e2v.target_layout != "separate":
-        raise ConfigError(f"config key 'e2v.target_layout' is '{e2v.target_layout}', but on the {base} base the "
-                          "references are VACE's own leading latent frames, not A2's reference slots: set it to "
-                          "'separate'")
-    if e2v.vae_posterior != "mode":
-        raise ConfigError(f"config key 'e2v.vae_posterior' is '{e2v.vae_posterior}', but the {base} base encodes "
-                          "its references with the posterior mode (as diffusers' WanVACEPipeline does): set it to 'mode'")
-    for index, dataset in enumerate(datasets):
-        if len(dataset.elements) > MAX_VACE_REFERENCES:
-            raise ConfigError(f"datasets[{index}] of '{config.dataset_config}' has {len(dataset.elements)} elements, "
-                              f"but the {base} base takes at most {MAX_VACE_REFERENCES} reference images (one latent "
-                              "frame each): drop elements")

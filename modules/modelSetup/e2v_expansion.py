@@ -14,7 +14,7 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
-from modules.model.vace_references import check_e2v_on_vace
+from modules.model.vace_e2v import check_e2v_on_vace
 from modules.util.config.e2v_dataset_config import load_dataset_config
 from modules.util.errors import UserError
 
@@ -107,7 +107,7 @@ def prepare_e2v_model(model, config) -> dict[int, list[str]]:
     variant, e2v = model.variant, config.e2v
     if variant.vace_layers:  # the elements are VACE's own reference frames: nothing to expand
         datasets = load_dataset_config(config.dataset_config).datasets if config.dataset_config else []
-        check_e2v_on_vace(config, datasets, variant.name)
+        check_e2v_on_vace(config, datasets)
         return {}
     if variant.channel_concat_condition or variant.expand_timesteps:
         return {}

@@ -3,14 +3,12 @@ frames, and the samples' frames against the layout. Light on imports, so scripts
 trainer (and diffusers) is imported: a dataset error in a second or two."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.condition_layout import min_num_frames
-from modules.model.vace_references import check_e2v_on_vace
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
+from modules.model.vace_e2v import check_e2v_on_vace, is_vace_folder
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 
@@ -18,9 +16,8 @@ from modules.util.errors import UserError
 def validate_e2v_config(config: TrainConfig) -> None:
     """Dataset JSON and layout checks that need no model (run before loading one)."""
     datasets = load_dataset_config(config.dataset_config).datasets
-    base = _vace_base(config.base_model_name)
-    if base is not None:  # the elements are VACE references: they take no frames of the clip or the samples
-        check_e2v_on_vace(config, datasets, base)
+    if is_vace_folder(config.base_model_name):  # the elements are VACE references: they take no frames of F
+        check_e2v_on_vace(config, datasets)
         datasets_of_type(config, ConceptType.STANDARD, datasets)
         return
     for index, dataset in enumerate(datasets):
@@ -37,17 +34,6 @@ def validate_e2v_config(config: TrainConfig) -> None:
         if sample.enabled and sample.elements:
             options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
                                  f"config key 'samples[{index}].elements'")
-
-
-def _vace_base(base_model_name: str) -> str | None:
-    """The base's variant name when it is a VACE model, read from its configs (no weights); None otherwise, also
-    when the folder is not a model folder (check_paths names that)."""
-    if not (Path(base_model_name) / "model_index.json").is_file():
-        return None
-    from modules.model.detection import detect_variant  # here: the registry imports diffusers
-
-    variant = detect_variant(base_model_name)
-    return variant.name if variant.vace_layers else None
 
 
 def datasets_of_type(config: TrainConfig, concept_type: ConceptType,
