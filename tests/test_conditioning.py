@@ -189,3 +189,70 @@ def test_vace_training_and_sampling_feed_the_control_branch_alike(variant, tiny_
         assert torch.equal(trained["control_hidden_states_scale"], fed["control_hidden_states_scale"])
         weights = family.loss_weights(inputs.x0.shape[2], payload, torch.device("cpu"))
         assert weights[0] == 0 and weights[1:].eq(1).all()
+
+
+@pytest.mark.parametrize("variant", ["vace", "a14b_vace"])
+def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(variant, tiny_model, tmp_path):
+    """E2V on a VACE base: the training step's VACE context, built from a sample's element images (layout order) and
+    its control video and mask, is the tensor the sampler builds from the same images and files; x0 carries the
+    references' latents as its R leading frames, which stay out of the loss; the step at a sampler step's σ feeds the
+    transformer what the sampler fed it."""
+    import json
+
+    from modules.dataLoader.video_io import read_image, read_video_frames
+    from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
+    from modules.modelSampler.e2v_sampling import E2VConditioning
+    from modules.modelSampler.vace_sampling import build_vace_context
+    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.util.video_write import write_video
+    from tests.conftest import train_config_dict
+
+    frames = 17
+    data = write_e2v_dataset(tmp_path / "data", count=1, frames=frames, height=SIZE, width=SIZE)
+    clip, _ = read_video_frames(data / "001.mp4")
+    write_video(data / "001_control.mp4", 255 - clip, 16.0)
+    mask = np.zeros((SIZE, SIZE, 3), np.uint8)
+    mask[8:24, 4:20] = 255
+    write_video(data / "001_control_mask.mp4", np.repeat(mask[None], frames, 0), 16.0)
+    (tmp_path / "dataset.json").write_text(json.dumps(e2v_dataset_json(data, SIZE, SIZE, frames)))
+    config = TrainConfig.from_dict(train_config_dict(tiny_model(variant), data, tmp_path, concepts=[],
+                                                     dataset_config=str(tmp_path / "dataset.json"),
+                                                     vace_context_scale=0.7))
+    model = load(variant, tiny_model)
+    assert prepare_e2v_model(model, config) == {}  # nothing to expand: the elements are VACE's references
+    loader = WanE2VDataLoader(config, model)
+    loader.prepare()
+    assert len(loader.items) == 1  # the control files are no samples
+    batch = loader.load_batch([0], 0)
+    inputs = loader.assemble(batch, StepRandom.for_micro_step(0, 0, 1))
+
+    sample = SampleConfig.from_dict({"prompt": "a red circle", "frames": frames, "height": SIZE, "width": SIZE,
+                                     "steps": 2, "cfg_scale": 1.0, "seed": 3, "shift": 2.0, "vace_scale": 0.7,
+                                     "control_video": str(data / "001_control.mp4"),
+                                     "control_mask": str(data / "001_control_mask.mp4")}, "sample")
+    images = [read_image(data / f"001_{name}.png") for name in ("subject", "object", "background")]
+    context = build_vace_context(model, sample, images)
+    assert context.shape == (1, 96, 3 + 5, SIZE // 8, SIZE // 8)  # three references lead five video frames
+    assert torch.equal(batch["vace_context"], context)
+    payload = inputs.payload
+    assert torch.equal(payload.control, context) and payload.dropped_frames == 3 and payload.control_scale == 0.7
+    assert torch.equal(inputs.x0[:, :, :3], context[:, :16, :3])  # the references' latents lead x0
+    assert inputs.x0.shape == (1, 16, 8, SIZE // 8, SIZE // 8)
+    weights = model.conditioning.loss_weights(8, payload, torch.device("cpu"))
+    assert weights[:3].eq(0).all() and weights[3:].eq(1).all()
+
+    recorder = Recorder(model)
+    conditioning = E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8),
+                                   control=context, control_references=3)
+    assert sample_latents(model, conditioning, sample).shape[2] == 5  # the references' frames dropped
+    calls = list(recorder.calls)
+    setup = BaseWanSetup(model, config)
+    for expert, fed in calls:
+        setup.sigma_sampler = FixedSigma(float(fed["timestep"].flatten()[-1]) / TRAIN_TIMESTEPS)
+        recorder.calls.clear()
+        setup.predict(inputs, StepRandom.for_micro_step(0, 0, 1))
+        (trained_expert, trained), = recorder.calls
+        assert trained_expert == expert
+        assert trained["hidden_states"].shape == fed["hidden_states"].shape
+        assert torch.equal(trained["control_hidden_states"], fed["control_hidden_states"])
+        assert torch.equal(trained["control_hidden_states_scale"], fed["control_hidden_states_scale"])

@@ -151,10 +151,114 @@ def test_vace_train_blocks_picks_the_lora_targets(tiny_model, tmp_path):
     assert sorted(picked[VaceBlocks.BOTH]) == sorted(picked[VaceBlocks.VACE] + picked[VaceBlocks.BASE])
 
 
-def test_an_e2v_dataset_on_a_vace_base_is_refused_in_one_line(tiny_model, tmp_path):
-    from modules.modelSetup.e2v_expansion import prepare_e2v_model
+def e2v_vace_config(tiny_model, work, **overrides) -> dict:
+    """An E2V dataset (A2's three elements; the second sample has no object) on the tiny VACE base; the first sample
+    has a control video beside it."""
+    import json
 
-    model = WanModelLoader().load(str(tiny_model("vace")), torch.device("cpu"))
-    with pytest.raises(UserError, match="config key 'dataset_config': E2V datasets do not train on the vace base") as e:
-        prepare_e2v_model(model, TrainConfig())
+    from modules.dataLoader.video_io import read_video_frames
+    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+
+    data = write_e2v_dataset(work / "data", count=2, frames=9, height=32, width=32, with_object=False)
+    frames, _ = read_video_frames(data / "001.mp4")
+    write_video(data / "001_control.mp4", 255 - frames, 16.0)
+    dataset = work / "dataset.json"
+    dataset.write_text(json.dumps(e2v_dataset_json(data, 32, 32, 9)))
+    return train_config_dict(tiny_model("vace"), data, work, dataset_config=str(dataset), concepts=[], epochs=2,
+                             learning_rate=1e-2, output_dtype="FLOAT32", **overrides)
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"e2v": {"e2v_type": "clip"}}, "e2v.e2v_type"),
+    ({"e2v": {"target_layout": "joint"}}, "e2v.target_layout"),
+    ({"e2v": {"vae_posterior": "sample"}}, "e2v.vae_posterior"),
+    ({"elements": 5}, "datasets[0]"),
+])
+def test_e2v_settings_a_vace_base_cannot_follow_stop_before_the_model_loads(change, key, tiny_model, tmp_path):
+    import json
+
+    from modules.trainer.preflight import check_before_loading
+
+    values = e2v_vace_config(tiny_model, tmp_path, **{k: v for k, v in change.items() if k != "elements"})
+    if "elements" in change:
+        dataset = json.loads(open(values["dataset_config"]).read())
+        elements = dataset["datasets"][0]["elements"]
+        elements += [{"name": f"extra{i}", "suffixes": [f"_extra{i}.png"], "required": False,
+                      "vae": {"repeat": 1, "position": 3 + i}} for i in range(2)]
+        for element in elements:  # A2's repeats would outgrow the 9 frames in the dataset file's own check
+            element["vae"]["repeat"] = 1
+        open(values["dataset_config"], "w").write(json.dumps(dataset))
+    with pytest.raises(UserError, match=f"{key.replace('[', '.').replace(']', '.')}.*VACE base") as e:
+        check_before_loading(TrainConfig.from_dict(values))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_an_e2v_dataset_on_a_vace_base_trains_resumes_saves_and_samples(tiny_model, tmp_path):
+    """The elements train as VACE's reference images: the run trains, resumes exactly, saves a VACE LoRA and
+    samples (its samples during training and scripts/sample.py) with the elements as references."""
+    sample = {"prompt": "a red circle", "frames": 9, "height": 32, "width": 32, "steps": 2,
+              "elements": [str(tmp_path / "full" / "data" / f"001_{n}.png") for n in ("subject", "background")]}
+    trainer = trains_and_resumes_exactly(lambda name, **o: GenericTrainer(TrainConfig.from_dict(e2v_vace_config(
+        tiny_model, tmp_path / name, **({"samples": [sample], "sample_at_end": True} if name == "full" else {}),
+        **o))))
+    data = trainer.data
+    assert data.vace and len(data.items) == 2  # the control video is no sample of its own
+    assert sorted(item.bucket[2] for item in data.items) == [2, 3]  # R per sample: 001 has an object, 002 not
+    assert all(".vace_blocks." in key for key in trainer.setup.trainable_state())
+    assert list((tmp_path / "full" / "workspace").rglob("*.mp4"))  # the run's sample with its references
+    path = tmp_path / "full" / "output" / "lora.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata()["wantrainer.variant"] == "wan-2.1-vace"
+
+    references = [str(tmp_path / "full" / "data" / f"002_{n}.png") for n in ("subject", "background")]
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model",
+                             str(tiny_model("vace")), "--lora", str(path), "--prompt", "a red circle",
+                             "--elements", *references, "--frames", "9", "--height", "32", "--width", "32",
+                             "--steps", "2", "--seed", "3", "--output", str(tmp_path / "cli.mp4")], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from modules.dataLoader.video_io import read_video_frames
+
+    assert read_video_frames(tmp_path / "cli.mp4")[0].shape == (9, 32, 32, 3)  # the reference frames are trimmed
+
+
+def test_e2v_on_vace_caches_the_context_keyed_by_its_references_and_control(tiny_model, tmp_path):
+    """The cached VACE context of an E2V item is reused while nothing changed and rebuilt when an element image or
+    the control video changes; dataset_stats.py counts the items the loader trains (the references take no frames
+    of the 9-frame clips, where A2's 1 + 4 + 4 reference frames would); preview_e2v.py shows what the step is fed."""
+    from modules.dataLoader.e2v.statistics import e2v_dataset_statistics
+    from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
+
+    config = TrainConfig.from_dict(e2v_vace_config(tiny_model, tmp_path))
+    model = WanModelLoader().load(str(tiny_model("vace")), torch.device("cpu"))
+    data = tmp_path / "data"
+
+    def contexts():
+        loader = WanE2VDataLoader(config, model)
+        loader.prepare()
+        return [loader.load_batch([i], 0)["vace_context"] for i in range(len(loader.items))]
+
+    def cache_files():
+        return sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file())
+
+    first = contexts()
+    files = cache_files()
+    assert [c.shape[2] for c in first] == [3 + 3, 2 + 3]  # R leading frames per sample, then the clip's three
+    assert all(torch.equal(a, b) for a, b in zip(contexts(), first)) and cache_files() == files  # from the cache
+    Image.new("RGB", (24, 32), (10, 200, 30)).save(data / "002_subject.png")
+    changed = contexts()
+    assert torch.equal(changed[0], first[0]) and not torch.equal(changed[1], first[1])
+    write_video(data / "002_control.mp4", np.full((9, 32, 32, 3), 30, np.uint8), 16.0)
+    controlled = contexts()
+    assert torch.equal(controlled[0], first[0]) and not torch.equal(controlled[1][:, :, 2:], changed[1][:, :, 2:])
+    assert torch.equal(controlled[1][:, :, :2], changed[1][:, :, :2])  # the references' frames stay as they were
+
+    stats = e2v_dataset_statistics(config, 16.0, use_cache=False)
+    assert stats[0].samples == 2 and stats[0].items_per_length == {9: 2}
+
+    loader = WanE2VDataLoader(config, model)  # preview_e2v.py: the context, and the references as VACE places them
+    loader.prepare()
+    tensors, references = loader.preview("001")
+    assert set(tensors) == {"target_latents", "vace_context"} and references.shape == (3, 3, 32, 32)
+    assert torch.equal(tensors["target_latents"][:, :3], tensors["vace_context"][:16, :3])

@@ -46,7 +46,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
-from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_paths_for
+from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_fingerprint
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
@@ -369,7 +369,7 @@ class WanBaseDataLoader:
         """VACE: the identity of the sample's control video and mask (they key its cache entry)."""
         if not self.uses_control:
             return ""
-        return fingerprint([file_fingerprint(path) if path is not None else "" for path in control_paths_for(media)])
+        return control_fingerprint(media)
 
     def _caption_dropout(self, options: ConceptOptions) -> float:
         """Validation measures every sample with its caption."""

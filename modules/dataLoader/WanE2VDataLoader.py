@@ -30,6 +30,13 @@ from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.config_check import datasets_of_type
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
+from modules.dataLoader.e2v.vace import (
+    DecodeE2VControl,
+    EncodeE2VVaceContext,
+    note_unused_settings,
+    read_references,
+    reference_names,
+)
 from modules.model.condition_layout import (
     fold_mask,
     latent_loss_mask,
@@ -52,7 +59,9 @@ from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.vace_modules import control_fingerprint
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
+from modules.model.vace_references import placed_references
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.conditioning import ConditionPayload
@@ -79,9 +88,9 @@ def resolve_e2v_type(requested: str, model: WanModel) -> str:
 
 def check_e2v_base(model: WanModel) -> None:
     variant = model.variant
-    if not (variant.channel_concat_condition or variant.expand_timesteps):
-        raise UserError(f"E2V training needs a 36-channel (I2V) or TI2V layout; the {variant.name} transformer has "
-                        f"{variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
+    if not (variant.channel_concat_condition or variant.expand_timesteps or variant.vace_layers):
+        raise UserError(f"E2V training needs a 36-channel (I2V), TI2V or VACE layout; the {variant.name} transformer "
+                        f"has {variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
 
 
 @dataclasses.dataclass
@@ -106,7 +115,11 @@ class WanE2VDataLoader:
         self.concept_type = concept_type  # VALIDATION: the held-out datasets, no caption dropout
         self.datasets = datasets_of_type(config, concept_type)
         self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
-        self.uses_vae = self.e2v_type in ("dual", "vae")
+        # VACE: the elements are VACE's reference images (e2v/vace.py), not A2's condition channels
+        self.vace = bool(model.variant.vace_layers)
+        self.uses_vae = self.e2v_type in ("dual", "vae") and not self.vace
+        if self.vace:
+            note_unused_settings(self.datasets)
         self.uses_clip = self.e2v_type in ("dual", "clip")
         self.layout = config.e2v.target_layout
         self.fps = config.fps or model.variant.fps
@@ -155,6 +168,11 @@ class WanE2VDataLoader:
             if masked else []
         mask_key, mask_output = (["mask_fp"], ["latent_mask"]) if masked else ([], [])
         stages = [CacheStage([text], ["caption"], self.cache, "e2v-text", name="text")]
+        # VACE: the context (control, mask, the elements as references) is cached with the latents, keyed by all three
+        vace = [DecodeE2VControl(self.fps, self.flip),
+                EncodeE2VVaceContext(model, dataset, self._vae_identity, self.background, self.flip, self.max_pixels,
+                                     placement)] if self.vace else []
+        vace_key, vace_output = (["element_fps", "control_fp"], ["vace_context"]) if self.vace else ([], [])
         if self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
                 [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
@@ -166,9 +184,10 @@ class WanE2VDataLoader:
                                      "pixel_mask", *mask_output],
                 name="joint"))
         else:
-            stages.append(CacheStage([decode, encode_video, *mask], ["video_fp", "num_reference_frames", *window_key,
-                                                                     *mask_key], self.cache, "e2v-video",
-                                     video_variations, outputs=["num_frames", "video_mean", "video_std", *mask_output],
+            stages.append(CacheStage([decode, encode_video, *vace, *mask],
+                                     ["video_fp", "num_reference_frames", *window_key, *mask_key, *vace_key],
+                                     self.cache, "e2v-video", video_variations,
+                                     outputs=["num_frames", "video_mean", "video_std", *mask_output, *vace_output],
                                      name="video"))
             if self.uses_vae:
                 stages.append(CacheStage(
@@ -184,7 +203,8 @@ class WanE2VDataLoader:
                                              [f"fp_{element.name}"], self.cache, "e2v-clip",
                                              name=f"clip[{element.name}]"))
         sources = ["sample_id", "video_path", "caption", "element_paths", "video_fp", "element_fps",
-                   "num_reference_frames", "window", "mask_path", "mask_fp", *[f"fp_{e.name}" for e in dataset.elements]]
+                   "num_reference_frames", "window", "mask_path", "mask_fp", *[f"fp_{e.name}" for e in dataset.elements],
+                   *(["control_fp"] if self.vace else [])]
         return Pipeline(sources, stages, self.config.seed)
 
     # --- discovery and caching -----------------------------------------------------------------------
@@ -241,6 +261,7 @@ class WanE2VDataLoader:
             present = {name: True for name in paths}
             p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
             mask = self._mask(sample)
+            control = {"control_fp": control_fingerprint(sample.video)} if self.vace else {}
             windows = e2v_windows(self.planner, self.decoders[index], dataset, sample.video, video_fp, p)
         except OSError as e:
             self.skips.record(sample.video, "unreadable file", str(e))
@@ -249,7 +270,7 @@ class WanE2VDataLoader:
             self.skips.record_error(e)
             return []
         source = {"sample_id": sample.id, "video_path": str(sample.video), "caption": caption, "element_paths": paths,
-                  "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p, **mask,
+                  "video_fp": video_fp, "element_fps": fps, "num_reference_frames": p, **mask, **control,
                   **{f"fp_{e.name}": fps.get(e.name, "") for e in dataset.elements}}
         return [E2VItem(index, position + j, {**source, "window": window}) for j, window in enumerate(windows)]
 
@@ -285,6 +306,8 @@ class WanE2VDataLoader:
             skips.record_error(e)
             return False
         k = reference_latent_frames(item.source["num_reference_frames"])
+        if self.vace:  # one leading latent frame per reference image
+            k = len(reference_names(self.datasets[item.dataset], item.source["element_paths"]))
         clips = tuple(name for name in self._clip_names(item) if fields[f"clip_{name}"].shape[0])
         item.bucket = (item.dataset, int(fields["num_frames"]), k, clips, *self._resolution(self.datasets[item.dataset]))
         return True
@@ -330,6 +353,8 @@ class WanE2VDataLoader:
                 batch[name] = torch.stack([f[name] for f in fields])
         if self.config.masked_training:
             batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
+        if self.vace:
+            batch["vace_context"] = torch.stack([f["vace_context"] for f in fields])
         if self.uses_clip:
             batch["clip_embeds"] = torch.stack([
                 torch.cat([f[f"clip_{name}"] for name in self._clip_names(item)])
@@ -365,6 +390,8 @@ class WanE2VDataLoader:
         video_mean = batch["video_mean"].to(device)
         video = model.normalize_latents(video_mean + batch["video_std"].to(device)
                                         * noise(tuple(video_mean.shape[1:])).to(device))
+        if self.vace:
+            return self._vace_step_inputs(batch, video, k)
         condition_z = None
         if self.uses_vae:
             mean = batch["condition_mean"].to(device)
@@ -391,6 +418,21 @@ class WanE2VDataLoader:
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
                           captions=batch.get("captions"))
 
+    def _vace_step_inputs(self, batch: dict[str, Any], video: torch.Tensor, r: int) -> StepInputs:
+        """VACE: x0 = [the R references' latents, the clip's], as DiffSynth's VACE training builds it (and as the
+        sampler's latents carry them); the context holds the same reference latents, and its R leading frames stay
+        out of the loss (`dropped_frames`), as diffusers' and ComfyUI's samplers trim them."""
+        device = video.device
+        context = batch["vace_context"].to(device)
+        x0 = torch.cat([context[:, : video.shape[1], :r], video], dim=2)
+        loss_mask = batch.get("loss_mask")
+        if loss_mask is not None:  # the video's mask; the reference frames have weight 0 anyway
+            loss_mask = torch.cat([loss_mask.new_ones(*loss_mask.shape[:2], r, *loss_mask.shape[3:]), loss_mask], 2)
+        payload = ConditionPayload(control=context, control_scale=self.config.vace_context_scale, dropped_frames=r,
+                                   loss_mask=loss_mask.to(device) if loss_mask is not None else None)
+        return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
+                          captions=batch.get("captions"))
+
     def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""
         masks = torch.stack([fold_mask(m, h, w, self.model.variant.vae_scale_temporal) for m in batch["pixel_mask"]])
@@ -406,7 +448,8 @@ class WanE2VDataLoader:
     # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
     def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Exactly what the trainer feeds the transformer for one sample, with posterior modes:
-        ({mask, condition_latents, clip_embeds, target_latents}, reference mini-video (3, P, H, W))."""
+        ({mask, condition_latents, clip_embeds, target_latents; vace_context on VACE}, reference mini-video
+        (3, P, H, W))."""
         matches = [i for i, item in enumerate(self.items) if item.source["sample_id"] == sample_id]
         if not matches:
             known = ", ".join(sorted(i.source["sample_id"] for i in self.items)[:10])
@@ -420,9 +463,15 @@ class WanE2VDataLoader:
             out["condition_latents"] = self.model.normalize_latents(batch["condition_mean"])[0]
         if "clip_embeds" in batch:
             out["clip_embeds"] = batch["clip_embeds"][0]
+        if self.vace:  # the references are inside the context (its R leading frames)
+            out["vace_context"] = batch["vace_context"][0]
         item = self.items[matches[0]]
         dataset = self.datasets[item.dataset]
         references = torch.zeros(3, 0, h, w)
+        if self.vace:
+            height, width = self._resolution(dataset)
+            images = read_references(dataset, item.source["element_paths"], self.background, self.max_pixels)
+            references = torch.stack(placed_references(images, height, width), 1) if images else references
         if self.uses_vae:
             fields = LoadReferences(dataset, *self._resolution(dataset), self.background,
                                     max_pixels=self.max_pixels).process(item.source, None)

@@ -9,7 +9,7 @@ blanked (grey), the rest kept, so the model learns to inpaint it (VACE's inpaint
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from modules.dataLoader.augmentation import Augmentation, Draw
+from modules.dataLoader.cache import file_fingerprint, fingerprint
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop, to_tensor
 from modules.dataLoader.masks import check_aspect, read_mask_frames
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import read_video_frames
-from modules.model.vace import vace_context
+from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
 
 CONTROL_SUFFIX = "_control"
@@ -66,27 +67,42 @@ class DecodeControl(PipelineModule):
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         frames, height, width = item["bucket"]
-        control_path, mask_path = control_paths_for(Path(item["media_path"]))
-        start, source = item["window_start"], tuple(item["source_size"])
-        control = None
-        if control_path is not None:
-            try:
-                pixels, _ = read_video_frames(control_path, target_fps=item["clip"]["fps"], max_frames=start + frames)
-            except DataError as e:
-                raise DataError(control_path, e.reason, BAD_CONTROL) from None
-            pixels = pixels[start:]
-            if len(pixels) < frames:
-                raise DataError(control_path, f"the control video holds {len(pixels)} frames from frame {start}, its "
-                                f"clip's window {frames}: give it the clip's length", BAD_CONTROL)
-            check_aspect(control_path, pixels.shape[1:3], source)
-            control = to_tensor(self._geometry(pixels[:frames], height, width, ctx))
-        mask = None
-        if mask_path is not None:
-            pixels = read_mask_frames(mask_path, item["clip"]["fps"], start, frames, source)
-            mask = torch.from_numpy(self._geometry(pixels, height, width, ctx)[..., 0] > 127).float()[None]
-            if control is None:  # inpainting the clip: the masked region blanked
-                control = item["video_frames"] * (1 - mask)
+        control, mask = read_control(Path(item["media_path"]), item["clip"]["fps"], item["window_start"], frames,
+                                     tuple(item["source_size"]), item["video_frames"],
+                                     lambda pixels: self._geometry(pixels, height, width, ctx))
         return {"control_frames": control, "control_mask": mask}
+
+
+def read_control(media: Path, fps: float, start: int, frames: int, source: tuple[int, int], video_frames: torch.Tensor,
+                 geometry: Callable[[np.ndarray], np.ndarray]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A clip's control video (3, F, H, W) in [-1, 1] and mask (1, F, H, W) in {0, 1}, each None when absent: the
+    clip's window of `frames` from `start` (at `fps`), through `geometry` (the clip's crop, resize and flip). A mask
+    without a control video masks the clip itself (`video_frames`, the clip's pixels)."""
+    control_path, mask_path = control_paths_for(media)
+    control = None
+    if control_path is not None:
+        try:
+            pixels, _ = read_video_frames(control_path, target_fps=fps, max_frames=start + frames)
+        except DataError as e:
+            raise DataError(control_path, e.reason, BAD_CONTROL) from None
+        pixels = pixels[start:]
+        if len(pixels) < frames:
+            raise DataError(control_path, f"the control video holds {len(pixels)} frames from frame {start}, its "
+                            f"clip's window {frames}: give it the clip's length", BAD_CONTROL)
+        check_aspect(control_path, pixels.shape[1:3], source)
+        control = to_tensor(geometry(pixels[:frames]))
+    mask = None
+    if mask_path is not None:
+        pixels = read_mask_frames(mask_path, fps, start, frames, source)
+        mask = torch.from_numpy(geometry(pixels)[..., 0] > 127).float()[None]
+        if control is None:  # inpainting the clip: the masked region blanked
+            control = video_frames * (1 - mask)
+    return control, mask
+
+
+def control_fingerprint(media: Path) -> str:
+    """The identity of a sample's control video and mask ("" each when absent): they key its cache entry."""
+    return fingerprint([file_fingerprint(path) if path is not None else "" for path in control_paths_for(media)])
 
 
 class EncodeVaceContext(PipelineModule):
@@ -105,10 +121,6 @@ class EncodeVaceContext(PipelineModule):
         self.counter.calls += 1
         control, mask = item["control_frames"], item["control_mask"]
         _, frames, height, width = item["video_frames"].shape
-        context = vace_context(self.encode, None if control is None else control[None],
-                               None if mask is None else mask[None], [], self.model.variant.vae_scale_spatial,
-                               self.model.variant.vae_scale_temporal, (1, frames, height, width))
+        context = reference_context(self.model, None if control is None else control[None],
+                                    None if mask is None else mask[None], [], frames, height, width)
         return {"vace_context": context[0].cpu()}
-
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
-        return self.model.normalize_latents(self.model.encode_video(video)[0]).cpu()

@@ -9,6 +9,7 @@ from typing import Any
 
 from modules.model.WanVariant import WanVariant
 from modules.model.registry import family_of
+from modules.model.vace_e2v import is_vace_class
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import path_kind
@@ -70,7 +71,7 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         transformer_class=class_name,
         paired_image_tokens=paired,
         fps_embedding=bool(transformer.get("inject_sample_info", False)),
-        vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if "VACE" in class_name else (),
+        vace_layers=tuple(int(i) for i in transformer.get("vace_layers") or ()) if is_vace_class(class_name) else (),
     )
 
 

@@ -3,7 +3,6 @@
 same `transformer_inputs` the training step uses)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop, to_tensor
 from modules.dataLoader.masks import read_mask_frames
 from modules.dataLoader.video_io import read_video_frames
-from modules.model.vace import reference_canvas, vace_context
+from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
@@ -35,7 +34,7 @@ def _control_frames(path: str, fps: float, frames: int, height: int, width: int)
 @torch.no_grad()
 def build_vace_context(model: WanModel, sample: SampleConfig, references: list[np.ndarray]) -> torch.Tensor:
     """(1, 96, R + T, h, w) for a sample: `control_video` (+ `control_mask`) or none, and `references` (uint8
-    images, the sample's elements) in order."""
+    images, the sample's elements) in order; the same function builds an E2V dataset's context in training."""
     variant = model.variant
     frames, height, width = sample.frames, sample.height, sample.width
     video = mask = None
@@ -50,7 +49,4 @@ def build_vace_context(model: WanModel, sample: SampleConfig, references: list[n
             except DataError as e:
                 raise UserError(f"control mask '{sample.control_mask}' cannot be used ({e.reason})") from None
             mask = torch.from_numpy(resize_and_crop(masks, height, width)[..., 0] > 127).float()[None, None]
-    canvases = [reference_canvas(to_tensor(image[None])[:, 0], height, width) for image in references]
-    encode: Callable[[torch.Tensor], torch.Tensor] = lambda clip: model.normalize_latents(model.encode_video(clip)[0])
-    return vace_context(encode, video, mask, canvases, variant.vae_scale_spatial, variant.vae_scale_temporal,
-                        (1, frames, height, width))
+    return reference_context(model, video, mask, references, frames, height, width)

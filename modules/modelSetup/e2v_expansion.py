@@ -14,6 +14,8 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.model.vace_e2v import check_e2v_on_vace
+from modules.util.config.e2v_dataset_config import load_dataset_config
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -98,15 +100,15 @@ def expand_model_for_e2v(model, use_clip: bool, image_dim: int | None, seed: int
 def prepare_e2v_model(model, config) -> dict[int, list[str]]:
     """The model-setup step of E2V that every entry point with a training config runs (trainer,
     preview_e2v.py): a base without an image-conditioned input layout is expanded (§8), seeded by
-    `config.seed`. Returns the fully trained names per expert ({} for I2V and TI2V bases, which take E2V as
-    they are). The sampler and merge_lora.py expand from a LoRA file's header instead (seed 0): the file holds
+    `config.seed`. Returns the fully trained names per expert ({} for I2V, TI2V and VACE bases, which take E2V as
+    they are; VACE's settings are checked). The sampler and merge_lora.py expand from a LoRA file's header instead (seed 0): the file holds
     every weight a trained expert expanded or added, and an untrained expert's new inputs are a no-op whatever
     their seed (tests/test_registry.py)."""
     variant, e2v = model.variant, config.e2v
-    if variant.vace_layers:  # its references are VACE's own frames, not A2's condition channels
-        raise UserError(f"config key 'dataset_config': E2V datasets do not train on the {variant.name} base yet; "
-                        "train it on clips with <name>_control.mp4 beside them (concepts) and give references "
-                        "to its samples as elements")
+    if variant.vace_layers:  # the elements are VACE's own reference frames: nothing to expand
+        datasets = load_dataset_config(config.dataset_config).datasets if config.dataset_config else []
+        check_e2v_on_vace(config, datasets)
+        return {}
     if variant.channel_concat_condition or variant.expand_timesteps:
         return {}
     wants_clip = e2v.e2v_type in ("dual", "clip") or (e2v.e2v_type == "auto" and model.image_encoder is not None)

@@ -8,6 +8,7 @@ from modules.model.layout_frames import min_num_frames
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
+from modules.model.vace_e2v import check_e2v_on_vace, is_vace_folder
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 
@@ -15,6 +16,10 @@ from modules.util.errors import UserError
 def validate_e2v_config(config: TrainConfig) -> None:
     """Dataset JSON and layout checks that need no model (run before loading one)."""
     datasets = load_dataset_config(config.dataset_config).datasets
+    if is_vace_folder(config.base_model_name):  # the elements are VACE references: they take no frames of F
+        check_e2v_on_vace(config, datasets)
+        datasets_of_type(config, ConceptType.STANDARD, datasets)
+        return
     for index, dataset in enumerate(datasets):
         needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
         if needed > dataset.max_num_frames:

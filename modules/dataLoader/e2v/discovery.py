@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from modules.dataLoader.masks import is_mask_file, mask_path_for
+from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.errors import MISSING_FILE, DataError
 from modules.dataLoader.video_io import VIDEO_EXTENSIONS
 from modules.util.config.e2v_dataset_config import ElementConfig, suffix_key
@@ -70,7 +71,7 @@ def discover_e2v_samples(
     skips: list[tuple[Path, str]] = []
     seen: set[str] = set()
     for (stem, ext), video in sorted(index.items(), key=lambda item: item[1].name):
-        if ext not in exts or is_mask_file(video):  # `001-masklabel.mp4` is 001's mask, not a sample
+        if ext not in exts or is_mask_file(video) or is_control_file(video):  # 001's mask or VACE control
             continue
         if stem in seen:
             skips.append((video, f"another video has the same base name '{stem}'"))

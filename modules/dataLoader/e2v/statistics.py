@@ -26,17 +26,19 @@ from modules.util.config.train_config import TrainConfig
 def e2v_dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
                            use_cache: bool = True) -> list[ConceptStatistics]:
     """Statistics of every dataset of `config.dataset_config` (STANDARD and VALIDATION), as ConceptStatistics
-    named `datasets[i]`. A sample's reference frames count with the VAE pathway unless e2v_type is `clip`."""
+    named `datasets[i]`. A sample's reference frames count with the VAE pathway unless e2v_type is `clip` or the
+    base is a VACE model (its references are latent frames of their own, outside the clip)."""
     variant = detect_variant(config.base_model_name)
     spatial = variant.vae_scale_spatial * variant.patch_size[1]
     cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
     planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed)
-    return [_dataset(f"datasets[{index}]", dataset, planner, config, run_fps, spatial, tokenizer)
+    takes_frames = config.e2v.e2v_type != "clip" and not variant.vace_layers
+    return [_dataset(f"datasets[{index}]", dataset, planner, config, run_fps, spatial, tokenizer, takes_frames)
             for index, dataset in enumerate(load_dataset_config(config.dataset_config).datasets)]
 
 
 def _dataset(name: str, dataset: E2VDatasetConfig, planner: ItemPlanner, config: TrainConfig, fps: float,
-             spatial: int, tokenizer) -> ConceptStatistics:
+             spatial: int, tokenizer, takes_frames: bool) -> ConceptStatistics:
     height, width = (max(spatial, v // spatial * spatial) for v in dataset.vae_resolution)  # as the loader's
     decoder = DecodeTargetVideo(dataset, fps, config.e2v.target_layout, height, width)
     skips = SkipCounter()
@@ -49,8 +51,7 @@ def _dataset(name: str, dataset: E2VDatasetConfig, planner: ItemPlanner, config:
     for sample in samples:
         try:
             fp = file_fingerprint(sample.video)
-            p = sum(r for _, r in layout_elements(dataset.elements, sample.present())) \
-                if config.e2v.e2v_type != "clip" else 0
+            p = sum(r for _, r in layout_elements(dataset.elements, sample.present())) if takes_frames else 0
             frames = planner.probe(sample.video, fp, fps, False).frames
             windows = e2v_windows(planner, decoder, dataset, sample.video, fp, p)
         except OSError as e:
