@@ -18,7 +18,7 @@ from _bootstrap import OneLineArgumentParser, run_main  # first: import path, of
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None):
                                                 "without them")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    parser.add_argument("--reference-layout", default="a2", choices=REFERENCE_LAYOUTS,
+                        help="E2V: a2 (SkyReels-A2's) or skyreels_v3 (up to 4 references appended as latent frames)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1 per prompt (default 1)")
     parser.add_argument("--output", required=True, help="report folder")
     parser.add_argument("--clip-model", help="local CLIP folder (vision + text): text alignment")
@@ -54,6 +56,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--width", type=int, default=832)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cfg-scale", type=float, default=5.0)
+    parser.add_argument("--image-guidance-scale", type=float, default=1.0,
+                        help="--reference-layout skyreels_v3: image guidance against all-zero references (1 = off)")
     parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS)
     parser.add_argument("--shift", type=float, default=0.0)
     parser.add_argument("--device", default="auto")
@@ -79,7 +83,7 @@ def main() -> int:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     prompts = read_prompts(args.prompts, args.elements, args.control_video, args.control_mask)
     settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
-                        args.seeds, args.vace_scale)
+                        args.seeds, args.vace_scale, args.image_guidance_scale)
     for prompt in prompts:
         settings.sample(prompt, 0)
     variant = detect_variant(args.model)
@@ -137,7 +141,8 @@ def main() -> int:
             runs.append(Run("base", base))
         runs.append(Run("trained", trained))
     results = evaluate(runs, prompts, settings, encoders, output,
-                       lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout))
+                       lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout,
+                                                      reference_layout=args.reference_layout))
     write_metrics(results, output)
     report = write_report(results, output)
     for model, means in results["means"].items():

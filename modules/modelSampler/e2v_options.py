@@ -8,12 +8,18 @@ from modules.util.errors import UserError
 
 
 def e2v_sampling_options(model: WanModel, e2v_type: str = "auto", target_layout: str = "separate",
-                         dataset_config: str = "") -> E2VSamplingOptions:
+                         dataset_config: str = "", reference_layout: str = "a2") -> E2VSamplingOptions:
+    if reference_layout == "skyreels_v3":  # VAE references only (docs/e2v.md §9)
+        if e2v_type in ("dual", "clip"):
+            raise UserError(f"--e2v-type {e2v_type} has no meaning with --reference-layout skyreels_v3 (no CLIP "
+                            "pathway): leave it at auto or vae")
+        e2v_type = "vae"
     has_clip = model.variant.has_clip_branch and model.image_encoder is not None
     e2v_type = ("dual" if has_clip else "vae") if e2v_type == "auto" else e2v_type
     if e2v_type in ("dual", "clip") and not has_clip:
         raise UserError(f"--e2v-type {e2v_type} needs a model with a CLIP branch and image encoder")
-    options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=target_layout)
+    options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=target_layout,
+                                 reference_layout=reference_layout)
     if dataset_config:
         from modules.util.config.e2v_dataset_config import load_dataset_config
 

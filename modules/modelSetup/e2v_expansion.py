@@ -14,6 +14,7 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.model.reference_slots import check_reference_base
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ def prepare_e2v_model(model, config) -> dict[int, list[str]]:
     they are). The sampler and merge_lora.py expand from a LoRA file's header instead (seed 0): the file holds
     every weight a trained expert expanded or added, and an untrained expert's new inputs are a no-op whatever
     their seed (tests/test_registry.py)."""
+    if config.e2v.reference_layout == "skyreels_v3":  # §9: a T2V-layout base takes appended references as it is
+        check_reference_base(model.variant, f"base_model_name '{config.base_model_name}'")
+        return {}
     variant, e2v = model.variant, config.e2v
     if variant.vace_layers:  # its references are VACE's own frames, not A2's condition channels
         raise UserError(f"config key 'dataset_config': E2V datasets do not train on the {variant.name} base yet; "
