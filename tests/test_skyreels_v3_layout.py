@@ -123,7 +123,7 @@ def test_training_step_feeds_references_after_the_latents_and_leaves_them_out_of
     assert family.loss_weights(T, payload, torch.device("cpu")).eq(1).all()
 
 
-@pytest.mark.parametrize("variant", ["t2v", "a14b_t2v", "ti2v"])
+@pytest.mark.parametrize("variant", ["t2v", "a14b_t2v", "ti2v", "skyreels_v2"])
 def test_sampler_dual_guidance_and_training_step_feed_the_transformer_alike(variant, tiny_model, monkeypatch):
     """Two references through `build_reference_slots` and `sample_latents` with text scale 3 and image scale 2: per
     step three calls (prompt + references, negative + references, negative + zero slots) whose video outputs

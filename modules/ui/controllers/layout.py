@@ -128,7 +128,7 @@ TABS: tuple[Tab, ...] = (
            "embedding.learning_rate", "embedding_weight_path"))),
     _tab("E2V elements"),
     _tab("pathways",
-         ("Training (train config: e2v)", ("e2v.e2v_type", "e2v.vae_posterior", "e2v.target_layout",
+         ("Training (train config: e2v)", ("e2v.reference_layout", "e2v.e2v_type", "e2v.vae_posterior", "e2v.target_layout",
                                            "e2v.loss_on_reference_frames", "e2v.image_encoder_model_name",
                                            "e2v.export_i2v"))),
     _tab("visualization"),
