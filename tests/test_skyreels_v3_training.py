@@ -44,13 +44,21 @@ def v3_config(tiny_model, dataset, work, variant="t2v", **overrides) -> dict:
 def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_path):
     dataset, data = v3_data
 
+    # the run's own sample at the end: two references, dual guidance, through the trainer's sampler
+    sample = {"prompt": "a red circle", "elements": [str(data / "001_subject.png"), str(data / "001_object.png")],
+              "frames": 9, "height": SIZE, "width": SIZE, "steps": 2, "cfg_scale": 3.0, "image_guidance_scale": 2.0}
+
     def make_trainer(name, **overrides):
         config = v3_config(tiny_model, dataset, tmp_path / name, backup_after=0, backup_after_unit="NEVER",
-                           **overrides)
+                           samples=[sample], sample_at_end=name == "full", **overrides)
         return GenericTrainer(TrainConfig.from_dict(config))
 
     trainer = trains_and_resumes_exactly(make_trainer, step=1)
     assert trainer.data.appends and trainer.setup.full_train == {}  # the T2V base as it is: nothing expanded
+    from modules.dataLoader.video_io import read_video_frames
+
+    sampled = sorted((tmp_path / "full" / "workspace" / "samples").rglob("*.mp4"))
+    assert len(sampled) == 1 and len(read_video_frames(sampled[0])[0]) == 9
     lora = tmp_path / "full" / "output" / "lora.safetensors"
     with safe_open(str(lora), "pt") as f:
         keys = list(f.keys())
@@ -65,8 +73,6 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
             *(str(data / f"001_{name}.png") for name in ("subject", "object", "background"))]
     result = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    from modules.dataLoader.video_io import read_video_frames
-
     frames, _ = read_video_frames(out)
     assert len(frames) == FRAMES  # the references are not frames of the video: nothing is dropped
     assert out.with_suffix(".png").is_file()
