@@ -45,8 +45,9 @@ def parse_args(argv: list[str] | None = None):
                                                 "without them")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
-    parser.add_argument("--reference-layout", default="a2", choices=REFERENCE_LAYOUTS,
-                        help="E2V: a2 (SkyReels-A2's) or skyreels_v3 (up to 4 references appended as latent frames)")
+    parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
+                        help="E2V: a2 (SkyReels-A2's) or skyreels_v3 (up to 4 references appended as latent frames); "
+                             "auto: what --lora's header names, else a2")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1 per prompt (default 1)")
     parser.add_argument("--output", required=True, help="report folder")
     parser.add_argument("--clip-model", help="local CLIP folder (vision + text): text alignment")
@@ -73,7 +74,7 @@ def main() -> int:
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.util.errors import UserError
     from modules.modelSaver.embedding_file import read_embedding
     from modules.util.path_checks import check_input_file, check_writable_folder
@@ -89,6 +90,7 @@ def main() -> int:
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
+    reference_layout = reference_layout_of(args.reference_layout, lora.metadata if lora else None)
     if args.embedding:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
     trained_adds = lora is not None or bool(args.embedding)  # the trained model is --model plus these
@@ -142,7 +144,7 @@ def main() -> int:
         runs.append(Run("trained", trained))
     results = evaluate(runs, prompts, settings, encoders, output,
                        lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout,
-                                                      reference_layout=args.reference_layout))
+                                                      reference_layout=reference_layout))
     write_metrics(results, output)
     report = write_report(results, output)
     for model, means in results["means"].items():

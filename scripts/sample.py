@@ -5,7 +5,7 @@ A distilled (Lightning) stack: --base-lora lightning.safetensors --steps 4 --cfg
 
 SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample
 
-SkyReels-V3's reference-to-video layout: --reference-layout skyreels_v3 --elements IMG [IMG ...] (1 to 4)
+SkyReels-V3's reference-to-video layout (read from --lora's header, or --reference-layout skyreels_v3): --elements IMG [IMG ...] (1 to 4)
 --cfg-scale 7.5 --image-guidance-scale 5 (its pipeline's defaults) --scheduler unipc --shift 5 --e2v-posterior sample"""
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ def parse_args() -> argparse.Namespace:
                                                  "to use; default: A2's (repeats 1/4/4)")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
-    parser.add_argument("--reference-layout", default="a2", choices=REFERENCE_LAYOUTS,
+    parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
                         help="E2V: where the references enter (the training config's e2v.reference_layout): a2 "
                              "(SkyReels-A2's condition channels and CLIP) or skyreels_v3 (one latent frame each, "
-                             "appended after the video's, up to 4)")
+                             "appended after the video's, up to 4); auto: what --lora's header names, else a2")
     for component in ("transformer", "transformer-2", "vae", "text-encoder", "image-encoder"):
         parser.add_argument(f"--{component}-file", metavar="FILE",
                             help=f"single-file {component.replace('-', ' ')} (e.g. ComfyUI's) replacing the folder's, "
@@ -95,7 +95,7 @@ def main() -> int:
     from modules.modelSampler.video_output import check_video_output
     from modules.modelSaver.embedding_file import read_embedding
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.util.attention_backends import apply_attention_backend, unavailable
     from modules.util.enum import AttentionBackend
     from modules.util.errors import UserError
@@ -138,7 +138,7 @@ def main() -> int:
         raise UserError(f"--attention-backend {backend.name} {problem}: choose AUTO or NATIVE")
     apply_attention_backend(model.transformers(), backend, model.train_device.type, training=False, what="sampling")
     options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "",
-                                   args.reference_layout)
+                                   reference_layout_of(args.reference_layout, lora.metadata if lora else None))
     path = WanModelSampler(model, options).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0

@@ -6,13 +6,10 @@ off; the dual guidance u + s_img·(u_text − u) + s_text·(c − u_text), u wit
 the training step and the sampler are driven on tiny models and compared with tensors built here."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 
-from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.dataLoader.e2v.sampling_options import V3_ELEMENT, E2VSamplingOptions
 from modules.model.conditioning import TRAIN_TIMESTEPS, ConditionPayload
 from modules.model.reference_slots import SKYREELS_V3_SLOTS, dual_guidance, pad_reference_slots
@@ -20,11 +17,10 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.modelSampler import e2v_sampling
 from modules.modelSampler.e2v_sampling import build_reference_slots, sample_latents
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
-from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from tests.test_conditioning import FixedSigma, load
-from tests.test_e2v_loader import F, H, SAMPLES, W, Reference, data_root, dataset_json, make_loader  # noqa: F401
+from tests.test_e2v_loader import F, SAMPLES, Reference, data_root, dataset_json, make_loader  # noqa: F401
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 T = (F - 1) // 4 + 1
@@ -77,7 +73,7 @@ def test_loader_appends_each_reference_encoded_alone_after_the_whole_video(t2v, 
         frames = [reference.encode(reference.element_frame(sample_id, name)[:, None])
                   for name, _ in reference.layout(sample_id, "off")]
         assert len(frames) == len(present)
-        _, h, w = frames[0].shape[0], *frames[0].shape[2:]
+        h, w = frames[0].shape[2:]
         expected = torch.cat(frames + [torch.zeros(16, SKYREELS_V3_SLOTS - len(frames), h, w)], dim=1)
         assert torch.allclose(tensors["condition_latents"], expected, atol=1e-5)
         assert "mask" not in tensors and "clip_embeds" not in tensors
@@ -181,3 +177,15 @@ def test_sampler_dual_guidance_and_training_step_feed_the_transformer_alike(vari
         assert trained["hidden_states"].shape == cond["hidden_states"].shape
         assert torch.equal(trained["hidden_states"][:, :, t:], cond["hidden_states"][:, :, t:])
         assert torch.allclose(trained["timestep"].float(), cond["timestep"].float(), rtol=0, atol=1e-3)
+
+
+def test_samplers_take_the_layout_from_the_lora_header():
+    from modules.modelSampler.e2v_options import reference_layout_of
+
+    v3 = {0: {"wantrainer.e2v_reference_layout": "skyreels_v3"}}
+    assert reference_layout_of("auto", v3) == "skyreels_v3"
+    assert reference_layout_of("auto", {0: {}}) == reference_layout_of("auto", None) == "a2"
+    assert reference_layout_of("a2", v3) == "a2"  # named on the command line: that one
+    assert reference_layout_of("auto", {0: {"wantrainer.e2v_reference_layout": "other"}}) == "a2"
+    with pytest.raises(UserError, match="SkyReels-V3's layout takes 1 to 4"):
+        E2VSamplingOptions(reference_layout="skyreels_v3").check_frames(9, 5)

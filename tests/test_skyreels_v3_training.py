@@ -61,7 +61,8 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
     assert len(sampled) == 1 and len(read_video_frames(sampled[0])[0]) == 9
     lora = tmp_path / "full" / "output" / "lora.safetensors"
     with safe_open(str(lora), "pt") as f:
-        keys = list(f.keys())
+        keys, header = list(f.keys()), f.metadata()
+    assert header["wantrainer.e2v_reference_layout"] == "skyreels_v3"  # sample.py's --reference-layout auto reads it
     assert keys and not any("patch_embedding" in k or "add_k_proj" in k for k in keys)
     assert not (tmp_path / "full" / "output" / "lora-i2v").exists()  # no I2V export: the layout is the base's
 
@@ -69,7 +70,7 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
     args = [sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("t2v")),
             "--lora", str(lora), "--prompt", "a red circle", "--frames", str(FRAMES), "--height", str(SIZE),
             "--width", str(SIZE), "--steps", "2", "--cfg-scale", "3", "--image-guidance-scale", "2",
-            "--reference-layout", "skyreels_v3", "--e2v-posterior", "sample", "--output", str(out), "--elements",
+            "--e2v-posterior", "sample", "--output", str(out), "--elements",
             *(str(data / f"001_{name}.png") for name in ("subject", "object", "background"))]
     result = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -13,6 +13,8 @@ import torch
 from modules.model.WanVariant import WanVariant
 from modules.util.errors import UserError
 
+# The LoRA header entry naming the reference layout a file was trained in (absent: A2's), so samplers pick it up
+REFERENCE_LAYOUT_KEY = "wantrainer.e2v_reference_layout"
 # SkyReels-V3's MAX_ALLOWED_REF_IMG_LENGTH: its R2V model was trained with exactly this many reference slots
 SKYREELS_V3_SLOTS = 4
 

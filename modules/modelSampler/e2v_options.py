@@ -2,9 +2,21 @@
 from a dataset JSON, the element layout."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.WanModel import WanModel
+from modules.model.reference_slots import REFERENCE_LAYOUT_KEY
+from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
 from modules.util.errors import UserError
+
+
+def reference_layout_of(requested: str, lora_metadata: Mapping[int, Mapping[str, str]] | None) -> str:
+    """`--reference-layout`: `auto` is the layout the LoRA's header names (`REFERENCE_LAYOUT_KEY`), else A2's."""
+    if requested != "auto":
+        return requested
+    named = {meta.get(REFERENCE_LAYOUT_KEY, "") for meta in (lora_metadata or {}).values()} - {""}
+    return named.pop() if len(named) == 1 and named <= set(REFERENCE_LAYOUTS) else "a2"
 
 
 def e2v_sampling_options(model: WanModel, e2v_type: str = "auto", target_layout: str = "separate",
