@@ -17,6 +17,7 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.modelSampler import e2v_sampling
 from modules.modelSampler.e2v_sampling import build_reference_slots, sample_latents
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
+from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from tests.test_conditioning import FixedSigma, load
@@ -189,3 +190,25 @@ def test_samplers_take_the_layout_from_the_lora_header():
     assert reference_layout_of("auto", {0: {"wantrainer.e2v_reference_layout": "other"}}) == "a2"
     with pytest.raises(UserError, match="SkyReels-V3's layout takes 1 to 4"):
         E2VSamplingOptions(reference_layout="skyreels_v3").check_frames(9, 5)
+
+
+def test_reference_dropout_trains_some_samples_on_all_zero_slots(t2v, data_root, tmp_path):  # noqa: F811
+    """`e2v.reference_dropout_probability`: per sample and epoch (a fixed draw), the slots are all zero, the
+    condition the image guidance's unconditional branch feeds; validation never drops them."""
+    from modules.util.enum import ConceptType
+
+    loader = make_loader(t2v, tmp_path, dataset_json(data_root, "off"), tmp_path / "cache",
+                         reference_layout="skyreels_v3", reference_dropout_probability=0.5)
+    dropped = []
+    for epoch in range(4):
+        for index in range(len(loader.items)):
+            batch = loader.load_batch([index], epoch)
+            slots = loader.assemble(batch, StepRandom.for_micro_step(0, 0, 1)).payload.appended
+            assert slots.eq(0).all() == batch["references_dropped"][0]
+            assert loader.load_batch([index], epoch)["references_dropped"] == batch["references_dropped"]  # fixed
+            dropped.append(batch["references_dropped"][0])
+    assert any(dropped) and not all(dropped)
+    loader.concept_type = ConceptType.VALIDATION
+    assert not any(loader.load_batch([i], 0)["references_dropped"][0] for i in range(len(loader.items)))
+    with pytest.raises(ConfigError, match="reference_dropout_probability' applies to reference_layout 'skyreels_v3'"):
+        TrainConfig.from_dict({"e2v": {"reference_dropout_probability": 0.1}})

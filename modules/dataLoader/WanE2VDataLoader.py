@@ -22,6 +22,7 @@ from tqdm import tqdm
 from modules.dataLoader.batching import (
     FieldMemo,
     LostItems,
+    caption_dropped,
     dropped_captions,
     encode_caption,
     epoch_batches,
@@ -345,6 +346,9 @@ class WanE2VDataLoader:
         if self.appends:
             for name in ("reference_mean", "reference_std"):
                 batch[name] = torch.stack([f[name] for f in fields])
+            chance = self.config.e2v.reference_dropout_probability if self.concept_type == ConceptType.STANDARD else 0
+            batch["references_dropped"] = [caption_dropped(self.config.seed, chance, epoch, i, "reference_dropout")
+                                           for i in indices]
         elif self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
                 batch[name] = torch.stack([f[name] for f in fields])
@@ -423,8 +427,11 @@ class WanE2VDataLoader:
         mean = batch["reference_mean"].to(device)
         if vae_posterior == "sample":
             mean = mean + batch["reference_std"].to(device) * noise(tuple(mean.shape[1:])).to(device)
-        return ConditionPayload(appended=pad_reference_slots(self.model.normalize_latents(mean), SKYREELS_V3_SLOTS),
-                                loss_mask=batch["loss_mask"].to(device) if "loss_mask" in batch else None)
+        slots = pad_reference_slots(self.model.normalize_latents(mean), SKYREELS_V3_SLOTS)
+        # reference dropout: all-zero slots, the condition of image guidance's unconditional branch
+        dropped = torch.tensor(batch.get("references_dropped", [False] * len(slots)), device=device)
+        slots = torch.where(dropped[:, None, None, None, None], torch.zeros_like(slots), slots)
+        return ConditionPayload(appended=slots, loss_mask=batch["loss_mask"].to(device) if "loss_mask" in batch else None)
 
     def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""
@@ -448,6 +455,7 @@ class WanE2VDataLoader:
             known = ", ".join(sorted(i.source["sample_id"] for i in self.items)[:10])
             raise UserError(f"no usable E2V sample '{sample_id}' (known: {known}); see the log for skipped ones")
         batch = self.load_batch(matches[:1], 0)
+        batch.pop("references_dropped", None)  # the sample's own references, whatever its dropout draw
         inputs = self._step_inputs(batch, lambda shape: torch.zeros(1, *shape), "mode")
         _, _, t, h, w = inputs.x0.shape
         out = {"target_latents": inputs.x0[0].cpu()}

@@ -259,6 +259,7 @@ class E2VConfig(BaseConfig):
     e2v_type: str = option("auto", "auto | dual | vae | clip: which conditioning pathways are used.")
     vae_posterior: str = option("mode", "sample | mode: how the cached VAE posterior becomes the condition.")
     reference_layout: str = option("a2", "a2 | skyreels_v3: where the references enter the transformer. a2: SkyReels-A2's CLIP tokens and leading VAE reference frames in the condition channels (T2V bases are expanded to 36 input channels). skyreels_v3: SkyReels-V3's reference-to-video, each reference one VAE latent frame appended after the video's latents, zero-padded to 4 slots, their prediction left out of the loss, no CLIP; T2V-layout bases take it as they are (docs/e2v.md §9).", structural=True)
+    reference_dropout_probability: float = option(0.0, "skyreels_v3 layout: the share of samples (drawn per sample and epoch) that train with all-zero reference slots, the condition image guidance steers away from, as caption_dropout_probability does for the text (0 to 1; e.g. 0.1 to sample with image_guidance_scale > 1).")
     target_layout: str = option("separate", "separate | joint: how x0 of the reference slots is built (a2 layout only).")
     loss_on_reference_frames: bool = option(True, "Keep the reference latent frames in the loss (a2 layout only; skyreels_v3 always leaves the references' prediction out).")
     image_encoder_model_name: str = option("", "Folder with image_encoder/ for bases that have none.")
@@ -270,6 +271,12 @@ class E2VConfig(BaseConfig):
         for key, values in allowed.items():
             if getattr(self, key) not in values:
                 raise ConfigError(f"config key '{path}.{key}' must be one of {', '.join(values)}, got '{getattr(self, key)}'")
+        if not 0 <= self.reference_dropout_probability <= 1:
+            raise ConfigError(f"config key '{path}.reference_dropout_probability' must be between 0 and 1, got "
+                              f"{self.reference_dropout_probability}")
+        if self.reference_dropout_probability and self.reference_layout != "skyreels_v3":
+            raise ConfigError(f"config key '{path}.reference_dropout_probability' applies to reference_layout "
+                              "'skyreels_v3' only: set it to 0 or choose that layout")
         if self.reference_layout == "skyreels_v3":  # VAE references only, appended after the video's latents
             if self.e2v_type in ("dual", "clip"):
                 raise ConfigError(f"config key '{path}.e2v_type' is '{self.e2v_type}' but reference_layout "
