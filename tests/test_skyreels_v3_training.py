@@ -48,9 +48,10 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
     sample = {"prompt": "a red circle", "elements": [str(data / "001_subject.png"), str(data / "001_object.png")],
               "frames": 9, "height": SIZE, "width": SIZE, "steps": 2, "cfg_scale": 3.0, "image_guidance_scale": 2.0}
 
-    def make_trainer(name, **overrides):
+    def make_trainer(name, **overrides):  # half the samples drop their references (a fixed draw, so resumes match)
         config = v3_config(tiny_model, dataset, tmp_path / name, backup_after=0, backup_after_unit="NEVER",
-                           samples=[sample], sample_at_end=name == "full", **overrides)
+                           samples=[sample], sample_at_end=name == "full", **overrides,
+                           e2v={"reference_layout": "skyreels_v3", "reference_dropout_probability": 0.5})
         return GenericTrainer(TrainConfig.from_dict(config))
 
     trainer = trains_and_resumes_exactly(make_trainer, step=1)
