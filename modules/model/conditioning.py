@@ -7,7 +7,8 @@ plus mask and condition channels for the I2V layout), which latent frames stay c
 What a batch or a sample brings is a `ConditionPayload`; which of its fields a family reads is listed there.
 
 T2V, I2V, TI2V, the two-expert A14B models and VACE are instances (`conditioning_for(variant)`); E2V is a payload
-on them (P reference frames in the condition channels, or K clean reference latents for TI2V), not another family.
+on them (P reference frames in the condition channels, K clean reference latents for TI2V, or SkyReels-V3's reference
+slots appended after the latents, `appended`), not another family.
 VACE adds the control context (`modules/model/vace.py`) and its scale; its reference images are R leading latent
 frames of the latents that stay out of the loss (`dropped_frames`).
 """
