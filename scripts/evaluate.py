@@ -18,7 +18,7 @@ from _bootstrap import OneLineArgumentParser, run_main  # first: import path, of
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
@@ -45,6 +45,9 @@ def parse_args(argv: list[str] | None = None):
                                                 "without them")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
+                        help="E2V: a2 (SkyReels-A2's) or skyreels_v3 (up to 4 references appended as latent frames); "
+                             "auto: what --lora's header names, else a2")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. N-1 per prompt (default 1)")
     parser.add_argument("--output", required=True, help="report folder")
     parser.add_argument("--clip-model", help="local CLIP folder (vision + text): text alignment")
@@ -54,6 +57,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--width", type=int, default=832)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cfg-scale", type=float, default=5.0)
+    parser.add_argument("--image-guidance-scale", type=float, default=1.0,
+                        help="--reference-layout skyreels_v3: image guidance against all-zero references (1 = off)")
     parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS)
     parser.add_argument("--shift", type=float, default=0.0)
     parser.add_argument("--device", default="auto")
@@ -69,7 +74,7 @@ def main() -> int:
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.util.errors import UserError
     from modules.modelSaver.embedding_file import read_embedding
     from modules.util.path_checks import check_input_file, check_writable_folder
@@ -79,12 +84,13 @@ def main() -> int:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     prompts = read_prompts(args.prompts, args.elements, args.control_video, args.control_mask)
     settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
-                        args.seeds, args.vace_scale)
+                        args.seeds, args.vace_scale, args.image_guidance_scale)
     for prompt in prompts:
         settings.sample(prompt, 0)
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
+    reference_layout = reference_layout_of(args.reference_layout, lora.metadata if lora else None)
     if args.embedding:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
     trained_adds = lora is not None or bool(args.embedding)  # the trained model is --model plus these
@@ -137,7 +143,8 @@ def main() -> int:
             runs.append(Run("base", base))
         runs.append(Run("trained", trained))
     results = evaluate(runs, prompts, settings, encoders, output,
-                       lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout))
+                       lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout,
+                                                      reference_layout=reference_layout))
     write_metrics(results, output)
     report = write_report(results, output)
     for model, means in results["means"].items():

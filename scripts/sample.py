@@ -3,7 +3,10 @@
 
 A distilled (Lightning) stack: --base-lora lightning.safetensors --steps 4 --cfg-scale 1 --shift 5 --scheduler euler
 
-SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample"""
+SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample
+
+SkyReels-V3's reference-to-video layout (read from --lora's header, or --reference-layout skyreels_v3): --elements IMG [IMG ...] (1 to 4)
+--cfg-scale 7.5 --image-guidance-scale 5 (its pipeline's defaults) --scheduler unipc --shift 5 --e2v-posterior sample"""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +16,7 @@ from _bootstrap import run_main  # first: import path, offline mode
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
@@ -47,6 +50,10 @@ def parse_args() -> argparse.Namespace:
                                                  "to use; default: A2's (repeats 1/4/4)")
     parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
     parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
+                        help="E2V: where the references enter (the training config's e2v.reference_layout): a2 "
+                             "(SkyReels-A2's condition channels and CLIP) or skyreels_v3 (one latent frame each, "
+                             "appended after the video's, up to 4); auto: what --lora's header names, else a2")
     for component in ("transformer", "transformer-2", "vae", "text-encoder", "image-encoder"):
         parser.add_argument(f"--{component}-file", metavar="FILE",
                             help=f"single-file {component.replace('-', ' ')} (e.g. ComfyUI's) replacing the folder's, "
@@ -58,6 +65,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=832)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cfg-scale", type=float, default=5.0)
+    parser.add_argument("--image-guidance-scale", type=float, default=1.0,
+                        help="--reference-layout skyreels_v3: image guidance against all-zero references "
+                             "(SkyReels-V3's dual guidance; 1 = off)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
                         help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++; "
@@ -88,7 +98,7 @@ def main() -> int:
         "elements": args.elements or [], "control_video": args.control_video or "",
         "control_mask": args.control_mask or "", "vace_scale": args.vace_scale,
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
-        "cfg_scale": args.cfg_scale, "seed": args.seed,
+        "cfg_scale": args.cfg_scale, "image_guidance_scale": args.image_guidance_scale, "seed": args.seed,
         "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
     }, "sample")
     check_video_output(args.output)
@@ -99,7 +109,7 @@ def main() -> int:
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSaver.embedding_file import read_embedding
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.modelSampler.e2v_options import e2v_sampling_options
+    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.util.attention_backends import apply_attention_backend, unavailable
     from modules.util.enum import AttentionBackend
     from modules.util.errors import UserError
@@ -130,7 +140,8 @@ def main() -> int:
     if problem:
         raise UserError(f"--attention-backend {backend.name} {problem}: choose AUTO or NATIVE")
     apply_attention_backend(model.transformers(), backend, model.train_device.type, training=False, what="sampling")
-    options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "")
+    options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "",
+                                   reference_layout_of(args.reference_layout, lora.metadata if lora else None))
     path = WanModelSampler(model, options).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0

@@ -3,7 +3,9 @@
 Built on our pipeline engine (dataLoader/pipeline). Per sample, cache stages hold: the caption's UMT5
 embedding; the target video's VAE posterior; the ONE reference clip's VAE posterior and pixel mask; and
 each element's CLIP embedding (one stage per element, so editing one element's CLIP settings re-encodes
-only that element). `assemble()` turns a batch into exactly what docs/e2v.md §6 feeds the transformer.
+only that element). `assemble()` turns a batch into exactly what docs/e2v.md §6 feeds the transformer. In
+SkyReels-V3's layout (§9) the reference stage holds each element's own one-frame posterior instead, and the
+references reach the transformer as latent frames appended after the video's (`ConditionPayload.appended`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tqdm import tqdm
 from modules.dataLoader.batching import (
     FieldMemo,
     LostItems,
+    caption_dropped,
     dropped_captions,
     encode_caption,
     epoch_batches,
@@ -49,6 +52,7 @@ from modules.dataLoader.e2v.modules import (
     DecodeE2VMask,
     DecodeTargetVideo,
     EncodeClipElement,
+    EncodeEachReference,
     LoadReferences,
 )
 from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
@@ -65,6 +69,7 @@ from modules.model.vace_references import placed_references
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.conditioning import ConditionPayload
+from modules.model.reference_slots import SKYREELS_V3_SLOTS, check_reference_base, pad_reference_slots
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
@@ -86,8 +91,11 @@ def resolve_e2v_type(requested: str, model: WanModel) -> str:
     return requested
 
 
-def check_e2v_base(model: WanModel) -> None:
+def check_e2v_base(model: WanModel, reference_layout: str = "a2") -> None:
     variant = model.variant
+    if reference_layout == "skyreels_v3":
+        check_reference_base(variant, "the base model")
+        return
     if not (variant.channel_concat_condition or variant.expand_timesteps or variant.vace_layers):
         raise UserError(f"E2V training needs a 36-channel (I2V), TI2V or VACE layout; the {variant.name} transformer "
                         f"has {variant.in_channels} input channels (prepare_e2v_model expands T2V bases first)")
@@ -105,7 +113,8 @@ class WanE2VDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
                  dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
                  concept_type: ConceptType = ConceptType.STANDARD):
-        check_e2v_base(model)
+        self.appends = config.e2v.reference_layout == "skyreels_v3"  # SkyReels-V3: refs after the video (§9)
+        check_e2v_base(model, config.e2v.reference_layout)
         self.config = config
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.model = model
@@ -120,7 +129,7 @@ class WanE2VDataLoader:
         self.uses_vae = self.e2v_type in ("dual", "vae") and not self.vace
         if self.vace:
             note_unused_settings(self.datasets)
-        self.uses_clip = self.e2v_type in ("dual", "clip")
+        self.uses_clip = self.e2v_type in ("dual", "clip") and not self.appends  # SkyReels-V3 has no CLIP pathway
         self.layout = config.e2v.target_layout
         self.fps = config.fps or model.variant.fps
         self.cache = DiskCache(config.cache_dir)
@@ -173,7 +182,14 @@ class WanE2VDataLoader:
                 EncodeE2VVaceContext(model, dataset, self._vae_identity, self.background, self.flip, self.max_pixels,
                                      placement)] if self.vace else []
         vace_key, vace_output = (["element_fps", "control_fp"], ["vace_context"]) if self.vace else ([], [])
-        if self.uses_vae and self.layout == "joint":
+        if self.appends:  # SkyReels-V3: the whole video is the target; each reference one latent frame (§9)
+            stages.append(CacheStage([decode, encode_video, *mask], ["video_fp", *window_key, *mask_key], self.cache,
+                                     "e2v-video", video_variations, outputs=["num_frames", "video_mean", "video_std",
+                                                                             *mask_output], name="video"))
+            stages.append(CacheStage([references, EncodeEachReference(model, self._vae_identity, placement)],
+                                     ["element_fps"], self.cache, "e2v-references", variations,
+                                     outputs=["reference_mean", "reference_std"], name="references"))
+        elif self.uses_vae and self.layout == "joint":
             stages.append(CacheStage(
                 [decode, references, BuildConditionClip(vae.frame_conditioning, vae.frame_index),
                  EncodePosterior(model, "condition_clip", "condition", self._vae_identity, placement=placement),
@@ -259,7 +275,8 @@ class WanE2VDataLoader:
             fps = {name: file_fingerprint(p) for name, p in paths.items()}
             video_fp = file_fingerprint(sample.video)
             present = {name: True for name in paths}
-            p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae else 0
+            # P: reference frames inside the pixel clip (A2); SkyReels-V3's references are not in it
+            p = sum(r for _, r in layout_elements(dataset.elements, present)) if self.uses_vae and not self.appends else 0
             mask = self._mask(sample)
             control = {"control_fp": control_fingerprint(sample.video)} if self.vace else {}
             windows = e2v_windows(self.planner, self.decoders[index], dataset, sample.video, video_fp, p)
@@ -305,7 +322,8 @@ class WanE2VDataLoader:
         except DataError as e:
             skips.record_error(e)
             return False
-        k = reference_latent_frames(item.source["num_reference_frames"])
+        # K: the latent frames the references take (A2: leading ones; SkyReels-V3: N appended ones)
+        k = fields["reference_mean"].shape[1] if self.appends else reference_latent_frames(item.source["num_reference_frames"])
         if self.vace:  # one leading latent frame per reference image
             k = len(reference_names(self.datasets[item.dataset], item.source["element_paths"]))
         clips = tuple(name for name in self._clip_names(item) if fields[f"clip_{name}"].shape[0])
@@ -348,7 +366,13 @@ class WanE2VDataLoader:
             "captions": ["" if drop else self.caption_encoders[self.items[i].dataset].text(self.items[i].source["caption"])
                          for i, drop in zip(indices, dropped)],
         }
-        if self.uses_vae:
+        if self.appends:
+            for name in ("reference_mean", "reference_std"):
+                batch[name] = torch.stack([f[name] for f in fields])
+            chance = self.config.e2v.reference_dropout_probability if self.concept_type == ConceptType.STANDARD else 0
+            batch["references_dropped"] = [caption_dropped(self.config.seed, chance, epoch, i, "reference_dropout")
+                                           for i in indices]
+        elif self.uses_vae:
             for name in ("condition_mean", "condition_std", "pixel_mask"):
                 batch[name] = torch.stack([f[name] for f in fields])
         if self.config.masked_training:
@@ -392,6 +416,10 @@ class WanE2VDataLoader:
                                         * noise(tuple(video_mean.shape[1:])).to(device))
         if self.vace:
             return self._vace_step_inputs(batch, video, k)
+        if self.appends:
+            return StepInputs(x0=video, prompt_embeds=batch["prompt_embeds"].to(device),
+                              payload=self._appended_payload(batch, noise, vae_posterior),
+                              captions=batch.get("captions"))
         condition_z = None
         if self.uses_vae:
             mean = batch["condition_mean"].to(device)
@@ -433,6 +461,20 @@ class WanE2VDataLoader:
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
                           captions=batch.get("captions"))
 
+    def _appended_payload(self, batch: dict[str, Any], noise, vae_posterior: str) -> ConditionPayload:
+        """§9: the references' normalised latents (a posterior sample or mode, as `vae_posterior`), zero-padded to
+        SkyReels-V3's slots after the video's latents; the whole video is in the loss, the references' prediction
+        is cut off (`VariantConditioning.video_prediction`)."""
+        device = self.model.train_device
+        mean = batch["reference_mean"].to(device)
+        if vae_posterior == "sample":
+            mean = mean + batch["reference_std"].to(device) * noise(tuple(mean.shape[1:])).to(device)
+        slots = pad_reference_slots(self.model.normalize_latents(mean), SKYREELS_V3_SLOTS)
+        # reference dropout: all-zero slots, the condition of image guidance's unconditional branch
+        dropped = torch.tensor(batch.get("references_dropped", [False] * len(slots)), device=device)
+        slots = torch.where(dropped[:, None, None, None, None], torch.zeros_like(slots), slots)
+        return ConditionPayload(appended=slots, loss_mask=batch["loss_mask"].to(device) if "loss_mask" in batch else None)
+
     def latent_mask(self, batch: dict[str, Any], h: int, w: int) -> torch.Tensor:
         """(B, 4, T, h, w): the folded frame mask (§4), zeros when `concatenate_mask` is off."""
         masks = torch.stack([fold_mask(m, h, w, self.model.variant.vae_scale_temporal) for m in batch["pixel_mask"]])
@@ -443,7 +485,8 @@ class WanE2VDataLoader:
         training condition like the data."""
         d = self.datasets[0]
         return E2VSamplingOptions(dataset_layout(d), self.uses_vae, self.uses_clip, self.layout,
-                                  tuple(d.processors.clip.resolution), tuple(self.background))
+                                  tuple(d.processors.clip.resolution), tuple(self.background),
+                                  self.config.e2v.reference_layout)
 
     # --- inspection (scripts/preview_e2v.py) -----------------------------------------------------------------
     def preview(self, sample_id: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -455,10 +498,13 @@ class WanE2VDataLoader:
             known = ", ".join(sorted(i.source["sample_id"] for i in self.items)[:10])
             raise UserError(f"no usable E2V sample '{sample_id}' (known: {known}); see the log for skipped ones")
         batch = self.load_batch(matches[:1], 0)
+        batch.pop("references_dropped", None)  # the sample's own references, whatever its dropout draw
         inputs = self._step_inputs(batch, lambda shape: torch.zeros(1, *shape), "mode")
         _, _, t, h, w = inputs.x0.shape
         out = {"target_latents": inputs.x0[0].cpu()}
-        if self.uses_vae:
+        if self.appends:  # §9: the reference slots as the transformer sees them, after the video's latents
+            out["condition_latents"] = inputs.payload.appended[0].cpu()
+        elif self.uses_vae:
             out["mask"] = self.latent_mask(batch, h, w)[0]
             out["condition_latents"] = self.model.normalize_latents(batch["condition_mean"])[0]
         if "clip_embeds" in batch:

@@ -74,9 +74,10 @@ def epoch_members(concepts: Sequence[ConceptSlots], seed: int, epoch: int) -> li
     return members
 
 
-def caption_dropped(seed: int, probability: float, epoch: int, index: int) -> bool:
-    """Whether item `index` trains with an empty caption in `epoch` (for classifier-free guidance)."""
-    return probability > 0 and random.Random(derive_seed(seed, "caption_dropout", epoch, index)).random() < probability
+def caption_dropped(seed: int, probability: float, epoch: int, index: int, stream: str = "caption_dropout") -> bool:
+    """Whether item `index` trains with an empty caption in `epoch` (for classifier-free guidance); another
+    `stream` draws another condition's dropout (E2V references) independently."""
+    return probability > 0 and random.Random(derive_seed(seed, stream, epoch, index)).random() < probability
 
 
 def dropped_captions(indices: list[int], epoch: int, seed: int, probability: float | Sequence[float]) -> list[bool]:

@@ -93,6 +93,7 @@ class Settings:
     shift: float = 0.0
     seeds: int = 1  # seeds 0 .. N-1
     vace_scale: float = 1.0  # VACE: weight of the control hints
+    image_guidance_scale: float = 1.0  # E2V in SkyReels-V3's layout: image guidance against zero references
 
     def sample(self, prompt: Prompt, seed: int) -> SampleConfig:
         try:
@@ -102,7 +103,7 @@ class Settings:
                 "elements": list(prompt.elements), "frames": self.frames, "height": self.height, "width": self.width,
                 "steps": self.steps, "cfg_scale": self.cfg_scale, "seed": seed, "scheduler": self.scheduler,
                 "shift": self.shift, "control_video": prompt.control_video, "control_mask": prompt.control_mask,
-                "vace_scale": self.vace_scale}, "sample")
+                "vace_scale": self.vace_scale, "image_guidance_scale": self.image_guidance_scale}, "sample")
         except ConfigError as e:
             raise UserError(str(e).replace("config key 'sample.", "setting '--")) from None
 

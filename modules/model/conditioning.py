@@ -7,7 +7,8 @@ plus mask and condition channels for the I2V layout), which latent frames stay c
 What a batch or a sample brings is a `ConditionPayload`; which of its fields a family reads is listed there.
 
 T2V, I2V, TI2V, the two-expert A14B models and VACE are instances (`conditioning_for(variant)`); E2V is a payload
-on them (P reference frames in the condition channels, or K clean reference latents for TI2V), not another family.
+on them (P reference frames in the condition channels, K clean reference latents for TI2V, or SkyReels-V3's reference
+slots appended after the latents, `appended`), not another family.
 VACE adds the control context (`modules/model/vace.py`) and its scale; its reference images are R leading latent
 frames of the latents that stay out of the loss (`dropped_frames`).
 """
@@ -35,6 +36,9 @@ class ConditionPayload:
     - VACE: `control` (B, 96, R + T, h, w), the VACE context (never None for a VACE model); `control_scale`, the
       weight of its hints (diffusers' `conditioning_scale`, ComfyUI's VACE strength); `dropped_frames` R, the
       leading latent frames that stand for the reference images (noised like the rest, left out of the loss).
+    - E2V in SkyReels-V3's layout (T2V-layout families): `appended` (B, C, S, h, w), the reference latents zero-padded
+      to S slots (`modules/model/reference_slots.py`), fed after the noisy latents along time at the same timestep;
+      their prediction is cut off (`video_prediction`), so it never reaches the loss or the scheduler.
     """
 
     condition: torch.Tensor | None = None
@@ -46,6 +50,7 @@ class ConditionPayload:
     control: torch.Tensor | None = None
     control_scale: float = 1.0
     dropped_frames: int = 0
+    appended: torch.Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +107,11 @@ class VariantConditioning:
         return torch.cat([clean[:, :, :clean_frames], noisy[:, :, clean_frames:]], dim=2)
 
     def hidden_states(self, noisy: torch.Tensor, payload: ConditionPayload) -> torch.Tensor:
+        if payload.appended is not None:  # SkyReels-V3: the reference slots follow the video's latent frames
+            if self.channel_concat or self.vace_layers:
+                raise ValueError(f"the {self.family} layout takes no appended reference latents (SkyReels-V3's "
+                                 "layout needs a T2V-layout transformer)")
+            return torch.cat([noisy, payload.appended.to(noisy.device, noisy.dtype)], dim=2)
         if not self.channel_concat:
             return noisy
         condition = payload.condition
@@ -116,8 +126,9 @@ class VariantConditioning:
         clip = payload.clip_embeds if self.image_context else None
         if clip is not None and self.paired_image_tokens:  # [first, last] per sample, as diffusers' pipeline feeds
             clip = clip.reshape(clip.shape[0] * 2, clip.shape[1] // 2, clip.shape[2])
-        inputs = dict(hidden_states=self.hidden_states(noisy, payload).to(dtype),
-                      timestep=self.timesteps(timesteps, noisy.shape, payload.clean_frames),
+        hidden = self.hidden_states(noisy, payload)
+        inputs = dict(hidden_states=hidden.to(dtype),  # appended reference slots take the noisy frames' timestep
+                      timestep=self.timesteps(timesteps, hidden.shape, payload.clean_frames),
                       encoder_hidden_states=prompt_embeds.to(dtype),
                       encoder_hidden_states_image=clip.to(dtype) if clip is not None else None)
         if self.fps_index is not None:
@@ -132,6 +143,12 @@ class VariantConditioning:
             inputs["control_hidden_states_scale"] = torch.full((self.vace_layers,), float(payload.control_scale),
                                                                device=noisy.device, dtype=dtype)
         return inputs
+
+    def video_prediction(self, output: torch.Tensor, payload: ConditionPayload) -> torch.Tensor:
+        """The transformer's output without the appended reference slots' frames (SkyReels-V3 drops them)."""
+        if payload.appended is None:
+            return output
+        return output[:, :, : output.shape[2] - payload.appended.shape[2]]
 
     def loss_weights(self, num_latent_frames: int, payload: ConditionPayload, device: torch.device) -> torch.Tensor:
         """(T,) weight of each latent frame in the loss: the payload's, with clean frames at 0."""

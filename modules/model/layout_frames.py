@@ -42,3 +42,8 @@ def min_num_frames(target_layout: str, num_reference_frames: int, temporal: int 
     if target_layout == "joint":
         return num_reference_frames + 1 + (-num_reference_frames) % temporal
     raise ValueError(f"unknown target_layout '{target_layout}'")
+
+
+# SkyReels-V3's MAX_ALLOWED_REF_IMG_LENGTH: its R2V model was trained with exactly this many reference slots
+# (E2V's `reference_layout: skyreels_v3`, modules/model/reference_slots.py)
+SKYREELS_V3_SLOTS = 4

@@ -20,7 +20,9 @@ from modules.dataLoader.video_io import read_image
 from modules.util.video_write import write_png_strip
 from modules.model.WanModel import WanModel
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
-from modules.modelSampler.e2v_sampling import E2VConditioning, build_conditioning, contact_sheet, denoise_e2v
+from modules.modelSampler.e2v_sampling import (E2VConditioning, build_conditioning, build_reference_slots,
+                                               contact_sheet, denoise_e2v)
+from modules.model.reference_slots import check_reference_base
 from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
@@ -116,11 +118,17 @@ class WanModelSampler:
     def generate_e2v(self, sample: SampleConfig, show_progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(generated frames without the reference frames, references as the VAE sees them)."""
         variant = self.model.variant
-        if not (variant.channel_concat_condition or variant.expand_timesteps):
+        if self.e2v.appends_references:
+            check_reference_base(variant, "the sampled model")
+        elif not (variant.channel_concat_condition or variant.expand_timesteps):
             raise UserError(f"the {variant.name} model has no E2V input layout (use an I2V/TI2V base or an E2V-expanded model)")
         self.e2v.check_frames(sample.frames, len(sample.elements))
         images = [self._load_image(path) for path in sample.elements]
         self._move(self.model.train_device)
+        if self.e2v.appends_references:  # SkyReels-V3: one latent frame per reference, after the video's
+            conditioning = build_reference_slots(self.model, images, self.e2v.specs(len(images)), sample.height,
+                                                 sample.width)
+            return self._denoise(conditioning, sample, show_progress), conditioning.references_preview
         conditioning = build_conditioning(
             self.model, images, self.e2v.specs(len(images)), sample.frames, sample.height, sample.width,
             self.e2v.use_vae, self.e2v.use_clip and self.model.image_encoder is not None, self.e2v.clip_resolution)

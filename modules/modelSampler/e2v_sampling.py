@@ -6,6 +6,10 @@ negative branch keeps the image embeddings, as A2 does), two-expert models switc
 the decoded reference frames are dropped (4K for `separate`, P for `joint`). The scheduler, its shift
 and the condition posterior (mode or sample) are the sample's; `unipc`, shift 8 and `sample` are A2's
 infer.py recipe, random draws included.
+
+In SkyReels-V3's layout (docs/e2v.md §9) the references are encoded one by one as single latent frames, appended
+after the noisy latents in the model's slots, and the guidance is SkyReels-V3's dual one (text, and image against
+all-zero reference slots, `reference_slots.dual_guidance`); nothing is dropped from the decoded video.
 """
 from __future__ import annotations
 
@@ -26,9 +30,11 @@ from modules.model.condition_layout import (
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
 from modules.dataLoader.e2v.sampling_options import ElementSpec
 from modules.model.conditioning import ConditionPayload
+from modules.model.reference_slots import SKYREELS_V3_SLOTS, dual_guidance, pad_reference_slots
 from modules.model.WanModel import WanModel
 from modules.modelSampler.schedulers import build_scheduler
 from modules.util.config.train_config import SampleConfig
+from modules.util.errors import UserError
 
 
 @dataclasses.dataclass
@@ -42,15 +48,21 @@ class E2VConditioning:
     references_preview: np.ndarray  # uint8 (N, H, W, 3): each element as the VAE sees it
     control: torch.Tensor | None = None  # VACE: the context (1, 96, R + T, h, w) (`vace_sampling.build_vace_context`)
     control_references: int = 0  # VACE: R, the reference images' leading latent frames (dropped from the output)
+    # SkyReels-V3: the slots the references fill after the video's latents (posterior_* then hold one latent frame
+    # per reference, each encoded alone); 0 = A2's layout
+    reference_slots: int = 0
 
     def condition_latents(self, model: WanModel, posterior: str, generator: torch.Generator) -> torch.Tensor | None:
         """Normalised z_cond on the generator's device: the posterior mode (diffusers' I2V pipeline) or a sample
-        drawn with `generator` (A2's `retrieve_latents` → `latent_dist.sample(generator)`)."""
+        drawn with `generator` (A2's `retrieve_latents` → `latent_dist.sample(generator)`; SkyReels-V3 draws one
+        sample per reference, in order, so its frames are drawn one at a time)."""
         if self.posterior_mean is None:
             return None
         mean = self.posterior_mean.to(generator.device)
         if posterior == "sample":
-            draw = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            parts = mean.split(1, dim=2) if self.reference_slots else [mean]
+            draw = torch.cat([torch.randn(part.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+                              for part in parts], dim=2)
             mean = mean + self.posterior_std.to(mean.device) * draw
         return model.normalize_latents(mean)
 
@@ -73,6 +85,20 @@ def build_conditioning(model: WanModel, images: list[np.ndarray], layout: list[E
                   for image, spec in zip(images, layout) if spec.clip_preprocess is not None]
         clip_embeds = concat_clip_embeds(embeds)[None] if embeds else None
     return E2VConditioning(mean, std, mask, clip_embeds, p, reference_latent_frames(p), np.stack(vae_images))
+
+
+@torch.no_grad()
+def build_reference_slots(model: WanModel, images: list[np.ndarray], layout: list[ElementSpec], height: int,
+                          width: int, slots: int = SKYREELS_V3_SLOTS) -> E2VConditioning:
+    """SkyReels-V3's references: each image preprocessed to the video's size and VAE-encoded alone as ONE latent
+    frame (its `prepare_latents`), the posteriors stacked in order along time, (1, C, N, h, w)."""
+    if len(images) > slots:
+        raise ValueError(f"{len(images)} references do not fit the model's {slots} reference slots")
+    vae_images = [preprocess(image, spec.vae_preprocess, height, width) for image, spec in zip(images, layout)]
+    posteriors = [model.encode_video(image_to_tensor(image)[None, :, None]) for image in vae_images]
+    mean = torch.cat([m for m, _ in posteriors], dim=2)
+    std = torch.cat([s for _, s in posteriors], dim=2)
+    return E2VConditioning(mean, std, None, None, 0, 0, np.stack(vae_images), reference_slots=slots)
 
 
 def latent_shape(model: WanModel, sample: SampleConfig, leading: int = 0) -> tuple[int, int, int, int, int]:
@@ -100,8 +126,14 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
                    progress: Callable[[Iterable], Iterable] | None = None) -> torch.Tensor:
     """The denoised normalised latents (1, C, T, h, w) of one E2V (or VACE) sample."""
     device, dtype = model.train_device, model.train_dtype
+    appends = conditioning.reference_slots > 0  # SkyReels-V3: dual guidance (text, and image against zero slots)
+    if sample.image_guidance_scale != 1 and not appends:
+        raise UserError(f"the sample's image_guidance_scale is {sample.image_guidance_scale} but image guidance "
+                        "applies only to E2V in SkyReels-V3's layout (e2v.reference_layout skyreels_v3): set it to 1")
+    image_guided = appends and sample.image_guidance_scale != 1
     prompt_embeds = model.encode_prompts([sample.prompt]).to(device, dtype)
-    negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) if sample.cfg_scale > 1 else None
+    negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) \
+        if sample.cfg_scale > 1 or image_guided else None
     scheduler = build_scheduler(model.scheduler, sample.scheduler, sample.shift)
     scheduler.set_timesteps(sample.steps, device=device)
     latents, condition_z = initial_latents(model, conditioning, sample)
@@ -110,20 +142,30 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
         condition=torch.cat([conditioning.mask.to(device), condition_z], dim=1).to(dtype)
         if family.channel_concat and condition_z is not None else None,  # None: zero condition channels
         clip_embeds=conditioning.clip_embeds.to(device) if conditioning.clip_embeds is not None else None,
-        clean_frames=conditioning.reference_latents if family.per_token_timesteps else 0,  # TI2V: clean tokens
+        clean_frames=conditioning.reference_latents if family.per_token_timesteps and not appends else 0,  # TI2V
         control=conditioning.control.to(device) if conditioning.control is not None else None,  # VACE
-        control_scale=sample.vace_scale, dropped_frames=conditioning.control_references)
+        control_scale=sample.vace_scale, dropped_frames=conditioning.control_references,
+        appended=pad_reference_slots(condition_z, conditioning.reference_slots) if appends else None)
+    zero_references = dataclasses.replace(payload, appended=torch.zeros_like(payload.appended)) if image_guided else None
     k = payload.clean_frames
     for timestep in (progress(scheduler.timesteps) if progress else scheduler.timesteps):
         latents = family.keep_clean(latents, condition_z, k)
         transformer = model.transformer_for_timestep(timestep)
+        t = timestep.expand(1).to(device)
+
+        def predict(embeds: torch.Tensor, conditioned: ConditionPayload) -> torch.Tensor:
+            inputs = family.transformer_inputs(latents, t, embeds, conditioned, dtype)
+            return family.video_prediction(transformer(**inputs, return_dict=False)[0], conditioned).float()
+
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            inputs = family.transformer_inputs(latents, timestep.expand(1).to(device), prompt_embeds, payload, dtype)
-            prediction = transformer(**inputs, return_dict=False)[0].float()
-            if negative_embeds is not None:  # CFG on the text only: the image context stays (A2)
-                unconditional = transformer(**{**inputs, "encoder_hidden_states": negative_embeds},
-                                            return_dict=False)[0].float()
-                prediction = unconditional + sample.cfg_scale * (prediction - unconditional)
+            prediction = predict(prompt_embeds, payload)
+            if negative_embeds is not None:  # CFG on the text: the image context and references stay (A2, V3)
+                unconditional = predict(negative_embeds, payload)
+                if zero_references is not None:  # SkyReels-V3's third pass: no text, all-zero references
+                    prediction = dual_guidance(prediction, unconditional, predict(negative_embeds, zero_references),
+                                               sample.cfg_scale, sample.image_guidance_scale)
+                else:  # image scale 1: dual guidance is this, exactly (its third pass cancels out)
+                    prediction = unconditional + sample.cfg_scale * (prediction - unconditional)
         latents = scheduler.step(prediction, timestep, latents, return_dict=False)[0]
     latents = family.keep_clean(latents, condition_z, k)
     return latents[:, :, payload.dropped_frames:]  # VACE: without the reference images' frames

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import save_torch_state_dict
 
+from modules.model.reference_slots import REFERENCE_LAYOUT_KEY
 from modules.model.WanModel import WanModel
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
@@ -135,6 +136,8 @@ class WanModelSaver:
             weights = lora_weights[expert]
             metadata = lora_metadata(self.file_info(expert, trained))
             metadata.update(stack_header(self.model.base_loras, expert))  # so samples apply the same base
+            if self.config.dataset_config and self.config.e2v.reference_layout != "a2":  # samplers read it back
+                metadata[REFERENCE_LAYOUT_KEY] = self.config.e2v.reference_layout
             if full:  # an E2V-expanded transformer: loading needs its new shape
                 metadata[TRANSFORMER_CONFIG_KEY] = json.dumps(
                     {k: v for k, v in transformer.config.items() if not k.startswith("_")})

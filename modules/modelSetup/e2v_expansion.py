@@ -16,6 +16,7 @@ from diffusers import WanTransformer3DModel
 
 from modules.model.vace_e2v import check_e2v_on_vace
 from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.model.reference_slots import check_reference_base
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,9 @@ def prepare_e2v_model(model, config) -> dict[int, list[str]]:
     they are; VACE's settings are checked). The sampler and merge_lora.py expand from a LoRA file's header instead (seed 0): the file holds
     every weight a trained expert expanded or added, and an untrained expert's new inputs are a no-op whatever
     their seed (tests/test_registry.py)."""
+    if config.e2v.reference_layout == "skyreels_v3":  # §9: a T2V-layout base takes appended references as it is
+        check_reference_base(model.variant, f"base_model_name '{config.base_model_name}'")
+        return {}
     variant, e2v = model.variant, config.e2v
     if variant.vace_layers:  # the elements are VACE's own reference frames: nothing to expand
         datasets = load_dataset_config(config.dataset_config).datasets if config.dataset_config else []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from modules.util.config.train_config import TrainConfig
+from modules.util.config.train_config import E2VConfig, TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
@@ -23,7 +23,8 @@ RESUME_NEUTRAL_KEYS = {"continue_last_backup", "resume_changed_config", "resume_
 RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
 # Keys that decide which tensors are trained and how the optimizer stores them (`option(structural=True)`):
 # a backup written with other values cannot be loaded.
-STRUCTURAL_KEYS = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("structural")}
+STRUCTURAL_KEYS = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("structural")} | {
+    f"e2v.{f.name}" for f in dataclasses.fields(E2VConfig) if f.metadata.get("structural")}
 
 _ABSENT = object()
 
@@ -60,7 +61,7 @@ def unloadable_reason(backup_dir: Path, changes: list[tuple[str, object, object]
                       saved_shapes: dict[str, torch.Size] | None, current_shapes: dict[str, torch.Size]) -> str | None:
     """Why the backup's tensors cannot be loaded (a change of what is trained: LoRA shape, targets, optimizer), as
     the one line to refuse the resume with, or None. `saved_shapes`: a whole-tensor backup's, None for shards."""
-    structural = [c for c in changes if c[0].split(".")[0] in STRUCTURAL_KEYS]
+    structural = [c for c in changes if c[0] in STRUCTURAL_KEYS or c[0].split(".")[0] in STRUCTURAL_KEYS]
     mismatch = tensor_mismatch(saved_shapes, current_shapes) if saved_shapes else None
     if not structural and mismatch is None:
         return None

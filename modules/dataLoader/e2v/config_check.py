@@ -4,7 +4,7 @@ trainer (and diffusers) is imported: a dataset error in a second or two."""
 from __future__ import annotations
 
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
-from modules.model.layout_frames import min_num_frames
+from modules.model.layout_frames import SKYREELS_V3_SLOTS, min_num_frames
 from modules.util.config.base_config import ConfigError
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
@@ -20,7 +20,12 @@ def validate_e2v_config(config: TrainConfig) -> None:
         check_e2v_on_vace(config, datasets)
         datasets_of_type(config, ConceptType.STANDARD, datasets)
         return
+    v3 = config.e2v.reference_layout == "skyreels_v3"
+    if v3:
+        check_skyreels_v3_data(config, datasets)
     for index, dataset in enumerate(datasets):
+        if v3:  # the references are appended after the video, not frames of it: no frame budget to check
+            continue
         needed = min_num_frames(config.e2v.target_layout, dataset.reference_frame_count())
         if needed > dataset.max_num_frames:
             raise ConfigError(
@@ -29,11 +34,34 @@ def validate_e2v_config(config: TrainConfig) -> None:
                 f"{dataset.max_num_frames} are allowed: raise max_frames/frames or lower the element repeats")
     trained = datasets_of_type(config, ConceptType.STANDARD, datasets)
     # samples during training take the first trained dataset's layout (sampling_options)
-    options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout)
+    options = E2VSamplingOptions(dataset_layout(trained[0]), target_layout=config.e2v.target_layout,
+                                 reference_layout=config.e2v.reference_layout)
     for index, sample in enumerate(config.samples):
+        if sample.enabled and sample.image_guidance_scale != 1 and not v3:
+            raise ConfigError(f"config key 'samples[{index}].image_guidance_scale' is {sample.image_guidance_scale} "
+                              "but image guidance applies only to e2v.reference_layout 'skyreels_v3': set it to 1")
         if sample.enabled and sample.elements:
             options.check_frames(sample.frames, len(sample.elements), f"config key 'samples[{index}].frames'",
                                  f"config key 'samples[{index}].elements'")
+
+
+def check_skyreels_v3_data(config: TrainConfig, datasets: list[E2VDatasetConfig]) -> None:
+    """SkyReels-V3's layout (docs/e2v.md §9): at most its 4 reference slots per dataset, each element one latent frame
+    (vae.repeat 1), and a base that takes appended latent frames (read from its configs, no weights)."""
+    for index, dataset in enumerate(datasets):
+        where = f"datasets[{index}] of '{config.dataset_config}'"
+        if len(dataset.elements) > SKYREELS_V3_SLOTS:
+            raise ConfigError(f"{where} has {len(dataset.elements)} elements but e2v.reference_layout 'skyreels_v3' "
+                              f"takes at most {SKYREELS_V3_SLOTS} references (its slots): remove elements")
+        for element in dataset.elements:
+            if element.vae.repeat != 1:
+                raise ConfigError(f"{where}: element '{element.name}' has vae.repeat {element.vae.repeat} but "
+                                  "e2v.reference_layout 'skyreels_v3' encodes each reference as one latent frame: "
+                                  "set its repeat to 1")
+    from modules.model.detection import detect_variant  # here: it reads the base's configs (no weights)
+    from modules.model.reference_slots import check_reference_base
+
+    check_reference_base(detect_variant(config.base_model_name), f"base_model_name '{config.base_model_name}'")
 
 
 def datasets_of_type(config: TrainConfig, concept_type: ConceptType,

@@ -25,6 +25,7 @@ from modules.model.condition_layout import (
     separate_target_frames,
 )
 from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.dataLoader.encoding_modules import EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
@@ -165,6 +166,24 @@ class BuildConditionClip(PipelineModule):
         mask = pixel_frame_mask(f, sum(repeats), self.frame_conditioning, self.frame_index,
                                 rng=ctx.torch_generator(self.name))
         return {"condition_clip": mask_reference_clip(clip, mask), "pixel_mask": mask}
+
+
+class EncodeEachReference(EncodePosterior):
+    """SkyReels-V3's layout (docs/e2v.md §9): each reference frame of (3, N, H, W) VAE-encoded on its own as a
+    one-frame clip (one latent frame each, as its `prepare_latents`), posteriors stacked along time: (C, N, h, w)."""
+
+    def __init__(self, model: WanModel, identity: Any, placement=None):
+        super().__init__(model, "reference_frames", "reference", identity, placement=placement)
+
+    def cache_identity(self) -> Any:
+        return [self.identity, "each frame alone"]
+
+    def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
+        if self.placement is not None:
+            self.placement.use(self.encoder)
+        posteriors = [self.model.encode_video(frame[None, :, None]) for frame in item["reference_frames"].unbind(1)]
+        return {"reference_mean": torch.cat([m[0] for m, _ in posteriors], dim=1),
+                "reference_std": torch.cat([s[0] for _, s in posteriors], dim=1)}
 
 
 class BuildJointClip(PipelineModule):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from modules.model.layout_frames import min_num_frames
+from modules.model.layout_frames import SKYREELS_V3_SLOTS, min_num_frames
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 from modules.util.config.train_config import WHITE
 from modules.util.errors import UserError
@@ -40,6 +40,17 @@ def a2_layout(count: int) -> list[ElementSpec]:
     return list(A2_ELEMENTS[:count])
 
 
+# SkyReels-V3: every reference one latent frame, fitted into the frame with white padding (its resize_ref_images)
+V3_ELEMENT = ElementSpec(1, "pad_white", None)
+
+
+def check_reference_count(count: int, key: str) -> None:
+    """SkyReels-V3's layout takes 1 to 4 references (its slot count); a one-line UserError naming `key` otherwise."""
+    if not 1 <= count <= SKYREELS_V3_SLOTS:
+        raise UserError(f"{key} lists {count} reference images but SkyReels-V3's layout takes 1 to "
+                        f"{SKYREELS_V3_SLOTS} (its reference slots): give at most {SKYREELS_V3_SLOTS}")
+
+
 @dataclasses.dataclass
 class E2VSamplingOptions:
     """How element images are laid out and which pathways are used (from the training config)."""
@@ -50,9 +61,19 @@ class E2VSamplingOptions:
     target_layout: str = "separate"
     clip_resolution: tuple[int, int] = (512, 512)
     background: tuple[int, int, int] = WHITE  # transparent pixels of sample images, as training composites them
+    reference_layout: str = "a2"  # a2 | skyreels_v3 (e2v.reference_layout)
+
+    @property
+    def appends_references(self) -> bool:
+        """SkyReels-V3's layout: references as latent frames after the video's, nothing in the condition channels."""
+        return self.reference_layout == "skyreels_v3"
 
     def specs(self, count: int, key: str = "the sample's elements") -> list[ElementSpec]:
-        if self.layout is None:
+        if self.appends_references:
+            check_reference_count(count, key)
+            if self.layout is None:
+                return [V3_ELEMENT] * count
+        elif self.layout is None:
             return a2_layout(count)
         if count > len(self.layout):
             raise UserError(f"{key} lists {count} images but the layout has {len(self.layout)} elements: "
@@ -63,6 +84,9 @@ class E2VSamplingOptions:
                      elements_key: str = "the sample's elements") -> None:
         """A sample of `count` element images must have frames for its reference frames and at least one generated
         frame: the sampler drops the reference frames, and with none left there is no video to write."""
+        if self.appends_references:  # the references follow the video's latents: every frame is video
+            self.specs(count, elements_key)
+            return
         references = sum(spec.repeat for spec in self.specs(count, elements_key))
         needed = min_num_frames(self.target_layout, references)
         if frames < needed:

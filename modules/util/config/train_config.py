@@ -15,7 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
-from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
@@ -198,6 +198,7 @@ class SampleConfig(BaseConfig):
     width: int = option(256, "Width in pixels (multiple of 16).")
     steps: int = option(20, "Denoising steps.")
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
+    image_guidance_scale: float = option(1.0, "E2V in SkyReels-V3's layout (e2v.reference_layout skyreels_v3): the image guidance scale, against the same model with all-zero references (1 = off: plain text guidance; SkyReels-V3's pipeline default is 5 beside a text scale of 7.5).")
     seed: int = option(42, "Noise seed.")
     scheduler: str = option("default", "default | unipc | unipc_a2 | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration. unipc_a2 is UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on (first sigma 0.99987 at shift 8; diffusers >= 0.37's unipc starts at 1 - 1e-6).")
     shift: float = option(0.0, "Flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's (3 for Wan2.1 480P).")
@@ -222,8 +223,13 @@ class SampleConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.last_image' needs '{path}.image' (the first frame)")
         if self.control_mask and not self.control_video:
             raise ConfigError(f"config key '{path}.control_mask' needs '{path}.control_video' (the video it masks)")
-        if self.cfg_scale < 0:
-            raise ConfigError(f"config key '{path}.cfg_scale' must not be negative, got {self.cfg_scale}")
+        for key in ("cfg_scale", "image_guidance_scale"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"config key '{path}.{key}' must not be negative, got {getattr(self, key)}")
+        if self.image_guidance_scale != 1 and not self.elements:
+            raise ConfigError(f"config key '{path}.image_guidance_scale' is {self.image_guidance_scale} but the sample "
+                              "has no elements: image guidance applies to E2V samples (SkyReels-V3 layout); set it to 1 "
+                              "or add elements")
         for key in ("height", "width"):
             if getattr(self, key) < 16 or getattr(self, key) % 16:
                 raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
@@ -253,17 +259,33 @@ class E2VConfig(BaseConfig):
 
     e2v_type: str = option("auto", "auto | dual | vae | clip: which conditioning pathways are used.")
     vae_posterior: str = option("mode", "sample | mode: how the cached VAE posterior becomes the condition.")
-    target_layout: str = option("separate", "separate | joint: how x0 of the reference slots is built.")
-    loss_on_reference_frames: bool = option(True, "Keep the reference latent frames in the loss.")
+    reference_layout: str = option("a2", "a2 | skyreels_v3: where the references enter the transformer. a2: SkyReels-A2's CLIP tokens and leading VAE reference frames in the condition channels (T2V bases are expanded to 36 input channels). skyreels_v3: SkyReels-V3's reference-to-video, each reference one VAE latent frame appended after the video's latents, zero-padded to 4 slots, their prediction left out of the loss, no CLIP; T2V-layout bases take it as they are (docs/e2v.md §9).", structural=True)
+    reference_dropout_probability: float = option(0.0, "skyreels_v3 layout: the share of samples (drawn per sample and epoch) that train with all-zero reference slots, the condition image guidance steers away from, as caption_dropout_probability does for the text (0 to 1; e.g. 0.1 to sample with image_guidance_scale > 1).")
+    target_layout: str = option("separate", "separate | joint: how x0 of the reference slots is built (a2 layout only).")
+    loss_on_reference_frames: bool = option(True, "Keep the reference latent frames in the loss (a2 layout only; skyreels_v3 always leaves the references' prediction out).")
     image_encoder_model_name: str = option("", "Folder with image_encoder/ for bases that have none.")
     export_i2v: bool = option(True, "E2V on a T2V base: also write the trained model as a Wan I2V model (<stem>-i2v/ diffusers folder and <stem>-i2v.safetensors single file) that ComfyUI, diffusers and SkyReels-A2 load.")
 
     def validate(self, path: str) -> None:
         allowed = {"e2v_type": ("auto", "dual", "vae", "clip"), "vae_posterior": ("sample", "mode"),
-                   "target_layout": ("separate", "joint")}
+                   "target_layout": ("separate", "joint"), "reference_layout": REFERENCE_LAYOUTS}
         for key, values in allowed.items():
             if getattr(self, key) not in values:
                 raise ConfigError(f"config key '{path}.{key}' must be one of {', '.join(values)}, got '{getattr(self, key)}'")
+        if not 0 <= self.reference_dropout_probability <= 1:
+            raise ConfigError(f"config key '{path}.reference_dropout_probability' must be between 0 and 1, got "
+                              f"{self.reference_dropout_probability}")
+        if self.reference_dropout_probability and self.reference_layout != "skyreels_v3":
+            raise ConfigError(f"config key '{path}.reference_dropout_probability' applies to reference_layout "
+                              "'skyreels_v3' only: set it to 0 or choose that layout")
+        if self.reference_layout == "skyreels_v3":  # VAE references only, appended after the video's latents
+            if self.e2v_type in ("dual", "clip"):
+                raise ConfigError(f"config key '{path}.e2v_type' is '{self.e2v_type}' but reference_layout "
+                                  "'skyreels_v3' has no CLIP pathway: set e2v_type to 'vae' (or 'auto')")
+            if self.target_layout != "separate":
+                raise ConfigError(f"config key '{path}.target_layout' is '{self.target_layout}' but reference_layout "
+                                  "'skyreels_v3' trains on the whole video (its references are appended, not part of "
+                                  "the target): remove target_layout")
 
 
 @dataclasses.dataclass
