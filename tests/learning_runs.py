@@ -43,12 +43,13 @@ def train(config: dict):
     return trainer
 
 
-def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] | None = None) -> np.ndarray:
+def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] | None = None,
+           frames: int = FRAMES) -> np.ndarray:
     """uint8 (F, H, W, 3) from the project's own sampler (no CFG: the runs never train an empty prompt)."""
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
 
-    config = SampleConfig(prompt=prompt, frames=FRAMES, height=SIZE, width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
+    config = SampleConfig(prompt=prompt, frames=frames, height=SIZE, width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
                           image=image, elements=list(elements or []))
     return WanModelSampler(model).generate(config, show_progress=False)
 
@@ -156,3 +157,88 @@ def with_expert_from(model, base: Path, expert: int):
 def t2v_score(model) -> float:
     """Mean T2V match rate over both motifs (the A14B comparison's metric)."""
     return float(np.mean([match_rate(lambda prompt, seed: sample(model, prompt, seed), motif) for motif in T2V_MOTIFS]))
+
+
+# --- E2V (A2 layout): the element image decides which shape appears -------------------------------------------
+
+E2V_CAPTION = "a shape moving right"  # the same for every clip: only the element tells the colour
+E2V_COLOURS = ("red", "green", "blue")
+#: One subject element (repeat 1) takes one latent frame, so 4 sample frames (docs/e2v.md §6, separate layout):
+#: 13 sample frames give the same 9 video frames as the other runs.
+E2V_SAMPLE_FRAMES = FRAMES + 4
+
+
+def write_element(path: Path, colour: str, centre: tuple[float, float] = (SIZE / 2, SIZE / 2)) -> Path:
+    """A subject element: the colour's circle on white (A2's elements are cut-outs on white)."""
+    from PIL import Image
+
+    from modules.util.shape_clips import COLOURS, ShapeMotion, render
+
+    still = ShapeMotion("circle", COLOURS[colour], centre, (0.0, 0.0), 0.17 * SIZE, background=(255, 255, 255))
+    Image.fromarray(render(still, 1, SIZE, SIZE)[0]).save(path)
+    return path
+
+
+def write_e2v_motif_dataset(folder: Path, clips_per_colour: int, seed: int) -> Path:
+    """`NNN.mp4` (a circle moving right, its colour one of E2V_COLOURS), `NNN.txt` (E2V_CAPTION) and
+    `NNN_subject.png` (that circle on white, at a random place), and the dataset JSON beside the folder."""
+    import json
+
+    from modules.util.shape_clips import Motif, directed_motion, render
+    from modules.util.video_write import write_video
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    index = 0
+    for _ in range(clips_per_colour):
+        for colour in E2V_COLOURS:
+            motif = Motif("circle", colour, "right")
+            video = render(directed_motion(motif.shape, colour, "right", rng, SIZE, SIZE, FRAMES), FRAMES, SIZE, SIZE)
+            write_video(folder / f"{index:03d}.mp4", video, 16.0)
+            (folder / f"{index:03d}.txt").write_text(E2V_CAPTION, encoding="utf-8")
+            centre = tuple(float(v) for v in rng.uniform(0.3 * SIZE, 0.7 * SIZE, 2))
+            write_element(folder / f"{index:03d}_subject.png", colour, centre)
+            index += 1
+    dataset = {"datasets": [{
+        "data_root": str(folder), "dataset_type": "e2v", "target_resolution": [SIZE, SIZE],
+        "max_frames": E2V_SAMPLE_FRAMES,
+        "elements": [{"name": "subject", "suffixes": ["_subject.png"], "required": True,
+                      "vae": {"repeat": 1, "position": 0}, "clip": {"preprocess": "pad_white"}}],
+        "processors": {"vae": {"combine": "before", "default_preprocess": "pad_white"},
+                       "clip": {"resolution": [224, 224], "default_preprocess": "pad_white"}},
+    }]}
+    path = folder.with_suffix(".json")
+    path.write_text(json.dumps(dataset, indent=2), encoding="utf-8")
+    return path
+
+
+@dataclass
+class E2VRun:
+    model: object  # WanModel, trained (a T2V base expanded for E2V)
+    output: Path  # the saved diffusers folder (FINE_TUNE, DIFFUSERS)
+
+
+def e2v_run(tiny_variant_dir: Path, work: Path, **overrides) -> E2VRun:
+    dataset = write_e2v_motif_dataset(work / "data", clips_per_colour=4, seed=3)
+    config = learning_config(tiny_variant_dir, work / "data", work, **overrides)
+    config.update({"concepts": [], "dataset_config": str(dataset), "frames": E2V_SAMPLE_FRAMES})
+    trainer = train(config)
+    return E2VRun(trainer.model, Path(trainer.config.output_model_destination))
+
+
+#: Held-out elements: each trained colour, at a place no training element had exactly.
+E2V_HELD_OUT = (("green", (20.0, 27.0)), ("blue", (28.0, 22.0)), ("red", (25.0, 25.0)))
+
+
+def e2v_shows(frames: np.ndarray, colour: str) -> bool:
+    """The element's colour shows (>= 2 % of pixels, twice any other colour) and the trained colours it did not
+    give are absent (each under 0.5 % of pixels)."""
+    from modules.util.shape_clips import Motif, coverage, measure
+
+    others = [coverage(frames, other) for other in E2V_COLOURS if other != colour]
+    return measure(frames, Motif("circle", colour, "right")).colour_ok and max(others) < 0.005
+
+
+def e2v_rate(generate, colour: str) -> float:
+    """Fraction of SEEDS whose video (`generate(seed)`, the reference frames already dropped) shows `colour` only."""
+    return float(np.mean([e2v_shows(generate(seed), colour) for seed in SEEDS]))

@@ -88,6 +88,11 @@ _TRANSFORMER_HEADS = 2
 _TRANSFORMER_HEAD_DIM = 16
 _TRANSFORMER_INNER_DIM = _TRANSFORMER_HEADS * _TRANSFORMER_HEAD_DIM
 
+#: With the trained VAE (``trained_vae=True``: the learning tests and ``demo.py --shapes``) the transformer must
+#: learn shapes and motion from scratch in a few thousand CPU steps: the 2 x 32-wide blocks above plateau (flow loss
+#: 0.72 after 3000 steps, samples whose colour follows no prompt), 4 blocks 128 wide (~1 M weights) learn them.
+_LEARNING_TRANSFORMER = dict(num_attention_heads=4, attention_head_dim=32, ffn_dim=256, num_layers=4)
+
 # Wan 2.2 VAE latent statistics (48 channels), as in Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json.
 _WAN22_LATENTS_MEAN = [
     -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557,
@@ -315,35 +320,39 @@ def _text_encoder(vocab_size: int):
 VACE_IN_CHANNELS = 96
 
 
-def _transformer(spec: TinyVariant):
+def _transformer(spec: TinyVariant, learning: bool = False):
     from diffusers import SkyReelsV2Transformer3DModel, WanTransformer3DModel, WanVACETransformer3DModel
 
     if spec.skyreels:
-        return SkyReelsV2Transformer3DModel(**_transformer_config(spec), inject_sample_info=spec.fps_embedding).eval()
+        return SkyReelsV2Transformer3DModel(**_transformer_config(spec, learning),
+                                            inject_sample_info=spec.fps_embedding).eval()
     if spec.vace:
         # The real 1.3B has 30 blocks and control on every other one (vace_layers 0, 2, ... 28); ComfyUI spaces them
         # evenly too, so two blocks with control on both keeps the tiny one loadable there.
-        return WanVACETransformer3DModel(**_transformer_config(spec), vace_layers=[0, 1],
+        return WanVACETransformer3DModel(**_transformer_config(spec, learning), vace_layers=[0, 1],
                                          vace_in_channels=VACE_IN_CHANNELS).eval()
-    return WanTransformer3DModel(**_transformer_config(spec)).eval()
+    return WanTransformer3DModel(**_transformer_config(spec, learning)).eval()
 
 
-def _transformer_config(spec: TinyVariant) -> dict[str, Any]:
+def _transformer_config(spec: TinyVariant, learning: bool = False) -> dict[str, Any]:
+    size = _LEARNING_TRANSFORMER if learning else dict(num_attention_heads=_TRANSFORMER_HEADS,
+                                                       attention_head_dim=_TRANSFORMER_HEAD_DIM, ffn_dim=64, num_layers=2)
+    inner_dim = size["num_attention_heads"] * size["attention_head_dim"]
     return dict(
         patch_size=(1, 2, 2),
-        num_attention_heads=_TRANSFORMER_HEADS,
-        attention_head_dim=_TRANSFORMER_HEAD_DIM,
+        num_attention_heads=size["num_attention_heads"],
+        attention_head_dim=size["attention_head_dim"],
         in_channels=spec.in_channels,
         out_channels=spec.out_channels,
         text_dim=TEXT_DIM,
         freq_dim=256,
-        ffn_dim=64,
-        num_layers=2,
+        ffn_dim=size["ffn_dim"],
+        num_layers=size["num_layers"],
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
         eps=1e-6,
         image_dim=CLIP_HIDDEN_SIZE if spec.clip_image_encoder else None,
-        added_kv_proj_dim=_TRANSFORMER_INNER_DIM if spec.clip_image_encoder else None,
+        added_kv_proj_dim=inner_dim if spec.clip_image_encoder else None,
         rope_max_seq_len=1024,
         pos_embed_seq_len=2 * CLIP_NUM_TOKENS if spec.first_last_frame else None,
     )
@@ -490,7 +499,8 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0, traine
     """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
 
     ``trained_vae``: use the committed VAE trained on synthetic shape clips (``modules/util/tiny_vae.py``,
-    Wan 2.1 layout only) instead of a random one, so that what the transformer learns can be seen.
+    Wan 2.1 layout only) instead of a random one, so that what the transformer learns can be seen; the
+    transformer is then the larger learning size (``_LEARNING_TRANSFORMER``: still random, ~1 M weights).
 
     ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
     ``seed`` an integer in [0, 2**32).  Bad arguments raise ``TinyModelError`` (both a
@@ -576,13 +586,13 @@ def _write_components_quiet(spec: TinyVariant, root: Path, seed: int, trained_va
         vae.save_pretrained(str(root / "vae"), safe_serialization=True)
 
         with _seeded(seed, 3):
-            transformer = _transformer(spec)
+            transformer = _transformer(spec, learning=trained_vae)
         transformer.save_pretrained(str(root / "transformer"), safe_serialization=True)
 
         if spec.two_experts:
             # Distinct weights for the low-noise expert, same config as the high-noise one.
             with _seeded(seed, 4):
-                transformer_2 = _transformer(spec)
+                transformer_2 = _transformer(spec, learning=trained_vae)
             transformer_2.save_pretrained(str(root / "transformer_2"), safe_serialization=True)
 
         if spec.clip_image_encoder:

@@ -16,13 +16,13 @@ from modules.util.errors import UserError
 def validate_e2v_config(config: TrainConfig) -> None:
     """Dataset JSON and layout checks that need no model (run before loading one)."""
     datasets = load_dataset_config(config.dataset_config).datasets
+    v3 = config.e2v.reference_layout == "skyreels_v3"
+    if v3:  # first: it refuses a VACE base too
+        check_skyreels_v3_data(config, datasets)
     if is_vace_folder(config.base_model_name):  # the elements are VACE references: they take no frames of F
         check_e2v_on_vace(config, datasets)
         datasets_of_type(config, ConceptType.STANDARD, datasets)
         return
-    v3 = config.e2v.reference_layout == "skyreels_v3"
-    if v3:
-        check_skyreels_v3_data(config, datasets)
     for index, dataset in enumerate(datasets):
         if v3:  # the references are appended after the video, not frames of it: no frame budget to check
             continue
