@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                              "a14b_vace (Wan 2.2 VACE-Fun A14B)")
     parser.add_argument("--output", required=True, help="folder to write (new, empty, or a previous tiny model)")
     parser.add_argument("--trained-vae", action="store_true",
-                        help="use the committed VAE trained on synthetic shape clips (Wan 2.1 layouts), so "
-                             "trained samples can be seen; default: a random VAE")
+                        help="use the committed VAE trained on synthetic shape clips (Wan 2.1 layouts) and a "
+                             "transformer of the learning size (4 blocks 128 wide, random), so trained samples can "
+                             "be seen; default: a random VAE and the smallest transformer")
     parser.add_argument("--seed", type=_seed, default=0, help="weight seed (default 0); same seed, same weights")
     args = parser.parse_args(argv)
 

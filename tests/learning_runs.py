@@ -10,20 +10,17 @@ from pathlib import Path
 import numpy as np
 
 from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
+from modules.util.shapes_training import FRAMES, RECIPE, SIZE
 
-SIZE = 48  # 6x6 latents, 3x3 tokens a latent frame
-FRAMES = 9  # 3 latent frames
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
 
 
 def learning_config(model: Path, data: Path, work: Path, **overrides) -> dict:
-    """Full fine-tune of the tiny transformer(s): LoRA on random weights learns too slowly for a test."""
+    """The shapes recipe (modules/util/shapes_training.py: a full fine-tune from scratch) on `data`."""
     config = {
-        "base_model_name": str(model), "concepts": [{"path": str(data)}], "resolution": [SIZE, SIZE],
-        "frames": FRAMES, "epochs": 1000, "max_steps": 300, "batch_size": 4, "learning_rate": 1e-3,
-        "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS",
-        "gradient_checkpointing": False, "tensorboard": False, "sample_at_end": False,
+        **RECIPE, "base_model_name": str(model), "concepts": [{"path": str(data)}],
+        "tensorboard": False, "sample_at_end": False,
         "backup_after_unit": "NEVER", "workspace_dir": str(work / "workspace"), "cache_dir": str(work / "cache"),
         "output_model_destination": str(work / "output"),
     }
@@ -124,10 +121,11 @@ def i2v_rate(model, first: FirstFrame, image: Path) -> float:
 
 
 def a14b_run(tiny_variant_dir: Path, work: Path, **overrides):
-    """Both experts trained (half the steps each) on the T2V motifs; returns (trained model, the base folder)."""
+    """Both experts trained on the T2V motifs, 3000 steps each (each learns only its own noise range); returns
+    the trained model."""
     data = write_motif_dataset(work / "data", list(T2V_MOTIFS), clips_per_motif=6, frames=FRAMES, height=SIZE,
                                width=SIZE, seed=1)
-    values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 400, **overrides}
+    values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 6000, **overrides}
     return train(learning_config(tiny_variant_dir, data, work, **values)).model
 
 
@@ -172,9 +170,9 @@ def write_element(path: Path, colour: str, centre: tuple[float, float] = (SIZE /
     """A subject element: the colour's circle on white (A2's elements are cut-outs on white)."""
     from PIL import Image
 
-    from modules.util.shape_clips import COLOURS, ShapeMotion, render
+    from modules.util.shape_clips import COLOURS, MOTIF_RADIUS, ShapeMotion, render
 
-    still = ShapeMotion("circle", COLOURS[colour], centre, (0.0, 0.0), 0.17 * SIZE, background=(255, 255, 255))
+    still = ShapeMotion("circle", COLOURS[colour], centre, (0.0, 0.0), MOTIF_RADIUS * SIZE, background=(255, 255, 255))
     Image.fromarray(render(still, 1, SIZE, SIZE)[0]).save(path)
     return path
 

@@ -92,7 +92,7 @@ def test_cli_trains_saves_and_the_lora_loads_in_diffusers(variant, tiny_model, v
     assert frames.shape[0] == 5 and out.with_suffix(".png").is_file()
 
 
-@pytest.mark.parametrize("mode, name", [([], "i2v-e2v"), (["--plain"], "t2v-plain")])
+@pytest.mark.parametrize("mode, name", [(["--e2v"], "i2v-e2v"), (["--plain"], "t2v-plain")])
 def test_demo_makes_everything_and_runs(tmp_path, mode, name):
     result = run_script("demo.py", "--folder", tmp_path, "--steps", 6, *mode)
     assert "Demo finished." in result.stdout
@@ -100,9 +100,9 @@ def test_demo_makes_everything_and_runs(tmp_path, mode, name):
     assert list((tmp_path / "workspace" / name / "samples").glob("*.mp4"))
 
 
-def test_the_shapes_demo_prints_its_verdict_and_epochs_it_reaches(tmp_path):
+def test_the_default_demo_is_the_shapes_one_and_prints_its_verdict_and_epochs_it_reaches(tmp_path):
     # 6 steps learn nothing: this checks the run and the report; tests/test_learning.py checks the learning
-    result = run_script("demo.py", "--shapes", "--folder", tmp_path, "--steps", 6, "--strip", tmp_path / "strip.png")
+    result = run_script("demo.py", "--folder", tmp_path, "--steps", 6, "--strip", tmp_path / "strip.png")
     assert "Demo finished." in result.stdout
     assert "red circle moving right: " in result.stdout and "blue square moving down: " in result.stdout
     assert (tmp_path / "output" / "t2v-shapes-model" / "transformer").is_dir() and (tmp_path / "strip.png").is_file()

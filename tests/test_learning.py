@@ -37,7 +37,7 @@ def t2v_learned(tmp_path_factory):
 @pytest.mark.parametrize("motif", T2V_MOTIFS, ids=lambda m: m.prompt)
 def test_t2v_each_prompt_shows_its_colour_shape_and_motion(t2v_learned, motif):
     # metric: fraction of 5 sampling seeds whose sample shows the prompt's colour (>= 2 % of pixels, twice any
-    # other colour), shape (blob fill ratio >= 0.9 square, < 0.9 circle) and centroid slope (> 0.3 px/frame
+    # other colour), shape (blob corner_ratio >= 1.06 square, < 1.06 circle) and centroid slope (> 0.3 px/frame
     # in the prompt's direction, more than across it); threshold 0.8
     rate = match_rate(lambda prompt, seed: sample(t2v_learned.model, prompt, seed), motif)
     assert rate >= 0.8, f"{motif.prompt}: {rate:.0%} of seeds match"

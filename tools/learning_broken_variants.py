@@ -2,10 +2,12 @@
 """The learning tests' thresholds fail on deliberately broken trainers: runs the runs of tests/test_learning.py
 with one fault patched into the training step (the sampler untouched) and prints each test's metric.
 
-    python tools/learning_broken_variants.py [--only flip|drop|swap] [--work DIR]
+    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap] [--work DIR]
 
 - flip: the flow-matching target's sign flipped (x0 − ε instead of ε − x0) — T2V match rate per prompt;
 - drop: the reference (first-frame latents and CLIP image tokens) zeroed while training — I2V follow rate;
+- drop-e2v: the same for E2V's element references (VAE condition and CLIP tokens), on the I2V base — the
+  element-decides rate;
 - swap: each A14B expert trained on the other's noise range — both-experts score against each alone.
 """
 from __future__ import annotations
@@ -86,6 +88,22 @@ def run_drop(work: Path) -> None:
               f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
 
 
+def run_drop_e2v(work: Path) -> None:
+    from modules.util.tiny_model import write_tiny_model
+    from tests.learning_runs import (E2V_CAPTION, E2V_HELD_OUT, E2V_SAMPLE_FRAMES, e2v_rate, e2v_run, sample,
+                                     write_element)
+
+    base = write_tiny_model("i2v", work / "e2v-base", trained_vae=True)
+    with dropped_references():
+        model = e2v_run(base, work / "e2v-drop").model
+    for i, (colour, centre) in enumerate(E2V_HELD_OUT):
+        element = str(write_element(work / f"element-{i}.png", colour, centre))
+        rate = e2v_rate(lambda seed: sample(model, E2V_CAPTION, seed, elements=[element], frames=E2V_SAMPLE_FRAMES),
+                        colour)
+        print(f"drop-e2v: E2V {colour} element rate {rate:.2f} (test threshold >= 0.80: "
+              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+
+
 def run_swap(work: Path) -> None:
     from modules.util.tiny_model import write_tiny_model
     from tests.learning_runs import a14b_run, t2v_score, with_expert_from
@@ -103,7 +121,7 @@ def run_swap(work: Path) -> None:
           f"{low_only:.2f} (test: both >= 0.80 and above each alone: {verdict})", flush=True)
 
 
-RUNS = {"flip": run_flip, "drop": run_drop, "swap": run_swap}
+RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap}
 
 
 def main() -> int:

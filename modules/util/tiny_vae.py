@@ -62,7 +62,7 @@ def held_out_psnr(vae, seed: int = 12345, count: int = 4, frames: int = 9) -> fl
     return float(np.mean([psnr(to_uint8(a), to_uint8(b)) for a, b in zip(video, out)]))
 
 
-def train_tiny_vae(seed: int = 0, steps: int = 4500, batch: int = 4, lr: float = 1e-3,
+def train_tiny_vae(seed: int = 0, steps: int = 9000, batch: int = 4, lr: float = 1e-3,
                    log: Callable[[str], None] = print, checkpoint: Callable[[object], None] | None = None,
                    encoder_warmup: int = 300):
     """Train from scratch; returns the VAE with its measured latent statistics in its config (`checkpoint`,
