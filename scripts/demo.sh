@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs (first run only) and runs the demo: tiny Wan model + synthetic videos -> LoRA + sample video.
+# Installs (first run only) and runs the demo: a tiny Wan learns moving shapes on the CPU, samples them and
+# prints what the samples show (--e2v, --plain: the LoRA demos).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
