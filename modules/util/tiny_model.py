@@ -84,13 +84,9 @@ CLIP_NUM_TOKENS = (CLIP_IMAGE_SIZE // CLIP_PATCH_SIZE) ** 2 + 1  # 257, as the r
 _OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
-_TRANSFORMER_HEADS = 2
-_TRANSFORMER_HEAD_DIM = 16
-_TRANSFORMER_INNER_DIM = _TRANSFORMER_HEADS * _TRANSFORMER_HEAD_DIM
-
-#: With the trained VAE (``trained_vae=True``: the learning tests and ``demo.py --shapes``) the transformer must
-#: learn shapes and motion from scratch in a few thousand CPU steps: the 2 x 32-wide blocks above plateau (flow loss
-#: 0.72 after 3000 steps, samples whose colour follows no prompt), 4 blocks 128 wide (~1 M weights) learn them.
+_TINY_TRANSFORMER = dict(num_attention_heads=2, attention_head_dim=16, ffn_dim=64, num_layers=2)
+#: With the trained VAE (the learning tests, the shapes demo) the transformer learns shapes and motion from scratch:
+#: 2 blocks 32 wide plateau (flow loss 0.72 after 3000 steps, colour follows no prompt), 4 blocks 128 wide learn them.
 _LEARNING_TRANSFORMER = dict(num_attention_heads=4, attention_head_dim=32, ffn_dim=256, num_layers=4)
 
 # Wan 2.2 VAE latent statistics (48 channels), as in Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json.
@@ -335,19 +331,15 @@ def _transformer(spec: TinyVariant, learning: bool = False):
 
 
 def _transformer_config(spec: TinyVariant, learning: bool = False) -> dict[str, Any]:
-    size = _LEARNING_TRANSFORMER if learning else dict(num_attention_heads=_TRANSFORMER_HEADS,
-                                                       attention_head_dim=_TRANSFORMER_HEAD_DIM, ffn_dim=64, num_layers=2)
+    size = _LEARNING_TRANSFORMER if learning else _TINY_TRANSFORMER
     inner_dim = size["num_attention_heads"] * size["attention_head_dim"]
     return dict(
+        **size,
         patch_size=(1, 2, 2),
-        num_attention_heads=size["num_attention_heads"],
-        attention_head_dim=size["attention_head_dim"],
         in_channels=spec.in_channels,
         out_channels=spec.out_channels,
         text_dim=TEXT_DIM,
         freq_dim=256,
-        ffn_dim=size["ffn_dim"],
-        num_layers=size["num_layers"],
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
         eps=1e-6,
@@ -499,8 +491,7 @@ def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0, traine
     """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
 
     ``trained_vae``: use the committed VAE trained on synthetic shape clips (``modules/util/tiny_vae.py``,
-    Wan 2.1 layout only) instead of a random one, so that what the transformer learns can be seen; the
-    transformer is then the larger learning size (``_LEARNING_TRANSFORMER``: still random, ~1 M weights).
+    Wan 2.1 layout only) and a random transformer of the learning size, so that what it learns can be seen.
 
     ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
     ``seed`` an integer in [0, 2**32).  Bad arguments raise ``TinyModelError`` (both a
