@@ -87,7 +87,7 @@ def shapes_verdict(model, strip: Path | None) -> None:
                   for seed in range(5)]
         hits = sum(matches(video, motif) for video in videos)
         first = measure(videos[0], motif)
-        seen = (f"corner ratio {first.corners:.2f} (square >= {SQUARE_CORNER_RATIO}), centroid "
+        seen = (f"median corner ratio {first.corners:.2f} (square >= {SQUARE_CORNER_RATIO}), centroid "
                 f"{first.slope_along:+.2f} px/frame {motif.direction}"
                 if first.shape_ok else f"no {motif.colour} shape")
         print(f"  {motif.colour} {motif.shape} moving {motif.direction}: {'yes' if hits >= 4 else 'no'} "

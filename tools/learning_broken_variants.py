@@ -116,9 +116,9 @@ def run_swap(work: Path) -> None:
         high_only = t2v_score(model)
     with with_expert_from(model, base, 0):
         low_only = t2v_score(model)
-    verdict = "PASSES" if both >= 0.8 and both > max(high_only, low_only) else "fails"
+    verdict = "PASSES" if both >= 0.8 and both >= high_only + 0.5 else "fails"
     print(f"swap: A14B score both {both:.2f}, high-noise expert alone {high_only:.2f}, low-noise alone "
-          f"{low_only:.2f} (test: both >= 0.80 and above each alone: {verdict})", flush=True)
+          f"{low_only:.2f} (test: both >= 0.80 and >= high-noise alone + 0.5: {verdict})", flush=True)
 
 
 RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap}
@@ -129,6 +129,9 @@ def main() -> int:
     parser.add_argument("--only", choices=list(RUNS), action="append", help="run only these faults")
     parser.add_argument("--work", default=None, help="folder for the runs (default: a temporary one)")
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # the learning tests' arithmetic (tests/test_learning.py)
     with contextlib.ExitStack() as stack:
         work = Path(args.work) if args.work else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for name in args.only or list(RUNS):
