@@ -12,6 +12,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one CPU thread for a module's tests, the previous count restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """tiny_model("t2v") -> Path of a tiny diffusers folder of that variant (cached for the session)."""

@@ -12,19 +12,9 @@ import pytest
 from tests.learning_runs import (FRAMES, I2V_FIRST_FRAMES, SIZE, T2V_MOTIFS, i2v_rate, match_rate, sample, t2v_run,
                                  t2v_score, with_expert_from)
 
-pytestmark = [pytest.mark.learning, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # the arithmetic the thresholds were measured with (one CPU thread): a training run of 4000 steps is chaotic,
-    # and another thread count sums in another order
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one CPU thread: the arithmetic the thresholds were measured with (a 4000-step run is chaotic, and another thread
+# count sums in another order)
+pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,13 +26,8 @@ from modules.util.synthetic_data import render_clip
 from tests.conftest import REPO_ROOT, train_config_dict
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and two threads on a busy 2-core machine wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny models gain nothing from threads, and two threads on a busy 2-core machine wait on each other
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_trainer(model_dir, data_dir, work, **overrides) -> GenericTrainer:
