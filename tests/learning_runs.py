@@ -33,10 +33,19 @@ def train(config: dict):
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
 
-    trainer = GenericTrainer(TrainConfig.from_dict(config))
-    trainer.start()
-    trainer.train()
-    trainer.end()
+    import torch
+
+    # one CPU thread, as the thresholds were measured: a 4000-step run is chaotic, another thread count sums in
+    # another order (the runs are session fixtures, set up before the tests' own one-thread fixture)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer = GenericTrainer(TrainConfig.from_dict(config))
+        trainer.start()
+        trainer.train()
+        trainer.end()
+    finally:
+        torch.set_num_threads(threads)
     return trainer
 
 
