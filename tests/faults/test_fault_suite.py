@@ -26,8 +26,11 @@ from modules.util.synthetic_data import render_clip
 from tests.conftest import REPO_ROOT, train_config_dict
 
 
-# tiny models gain nothing from threads, and two threads on a busy 2-core machine wait on each other
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+@pytest.fixture(scope="module", autouse=True)
+def one_thread(one_torch_thread):
+    """Tiny models gain nothing from threads, and two threads on a busy 2-core machine wait on each other (other
+    test modules import this autouse fixture)."""
+    yield
 
 
 def make_trainer(model_dir, data_dir, work, **overrides) -> GenericTrainer:
