@@ -249,6 +249,12 @@ def e2v_shows(frames: np.ndarray, colour: str) -> bool:
     return given >= 0.02 and all(coverage(frames, other) < 0.2 * given for other in E2V_COLOURS if other != colour)
 
 
+def e2v_element_rate(model, element: Path, colour: str) -> float:
+    """`e2v_rate` of the project's own sampler given `element` as the subject."""
+    return e2v_rate(lambda seed: sample(model, E2V_CAPTION, seed, elements=[str(element)], frames=E2V_SAMPLE_FRAMES),
+                    colour)
+
+
 def e2v_rate(generate, colour: str) -> float:
     """Fraction of SEEDS whose video (`generate(seed)`, the reference frames already dropped) shows `colour` only."""
     return float(np.mean([e2v_shows(generate(seed), colour) for seed in SEEDS]))

@@ -145,12 +145,11 @@ def test_e2v_the_element_decides_which_shape_appears(e2v_learned):
     # subject element: only the element tells the colour. metric: fraction of 5 seeds whose video (reference
     # frames dropped) shows the held-out element's colour (>= 2 % of pixels) while the trained colours not given
     # stay absent (each under a fifth of the given colour's pixels); threshold 0.8 for every held-out element
-    from tests.learning_runs import E2V_CAPTION, E2V_HELD_OUT, E2V_SAMPLE_FRAMES, e2v_rate, sample
+    from tests.learning_runs import E2V_HELD_OUT, e2v_element_rate
 
     _, run, elements = e2v_learned
     for (colour, _), element in zip(E2V_HELD_OUT, elements):
-        rate = e2v_rate(lambda seed: sample(run.model, E2V_CAPTION, seed, elements=[str(element)],
-                                            frames=E2V_SAMPLE_FRAMES), colour)
+        rate = e2v_element_rate(run.model, element, colour)
         assert rate >= 0.8, f"{colour} element: {rate:.0%} of seeds show it alone"
 
 

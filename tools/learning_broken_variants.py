@@ -62,6 +62,10 @@ def swapped_experts():
                    original(self, expert, experts))
 
 
+def report(what: str, rate: float) -> None:
+    print(f"{what} {rate:.2f} (test threshold >= 0.80: {'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+
+
 def run_flip(work: Path) -> None:
     from modules.util.tiny_model import write_tiny_model
     from tests.learning_runs import T2V_MOTIFS, match_rate, sample, t2v_run
@@ -70,9 +74,8 @@ def run_flip(work: Path) -> None:
     with flipped_target():
         model = t2v_run(base, work / "t2v-flip").model
     for motif in T2V_MOTIFS:
-        rate = match_rate(lambda prompt, seed: sample(model, prompt, seed), motif)
-        print(f"flip: T2V '{motif.prompt}' match rate {rate:.2f} (test threshold >= 0.80: "
-              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+        report(f"flip: T2V '{motif.prompt}' match rate", match_rate(lambda prompt, seed: sample(model, prompt, seed),
+                                                                    motif))
 
 
 def run_drop(work: Path) -> None:
@@ -84,24 +87,19 @@ def run_drop(work: Path) -> None:
         model = i2v_run(base, work / "i2v-drop")
     for i, first in enumerate(I2V_FIRST_FRAMES):
         rate = i2v_rate(model, first, first.write(work / f"first-{i}.png"))
-        print(f"drop: I2V first frame {first} follow rate {rate:.2f} (test threshold >= 0.80: "
-              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+        report(f"drop: I2V first frame {first} follow rate", rate)
 
 
 def run_drop_e2v(work: Path) -> None:
     from modules.util.tiny_model import write_tiny_model
-    from tests.learning_runs import (E2V_CAPTION, E2V_HELD_OUT, E2V_SAMPLE_FRAMES, e2v_rate, e2v_run, sample,
-                                     write_element)
+    from tests.learning_runs import E2V_HELD_OUT, e2v_element_rate, e2v_run, write_element
 
     base = write_tiny_model("i2v", work / "e2v-base", trained_vae=True)
     with dropped_references():
         model = e2v_run(base, work / "e2v-drop").model
     for i, (colour, centre) in enumerate(E2V_HELD_OUT):
-        element = str(write_element(work / f"element-{i}.png", colour, centre))
-        rate = e2v_rate(lambda seed: sample(model, E2V_CAPTION, seed, elements=[element], frames=E2V_SAMPLE_FRAMES),
-                        colour)
-        print(f"drop-e2v: E2V {colour} element rate {rate:.2f} (test threshold >= 0.80: "
-              f"{'PASSES' if rate >= 0.8 else 'fails'})", flush=True)
+        element = write_element(work / f"element-{i}.png", colour, centre)
+        report(f"drop-e2v: E2V {colour} element rate", e2v_element_rate(model, element, colour))
 
 
 def run_swap(work: Path) -> None:
