@@ -128,42 +128,80 @@ def i2v_rate(model, first: FirstFrame, image: Path) -> float:
 
 # --- A14B: two experts, each trained on its own noise range ---------------------------------------------------
 
+#: The tiny A14B's expert switch in these runs (its model_index.json `boundary_ratio`; the variant's own is 0.875).
+#: A 48 px motif is decided at lower noise than a 720p video: at 0.875 the low-noise expert (trained on σ < 0.875)
+#: generates the whole motif alone (measured: both experts 0.9, it alone 1.0); at 0.64 (the real T2V A14B's share
+#: of high-noise steps: 8 of 12 under the tiny shift 3, 26 of 40 under its shift 12) it still often does (0.5, 0.9,
+#: 0.7 over three training seeds). At 0.5 (10 of 12 steps high-noise) each expert alone fails on all three seeds:
+#: the high-noise one gives colour and motion but rounds the square (0.6, 0.5, 0.5), the low-noise one loses the
+#: colour (0.1, 0.0, 0.0), both experts 1.0.
+A14B_BOUNDARY = 0.5
+A14B_MIN_SCORE = 0.8  # both experts
+A14B_MARGIN = 0.3  # both experts above each one alone
 
-def a14b_run(tiny_variant_dir: Path, work: Path, **overrides):
+
+def write_a14b_base(folder: Path) -> Path:
+    """The tiny A14B with the trained VAE, its experts switching at A14B_BOUNDARY."""
+    import json
+
+    from modules.util.tiny_model import write_tiny_model
+
+    base = write_tiny_model("a14b", folder, trained_vae=True)
+    index_file = base / "model_index.json"
+    index = json.loads(index_file.read_text(encoding="utf-8"))
+    index["boundary_ratio"] = A14B_BOUNDARY
+    index_file.write_text(json.dumps(index, indent=2), encoding="utf-8")
+    return base
+
+
+def a14b_run(base: Path, work: Path, **overrides):
     """Both experts trained on the T2V motifs, 3000 steps each (each learns only its own noise range); returns
     the trained model."""
     data = write_motif_dataset(work / "data", list(T2V_MOTIFS), clips_per_motif=6, frames=FRAMES, height=SIZE,
                                width=SIZE, seed=1)
     values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 6000, **overrides}
-    return train(learning_config(tiny_variant_dir, data, work, **values)).model
+    return train(learning_config(base, data, work, **values)).model
 
 
-def with_expert_from(model, base: Path, expert: int):
-    """A context: `model` with expert `expert` (0 high noise, 1 low noise) put back to its untrained weights."""
+def expert_alone(model, expert: int):
+    """A context: `model` sampling with expert `expert` (0 high noise, 1 low noise) at every step."""
     import contextlib
 
-    import torch
-    from diffusers import WanTransformer3DModel
-
     @contextlib.contextmanager
-    def swapped():
-        transformer = model.transformers()[expert]
-        trained = {k: v.clone() for k, v in transformer.state_dict().items()}
-        untrained = WanTransformer3DModel.from_pretrained(base / ("transformer", "transformer_2")[expert])
-        with torch.no_grad():
-            transformer.load_state_dict(untrained.state_dict())
+    def alone():
+        both = model.transformer, model.transformer_2
+        model.transformer = model.transformer_2 = both[expert]
         try:
             yield model
         finally:
-            with torch.no_grad():
-                transformer.load_state_dict(trained)
+            model.transformer, model.transformer_2 = both
 
-    return swapped()
+    return alone()
 
 
 def t2v_score(model) -> float:
     """Mean T2V match rate over both motifs (the A14B comparison's metric)."""
     return float(np.mean([match_rate(lambda prompt, seed: sample(model, prompt, seed), motif) for motif in T2V_MOTIFS]))
+
+
+@dataclass
+class ExpertScores:
+    both: float
+    high_alone: float
+    low_alone: float
+
+    @property
+    def both_beat_each_alone(self) -> bool:
+        return self.both >= A14B_MIN_SCORE and self.both >= max(self.high_alone, self.low_alone) + A14B_MARGIN
+
+
+def a14b_scores(model) -> ExpertScores:
+    """t2v_score sampling with both experts, with the high-noise one alone and with the low-noise one alone."""
+    with expert_alone(model, 0):
+        high = t2v_score(model)
+    with expert_alone(model, 1):
+        low = t2v_score(model)
+    return ExpertScores(t2v_score(model), high, low)
 
 
 # --- E2V (A2 layout): the element image decides which shape appears -------------------------------------------
