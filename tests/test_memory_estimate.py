@@ -147,3 +147,36 @@ def test_the_gui_and_the_script_show_autos_plan_and_both_phases(tmp_path):
                              str(config), "--gpu-gib", "24", "--json"], capture_output=True, text=True, timeout=120)
     report = json.loads(result.stdout)
     assert report["fits"] and report["memory_plan"]["fp8_base_weights"] is True
+
+
+def _e2v_dataset(path, elements: int):
+    names = ("subject", "object", "background")[:elements]
+    dataset = {"datasets": [{"data_root": str(path.parent), "target_resolution": [480, 832], "max_frames": 81,
+                             "elements": [{"name": n, "suffixes": [f"_{n}.png"], "vae": {"repeat": 1, "position": i}}
+                                          for i, n in enumerate(names)]}]}
+    path.write_text(json.dumps(dataset))
+    return str(path)
+
+
+@pytest.mark.parametrize("layout, class_name, extra", [
+    ("skyreels_v3", "WanTransformer3DModel", 4),  # SkyReels-V3: 4 slots after the video, empty ones zero
+    ("a2", "WanVACETransformer3DModel", 3),  # VACE: one leading latent frame per element (3 here)
+    ("a2", "WanTransformer3DModel", 0),  # A2: the references sit inside the clip's 81 frames
+])
+def test_an_e2v_run_counts_the_reference_latent_frames_beside_the_video(tmp_path, layout, class_name, extra):
+    from modules.util.config.e2v_dataset_config import with_dataset_shapes
+
+    folder = write_config_folder(tmp_path / "wan", {**TRANSFORMER_1_3B, "_class_name": class_name})
+    common = {"base_model_name": str(folder), "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"}
+    e2v = with_dataset_shapes(TrainConfig.from_dict({
+        **common, "dataset_config": _e2v_dataset(tmp_path / "e2v.json", 3), "e2v": {"reference_layout": layout}}))
+    plain = TrainConfig.from_dict({**common, "resolution": [480, 832], "frames": 81})
+    per_frame = TOKENS_832x480x81 // 21
+    inputs = estimate(e2v).phases["training"]["activations.block_inputs"]
+    assert inputs == pytest.approx((21 + extra) * per_frame * 1536 * 2 * 30 / GIB)
+    # the activations are those of a plain clip with as many more latent frames (the per-token model is the same);
+    # the VAE still encodes the 81-frame video
+    longer = TrainConfig.from_dict({**common, "resolution": [480, 832], "frames": 81 + 4 * extra})
+    assert estimate(e2v).phases["training"]["activations.one_block"] == pytest.approx(
+        estimate(longer).phases["training"]["activations.one_block"])
+    assert estimate(e2v).phases["caching"]["vae_encode"] == estimate(plain).phases["caching"]["vae_encode"]

@@ -12,7 +12,9 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
   2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
   x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
-  bucket, times the batch size.
+  bucket, times the batch size; an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
+  VACE base's one per element) count as frames. Not counted: a VACE transformer's own blocks' activations on its
+  control context (not measured).
 The peak is the larger phase. It is a model, not a measurement: it leaves out allocator fragmentation and
 CUDA's own context (about 0.5 GiB), which `headroom_gib` stands for.
 """
@@ -151,13 +153,32 @@ def _adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
 
 def largest_tokens(transformer: dict, vae: dict, train: TrainConfig) -> tuple[int, int, int, int]:
     """(tokens, latent frames, pixel height, pixel width) of the largest bucket: the longest window at the
-    largest resolution (aspect buckets keep the area)."""
+    largest resolution (aspect buckets keep the area). The tokens count the reference latent frames an E2V run
+    adds beside the video's (`appended_latent_frames`); the latent frames are the video's (what the VAE encodes)."""
     spatial = 16 if vae.get("z_dim", 16) == 48 else 8
     _, ph, pw = transformer.get("patch_size", [1, 2, 2])
     frames = max(frame_lengths(train.frames))
     height, width = max(resolutions(train.resolution), key=lambda r: r[0] * r[1])
     latent_frames = (frames - 1) // 4 + 1
-    return latent_frames * (height // spatial // ph) * (width // spatial // pw), latent_frames, height, width
+    per_frame = (height // spatial // ph) * (width // spatial // pw)
+    return (latent_frames + appended_latent_frames(transformer, train)) * per_frame, latent_frames, height, width
+
+
+def appended_latent_frames(transformer: dict, train: TrainConfig) -> int:
+    """Latent frames an E2V run puts beside the video's in every step (docs/e2v.md): SkyReels-V3's reference slots
+    after them (always SKYREELS_V3_SLOTS, empty ones zero), or on a VACE base one leading frame per reference image
+    (the most elements any dataset of the E2V JSON has). A2's references sit inside the clip's frames: none."""
+    from modules.model.layout_frames import SKYREELS_V3_SLOTS
+    from modules.model.vace_e2v import is_vace_class
+    from modules.util.config.e2v_dataset_config import load_dataset_config
+
+    if not train.dataset_config:
+        return 0
+    if train.e2v.reference_layout == "skyreels_v3":
+        return SKYREELS_V3_SLOTS
+    if is_vace_class(str(transformer.get("_class_name", ""))):
+        return max((len(dataset.elements) for dataset in load_dataset_config(train.dataset_config).datasets), default=0)
+    return 0
 
 
 def _text_encoder_parameters(config: dict | None) -> int:
