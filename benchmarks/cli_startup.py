@@ -45,6 +45,8 @@ def main() -> None:
         bad.write_text(json.dumps({"base_model_name": "x", "epohcs": 1}))
         missing = Path(tmp) / "missing_model.json"
         missing.write_text(json.dumps({"base_model_name": str(Path(tmp) / "no such folder")}))
+        prompts = Path(tmp) / "prompts.txt"
+        prompts.write_text("a cat\n")
         commands = {
             "import torch": [python, "-c", "import torch"],
             "train.py --help": [python, "scripts/train.py", "--help"],
@@ -53,6 +55,8 @@ def main() -> None:
             "sample.py (bad output name)": [python, "scripts/sample.py", "--model", tmp, "--prompt", "a cat",
                                             "--output", "x.avi"],
             "sample.py --help": [python, "scripts/sample.py", "--help"],
+            "evaluate.py (bad --frames)": [python, "scripts/evaluate.py", "--model", tmp, "--prompts", str(prompts),
+                                           "--output", str(Path(tmp) / "report"), "--frames", "10"],
             "evaluate.py --help": [python, "scripts/evaluate.py", "--help"],
             "merge_lora.py --help": [python, "scripts/merge_lora.py", "--help"],
         }

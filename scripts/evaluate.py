@@ -67,19 +67,11 @@ def parse_args(argv: list[str] | None = None):
 
 def main() -> int:
     args = parse_args()
-    from modules.evaluation import encoders as enc
-    from modules.evaluation.report import write_report
-    from modules.evaluation.run import Encoders, Run, Settings, evaluate, read_prompts, write_metrics
-    from modules.model.detection import detect_variant
-    from modules.modelLoader.base_loras import sampling_stack
-    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
-    from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
+    from modules.evaluation.prompts import Settings, read_prompts
     from modules.util.errors import UserError
-    from modules.modelSaver.embedding_file import read_embedding
     from modules.util.path_checks import check_input_file, check_writable_folder
 
-    # every check that needs no weights, before any loads
+    # the prompts, settings and paths first, before torch imports (seconds) and any model loads (minutes)
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     prompts = read_prompts(args.prompts, args.elements, args.control_video, args.control_mask)
@@ -87,20 +79,32 @@ def main() -> int:
                         args.seeds, args.vace_scale, args.image_guidance_scale)
     for prompt in prompts:
         settings.sample(prompt, 0)
+    if args.embedding:
+        check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
+    trained_adds = bool(args.lora) or bool(args.embedding)  # the trained model is --model plus these
+    if args.compare_base and not trained_adds and not args.base_model:
+        raise UserError("--compare-base needs --lora or --embedding (the base is --model without them) or "
+                        "--base-model (for a full fine-tune)")
+    output = Path(args.output)
+    check_writable_folder("--output", str(output))
+
+    from modules.evaluation import encoders as enc
+    from modules.evaluation.report import write_report
+    from modules.evaluation.run import Encoders, Run, evaluate, write_metrics
+    from modules.model.detection import detect_variant
+    from modules.modelLoader.base_loras import sampling_stack
+    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+    from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
+    from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
+    from modules.modelSaver.embedding_file import read_embedding
+
+    # then the model folders and files, by their configs and headers: still no weights
     variant = detect_variant(args.model)
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     reference_layout = reference_layout_of(args.reference_layout, lora.metadata if lora else None)
-    if args.embedding:
-        check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
-    trained_adds = lora is not None or bool(args.embedding)  # the trained model is --model plus these
-    if args.compare_base and not trained_adds and not args.base_model:
-        raise UserError("--compare-base needs --lora or --embedding (the base is --model without them) or "
-                        "--base-model (for a full fine-tune)")
     if args.base_model:
         detect_variant(args.base_model)
-    output = Path(args.output)
-    check_writable_folder("--output", str(output))
     device = resolve_device(args.device)
 
     encoders = Encoders()

@@ -121,3 +121,21 @@ def test_a_sample_option_error_is_answered_without_torch(tmp_path, args, named):
     """sample.py checks the sample's values and the output format before importing the model code."""
     report, output = probe("sample.py", "--model", str(tmp_path), "--prompt", "a cat", *args)
     assert report == {"code": 1, "imported": []} and named in output, output
+
+
+@pytest.mark.parametrize(("case", "named"), [
+    ("no_prompts_file", "--prompts"), ("bad_frames", "--frames"), ("bad_seeds", "--seeds"),
+    ("compare_base_alone", "--compare-base"), ("missing_embedding", "--embedding"),
+])
+def test_an_evaluate_option_error_is_answered_without_torch(tmp_path, case, named):
+    """evaluate.py checks its prompts file, sample settings and paths before importing the model code."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\n")
+    args = {"no_prompts_file": ["--prompts", str(tmp_path / "missing.txt")],
+            "bad_frames": ["--prompts", str(prompts), "--frames", "10"],
+            "bad_seeds": ["--prompts", str(prompts), "--seeds", "0"],
+            "compare_base_alone": ["--prompts", str(prompts), "--compare-base"],
+            "missing_embedding": ["--prompts", str(prompts), "--embedding", str(tmp_path / "sks.safetensors")]}[case]
+    report, output = probe("evaluate.py", "--model", str(tmp_path), "--output", str(tmp_path / "report"), *args)
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert report == {"code": 1, "imported": []} and len(errors) == 1 and named in errors[0], output

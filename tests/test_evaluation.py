@@ -95,7 +95,7 @@ def test_measure_skips_text_alignment_with_a_note_without_a_clip_model(tmp_path)
 
 
 def test_prompt_files_are_checked_before_any_model_loads(tmp_path):
-    from modules.evaluation.run import read_prompts
+    from modules.evaluation.prompts import read_prompts
     from modules.util.errors import UserError
 
     listed = tmp_path / "prompts.json"
