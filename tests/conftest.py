@@ -12,15 +12,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def one_torch_thread():
+@pytest.fixture(scope="module", name="one_torch_thread")
+def one_torch_thread_for_the_module():
     """torch on one CPU thread for a module's tests, the previous count restored after."""
-    import torch
+    from tests.torch_threads import one_torch_thread
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="session")

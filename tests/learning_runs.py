@@ -4,6 +4,7 @@ own trainer on clips of coloured shapes, then sampled with the project's own sam
 masks and centroids (modules/util/shape_clips.py)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +34,15 @@ def train(config: dict):
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
 
-    import torch
+    from tests.torch_threads import one_torch_thread
 
     # one CPU thread, as the thresholds were measured: a 4000-step run is chaotic, another thread count sums in
     # another order (the runs are session fixtures, set up before the tests' own one-thread fixture)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         trainer = GenericTrainer(TrainConfig.from_dict(config))
         trainer.start()
         trainer.train()
         trainer.end()
-    finally:
-        torch.set_num_threads(threads)
     return trainer
 
 
@@ -163,20 +160,15 @@ def a14b_run(base: Path, work: Path, **overrides):
     return train(learning_config(base, data, work, **values)).model
 
 
+@contextlib.contextmanager
 def expert_alone(model, expert: int):
-    """A context: `model` sampling with expert `expert` (0 high noise, 1 low noise) at every step."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def alone():
-        both = model.transformer, model.transformer_2
-        model.transformer = model.transformer_2 = both[expert]
-        try:
-            yield model
-        finally:
-            model.transformer, model.transformer_2 = both
-
-    return alone()
+    """`model` sampling with expert `expert` (0 high noise, 1 low noise) at every step."""
+    both = model.transformer, model.transformer_2
+    model.transformer = model.transformer_2 = both[expert]
+    try:
+        yield model
+    finally:
+        model.transformer, model.transformer_2 = both
 
 
 def t2v_score(model) -> float:

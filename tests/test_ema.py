@@ -11,6 +11,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import TrainConfig
 from tests.conftest import stop_and_resume, train_config_dict
+from tests.torch_threads import one_torch_thread
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 DECAY = 0.8
@@ -107,15 +108,11 @@ def test_sigkill_then_resume_with_ema_equals_an_uninterrupted_run(tiny_model, vi
     from tests.faults.test_kill_and_resume import make_trainer as make_run
 
     options = {**RUN, "ema": "CPU", "ema_decay": DECAY}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the subprocesses run
-    try:
+    with one_torch_thread():  # as the subprocesses run
         reference = make_run(tiny_model("t2v"), video_dataset, tmp_path / "reference", **options)
         reference.start()
         reference.train()
         (expected,) = reference.end()
-    finally:
-        torch.set_num_threads(threads)
     run = Run(tiny_model("t2v"), video_dataset, tmp_path / "killed", cache_dir=reference.config.cache_dir,
               ema="CPU", ema_decay=DECAY)
     try:

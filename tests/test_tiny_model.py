@@ -17,6 +17,7 @@ from PIL import Image
 
 
 from tests.conftest import REPO_ROOT
+from tests.torch_threads import one_torch_thread
 from modules.util.errors import UserError
 from modules.util.tiny_model import (
     CLIP_HIDDEN_SIZE,
@@ -48,10 +49,8 @@ EXPECTED = {
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """These models are tiny: one intra-op thread is faster, and far faster on a busy 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():
+        yield
 
 
 def _count_calls(module: torch.nn.Module, counts: dict[str, int], name: str) -> None:

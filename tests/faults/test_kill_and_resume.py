@@ -24,6 +24,7 @@ from modules.trainer.backup import list_backups, read_backup
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
+from tests.torch_threads import one_torch_thread
 
 RUNNER = Path(__file__).with_name("_faulty_train.py")
 # 3 clips, batch 1: 3 steps an epoch, 9 in all, a backup after every step (the last 3 kept).
@@ -118,15 +119,11 @@ class Reference:
 def reference(tiny_model, video_dataset, tmp_path_factory) -> Reference:
     """The same config run uninterrupted, in-process: on the CPU only the thread count could make a difference,
     so it uses one thread like the subprocesses (one thread each also keeps them fast on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         trainer = make_trainer(tiny_model("t2v"), video_dataset, tmp_path_factory.mktemp("reference"), **RUN)
         trainer.start()
         trainer.train()
         (path,) = trainer.end()
-    finally:
-        torch.set_num_threads(threads)
     trainable = {k: v.detach().clone() for k, v in trainer.setup.trainable_state().items()}
     return Reference(lora_tensors(path), trainable, path, trainer.config.cache_dir)
 
