@@ -84,8 +84,8 @@ def main() -> int:
     import torch
 
     from modules.modelLoader.WanModelLoader import WanModelLoader
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.tiny_model import write_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="e2v-throughput-") as tmp:
         work = Path(tmp)

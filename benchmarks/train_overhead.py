@@ -27,7 +27,7 @@ def make_small_model(folder: Path) -> Path:
     import torch
     from diffusers import WanTransformer3DModel
 
-    from modules.util.tiny_model import TEXT_DIM, write_tiny_model
+    from modules.synthetic.tiny_model import TEXT_DIM, write_tiny_model
 
     write_tiny_model("t2v", folder)
     torch.manual_seed(0)
@@ -117,7 +117,7 @@ def main() -> None:
 
     import torch
 
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     logging.disable(logging.INFO)
     torch.set_num_threads(2)

@@ -11,7 +11,7 @@ def window_rates(model, work: Path, clips: int = 4, frames: int = 161, size: int
     from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
     from modules.dataLoader.pipeline.module import ItemContext, run_module
     from modules.util.config.train_config import TrainConfig
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(work / "clips", count=clips, frames=frames, height=size, width=size)
     result = {"clips": clips, "clip_frames": frames, "size": size, "window_frames": 17}

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from _bootstrap import REPO_ROOT, OneLineArgumentParser, run_main
 
-from modules.util.shapes_training import STEPS as SHAPES_STEPS  # (a plain dict module: --help stays instant)
+from modules.synthetic.shapes_training import STEPS as SHAPES_STEPS  # (a plain dict module: --help stays instant)
 
 
 def e2v_setup(folder: Path, steps: int) -> tuple[dict, list[str]]:
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     data = folder / "e2v-data"
     held_out = folder / "e2v-held-out"
@@ -38,7 +38,7 @@ def e2v_setup(folder: Path, steps: int) -> tuple[dict, list[str]]:
 
 
 def plain_setup(folder: Path, steps: int, variant: str) -> dict:
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(folder / "data", count=6, frames=17, height=64, width=64)
     size = 64 if variant == "ti2v" else 32  # TI2V's VAE compresses 16x spatially
@@ -58,8 +58,8 @@ def plain_setup(folder: Path, steps: int, variant: str) -> dict:
 
 
 def shapes_setup(folder: Path, steps: int) -> dict:
-    from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, write_motif_dataset
-    from modules.util.shapes_training import FRAMES, RECIPE, SIZE
+    from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, write_motif_dataset
+    from modules.synthetic.shapes_training import FRAMES, RECIPE, SIZE
 
     data = folder / "shapes-data"
     if not (data / "011.txt").is_file():
@@ -76,8 +76,8 @@ def shapes_verdict(model, strip: Path | None) -> None:
 
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
-    from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, SQUARE_CORNER_RATIO, matches, measure
-    from modules.util.shapes_training import FRAMES, SIZE
+    from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, SQUARE_CORNER_RATIO, matches, measure
+    from modules.synthetic.shapes_training import FRAMES, SIZE
 
     sampler = WanModelSampler(model)
     rows = []
@@ -124,7 +124,7 @@ def main() -> int:
 
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.loading import load_train_config
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     variant = args.variant or ("t2v" if args.plain or shapes else "i2v")
     name = "t2v-shapes" if shapes else f"{variant}-plain" if args.plain else f"{variant}-e2v"

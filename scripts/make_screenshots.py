@@ -4,7 +4,7 @@
     python scripts/make_screenshots.py [--output docs/images] [--workdir DIR] [--steps 40]
 
 It builds a demo in --workdir (a temporary folder unless given): a tiny random Wan I2V model
-(modules/util/tiny_model.py, as scripts/make_tiny_model.py writes it), an E2V dataset of synthetic clips and
+(modules/synthetic/tiny_model.py, as scripts/make_tiny_model.py writes it), an E2V dataset of synthetic clips and
 element images (numpy / opencv) with a held-out VALIDATION dataset, and a config that trains an E2V LoRA on
 them, samples every 10 steps and measures the validation loss every 5.
 Then it opens the window (TrainUI), loads that config as *Load config…* does, presses Start and lets the run
@@ -69,8 +69,8 @@ def start_xvfb() -> subprocess.Popen:
 def build_demo(root: Path, steps: int) -> Path:
     """The demo folder (model, dataset, dataset JSON, config); returns the config's path. Paths inside are
     relative to `root`, where the window runs."""
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.tiny_model import write_tiny_model
 
     model = root / "models" / "wan-tiny-i2v"
     if not (model / "model_index.json").is_file():

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from modules.util.errors import UserError
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     try:
         path = write_tiny_model(args.variant, args.output, seed=args.seed, trained_vae=args.trained_vae)

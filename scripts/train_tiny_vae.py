@@ -11,7 +11,7 @@ from _bootstrap import OneLineArgumentParser, run_main
 
 
 def main() -> int:
-    from modules.util.tiny_vae import FIXTURE, held_out_psnr, save_fixture, train_tiny_vae
+    from modules.synthetic.tiny_vae import FIXTURE, held_out_psnr, save_fixture, train_tiny_vae
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)

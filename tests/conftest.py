@@ -24,7 +24,7 @@ def one_torch_thread_for_the_module():
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """tiny_model("t2v") -> Path of a tiny diffusers folder of that variant (cached for the session)."""
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     made: dict[str, Path] = {}
 
@@ -39,7 +39,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def video_dataset(tmp_path_factory) -> Path:
     """Three 17-frame 64x64 mp4 clips at 16 fps with captions."""
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     return write_video_dataset(tmp_path_factory.mktemp("videos"), count=3, frames=17, height=64, width=64)
 
@@ -62,7 +62,7 @@ def e2v_on_t2v_config(tiny_model, work: Path, **overrides) -> dict:
     a two-sample element dataset written under `work`."""
     import json
 
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     data = write_e2v_dataset(work / "data", count=2, frames=17, height=32, width=32)
     dataset = work / "dataset.json"

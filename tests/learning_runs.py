@@ -1,7 +1,7 @@
 """Training runs of the learning tests (tests/test_learning.py) and of tools/learning_broken_variants.py:
-a tiny Wan with the trained VAE (modules/util/tiny_vae.py), fully fine-tuned from scratch with the project's
+a tiny Wan with the trained VAE (modules/synthetic/tiny_vae.py), fully fine-tuned from scratch with the project's
 own trainer on clips of coloured shapes, then sampled with the project's own sampler and measured with colour
-masks and centroids (modules/util/shape_clips.py)."""
+masks and centroids (modules/synthetic/shape_clips.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.util.shapes_training import FRAMES, RECIPE, SIZE
+from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
+from modules.synthetic.shapes_training import FRAMES, RECIPE, SIZE
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
 
 
 def learning_config(model: Path, data: Path, work: Path, **overrides) -> dict:
-    """The shapes recipe (modules/util/shapes_training.py: a full fine-tune from scratch) on `data`."""
+    """The shapes recipe (modules/synthetic/shapes_training.py: a full fine-tune from scratch) on `data`."""
     config = {
         **RECIPE, "base_model_name": str(model), "concepts": [{"path": str(data)}],
         "tensorboard": False, "sample_at_end": False,
@@ -96,7 +96,7 @@ class FirstFrame:
     def write(self, path: Path) -> Path:
         from PIL import Image
 
-        from modules.util.shape_clips import directed_motion, render
+        from modules.synthetic.shape_clips import directed_motion, render
 
         motion = directed_motion("circle", self.colour, "right", np.random.default_rng(0), SIZE, SIZE, FRAMES,
                                  start=self.start)
@@ -111,7 +111,7 @@ I2V_FIRST_FRAMES = (FirstFrame("green", (12.0, 13.0)), FirstFrame("red", (14.0, 
 def i2v_follows(frames: np.ndarray, first: FirstFrame) -> bool:
     """The first frame's colour shows in the generated frames (>= 2 % of pixels, twice any other colour), the
     centroid of frame 1 lies within 8 px of the start, and it moves right (> 0.3 px/frame)."""
-    from modules.util.shape_clips import centroids, measure
+    from modules.synthetic.shape_clips import centroids, measure
 
     verdict = measure(frames[1:], Motif("circle", first.colour, "right"))
     path = centroids(frames[1:2], first.colour)[0]
@@ -141,7 +141,7 @@ def write_a14b_base(folder: Path) -> Path:
     """The tiny A14B with the trained VAE, its experts switching at A14B_BOUNDARY."""
     import json
 
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     base = write_tiny_model("a14b", folder, trained_vae=True)
     index_file = base / "model_index.json"
@@ -211,7 +211,7 @@ def write_element(path: Path, colour: str, centre: tuple[float, float] = (SIZE /
     frames came out pale, under the colour masks' tolerance.)"""
     from PIL import Image
 
-    from modules.util.shape_clips import COLOURS, MOTIF_RADIUS, ShapeMotion, render
+    from modules.synthetic.shape_clips import COLOURS, MOTIF_RADIUS, ShapeMotion, render
 
     still = ShapeMotion("circle", COLOURS[colour], centre, (0.0, 0.0), MOTIF_RADIUS * SIZE)
     Image.fromarray(render(still, 1, SIZE, SIZE)[0]).save(path)
@@ -223,7 +223,7 @@ def write_e2v_motif_dataset(folder: Path, clips_per_colour: int, seed: int) -> P
     `NNN_subject.png` (that circle on white, at a random place), and the dataset JSON beside the folder."""
     import json
 
-    from modules.util.shape_clips import Motif, directed_motion, render
+    from modules.synthetic.shape_clips import Motif, directed_motion, render
     from modules.util.video_write import write_video
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -273,7 +273,7 @@ def e2v_shows(frames: np.ndarray, colour: str) -> bool:
     """The element's colour shows (>= 2 % of pixels) and the trained colours it did not give are absent: each
     covers under a fifth of what the given colour covers. (Not zero: the tiny VAE fringes a red edge with ~2 %
     green pixels; another circle would cover about as much as the given one.)"""
-    from modules.util.shape_clips import coverage
+    from modules.synthetic.shape_clips import coverage
 
     given = coverage(frames, colour)
     return given >= 0.02 and all(coverage(frames, other) < 0.2 * given for other in E2V_COLOURS if other != colour)

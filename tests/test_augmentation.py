@@ -51,7 +51,7 @@ def test_flip_mirrors_and_the_identity_draw_is_the_plain_crop():
 
 
 def test_cached_variants_differ_epochs_run_no_encoder_and_validation_is_not_augmented(tiny_model, tmp_path):
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     clips = write_video_dataset(tmp_path / "clips", count=1, frames=9, height=40, width=64)
     data = loader(tiny_model, clips, tmp_path / "cached", frames=9, random_crop=0.3, random_flip=True,

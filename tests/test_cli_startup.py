@@ -90,7 +90,7 @@ def test_an_e2v_dataset_error_is_answered_without_torch(tmp_path):
 
 def test_an_e2v_frame_budget_error_is_answered_without_torch(tmp_path):
     """The check of the layout's frame counts (docs/e2v.md §6) against the dataset's frames."""
-    from modules.util.synthetic_data import e2v_dataset_json
+    from modules.synthetic.synthetic_data import e2v_dataset_json
 
     dataset = tmp_path / "dataset.json"
     dataset.write_text(json.dumps(e2v_dataset_json(tmp_path, frames=9)))  # 9 reference frames need 13

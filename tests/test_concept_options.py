@@ -66,7 +66,7 @@ def test_prompt_sources(tiny_model, tmp_path):
     from modules.dataLoader.skips import SkipCounter
     from modules.trainer.preflight import check_paths
     from modules.util.errors import UserError
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
     from tests.conftest import train_config_dict
 
     folder = write_video_dataset(tmp_path / "clips", count=2, frames=9, height=32, width=32)

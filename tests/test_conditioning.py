@@ -203,7 +203,7 @@ def test_an_e2v_dataset_on_vace_feeds_the_context_the_sampler_builds(variant, ti
     from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
     from modules.modelSampler.e2v_sampling import E2VConditioning
     from modules.modelSampler.vace_sampling import build_vace_context
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
     from modules.util.video_write import write_video
     from tests.conftest import train_config_dict
 

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from modules.util.synthetic_data import write_video_dataset
+from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.test_frame_sampling import counting_clip
 

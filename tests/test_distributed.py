@@ -26,7 +26,7 @@ def train(args: list[str], config: dict, path) -> subprocess.CompletedProcess:
 
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_model, tmp_path):
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=4, frames=9, height=32, width=32)
     common = dict(epochs=2, backup_before_save=False)
@@ -48,7 +48,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_mo
 def test_an_embedding_trains_alike_on_two_gloo_processes_and_one(tiny_model, tmp_path, method):
     """The vectors are outside DDP's wrapper: their gradients are averaged by hand, with zeros from a rank whose
     rows hold no placeholder (two of the four captions hold it)."""
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=4, frames=9, height=32, width=32)
     for index in range(2):
@@ -92,7 +92,7 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
     sharded backup: the Ctrl-C test below.) Exercises
     sharded training (gradient accumulation, clipping, checkpointing), collective backups and resume,
     collective sampling and the gathered final save."""
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
     model = tiny_model("t2v")
@@ -140,7 +140,7 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
     forwards it once more. The ranks must stop after the same step, write one sharded backup together and
     exit; resuming it must give the weights of an uninterrupted run, bit for bit."""
     from modules.trainer.backup import list_backups
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
     model = tiny_model("t2v")
@@ -194,7 +194,7 @@ runpy.run_path({train!r}, run_name="__main__")
 def test_compiled_blocks_train_under_fsdp_as_the_eager_ones(tiny_model, tmp_path):
     """compile: true with data_parallel FSDP. Regression: fully_shard gives each block a subclass
     (FSDPWanTransformerBlock), which the by-name match missed, so nothing was compiled under FSDP."""
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
     wrapper = tmp_path / "train_aot_eager.py"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
 

@@ -23,7 +23,7 @@ from PIL import Image
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.step_inputs import StepRandom
 from modules.util.config.train_config import TrainConfig
-from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.test_e2v_layout import spec_crop, spec_pad
 
 F, H, W = 17, 32, 32  # 17 frames at 16 fps (the i2v variant's rate), 32x32

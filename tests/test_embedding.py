@@ -19,7 +19,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
-from modules.util.synthetic_data import write_video_dataset
+from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, stop_and_resume, train_config_dict
 
 PLACEHOLDER = "<sks>"

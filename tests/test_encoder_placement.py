@@ -73,7 +73,7 @@ def cache_files(root: Path) -> dict[str, tuple[dict, dict[str, bytes]]]:
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> Path:
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     return write_video_dataset(tmp_path_factory.mktemp("clips"), count=2, frames=9, height=32, width=32)
 
@@ -146,7 +146,7 @@ def test_outside_caching_use_moves_nothing(i2v, monkeypatch):
 def test_e2v_caching_runs_captions_then_vae_then_clip(i2v, tmp_path, monkeypatch):
     import json
 
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     root = write_e2v_dataset(tmp_path / "data", count=1, frames=17, height=32, width=32)
     dataset = tmp_path / "dataset.json"

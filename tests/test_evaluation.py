@@ -80,7 +80,7 @@ def test_an_element_pasted_into_frames_scores_higher_than_an_unrelated_image():
 def test_measure_skips_text_alignment_with_a_note_without_a_clip_model(tmp_path):
     from modules.evaluation.encoders import clip_model
     from modules.evaluation.run import Encoders, Prompt, measure
-    from modules.util.tiny_eval_models import write_tiny_clip
+    from modules.synthetic.tiny_eval_models import write_tiny_clip
 
     video, prompt = moving_square(), Prompt("a red square moving right")
     bare = Encoders()
@@ -123,7 +123,7 @@ def test_sample_metrics_need_tensorboard(tmp_path):
 
 def test_local_clip_and_dino_folders_embed_frames_and_text(tmp_path):
     from modules.evaluation.encoders import clip_model, dino_model
-    from modules.util.tiny_eval_models import write_tiny_clip, write_tiny_dino
+    from modules.synthetic.tiny_eval_models import write_tiny_clip, write_tiny_dino
 
     image, text = clip_model(write_tiny_clip(tmp_path / "clip"), torch.device("cpu"))
     dino = dino_model(write_tiny_dino(tmp_path / "dino"), torch.device("cpu"))
@@ -154,8 +154,8 @@ class _Links(HTMLParser):
 def test_evaluate_compare_base_writes_metrics_and_a_report_whose_files_exist(tiny_model, tmp_path):
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
-    from modules.util.synthetic_data import write_video_dataset
-    from modules.util.tiny_eval_models import write_tiny_clip, write_tiny_dino
+    from modules.synthetic.synthetic_data import write_video_dataset
+    from modules.synthetic.tiny_eval_models import write_tiny_clip, write_tiny_dino
 
     data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
     trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), data, tmp_path / "train",
@@ -216,7 +216,7 @@ def test_samples_during_training_log_their_metrics(tiny_model, tmp_path):
 
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
     first = tmp_path / "first.png"

@@ -124,7 +124,7 @@ def test_e2v_datasets_take_the_same_strategies_with_their_references_per_sample(
 
     from modules.dataLoader.frames import resize_and_crop, to_tensor
     from modules.dataLoader.video_io import read_video_frames
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     data = write_e2v_dataset(tmp_path / "data", count=2, frames=41, height=32, width=32)
     dataset = e2v_dataset_json(data, 32, 32, 17)  # F = 17: 12 frames for 9 reference frames, 5 of the video
@@ -153,7 +153,7 @@ def test_windows_balancing_and_augmentation_resume_bit_identically(tiny_model, t
     (seed, epoch, item) streams: a run stopped after step 3 and resumed ends with the uninterrupted run's weights."""
     import torch
 
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
     from tests.conftest import stop_and_resume
 
     clips = write_video_dataset(tmp_path / "clips", count=3, frames=21, height=32, width=32, seed=4)

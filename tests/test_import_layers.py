@@ -1,7 +1,8 @@
 """Imports point downward (docs/architecture.md): util, optimizer, adapter (their type names and options are part
 of the config) < model < dataLoader, modelSetup (which do not import
-each other) < modelSaver, modelLoader, modelSampler < trainer < ui. The test reads every module's imports,
-function-level ones included.
+each other) < modelSaver, modelLoader, modelSampler < trainer < ui < synthetic. The synthetic kit (tiny models,
+shape clips, the shapes recipe) sits above everything: tests, the demo and benchmarks import it, no product module
+may. The test reads every module's imports, function-level ones included.
 
 `PENDING` lists the upward imports that exist today, each with what removes it (issue #12, deliverable 6).
 A new upward import fails; so does an entry that no longer exists, so the list stays the true debt.
@@ -18,7 +19,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 
 LAYERS = {"util": 0, "optimizer": 0, "adapter": 0, "model": 1, "dataLoader": 2, "modelSetup": 2, "modelSaver": 3, "modelLoader": 3,
-          "modelSampler": 3, "trainer": 4, "evaluation": 4, "ui": 5}
+          "modelSampler": 3, "trainer": 4, "evaluation": 4, "ui": 5, "synthetic": 6}
 SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
 
 PENDING: dict[tuple[str, str], str] = {}  # (importing file, imported module): what removes it
@@ -55,6 +56,14 @@ def upward_imports(root: Path = REPO_ROOT) -> set[tuple[str, str]]:
 def test_no_new_upward_import():
     new = sorted(upward_imports() - set(PENDING))
     assert new == [], "imports pointing to a higher layer (move the shared code down instead)"
+
+
+def test_no_product_module_imports_the_synthetic_kit():
+    product = [(file, name) for file, name in upward_imports() if name.startswith("modules.synthetic")]
+    assert product == [], "the synthetic kit is for tests, the demo and benchmarks, not the product"
+    assert not (REPO_ROOT / "modules" / "util" / "tiny_model.py").exists()
+    assert {p.stem for p in (REPO_ROOT / "modules" / "synthetic").glob("*.py")} >= {
+        "tiny_model", "tiny_vae", "tiny_tokenizer", "shape_clips", "synthetic_data", "shapes_training", "tiny_eval_models"}
 
 
 def test_the_pending_list_is_the_true_debt():

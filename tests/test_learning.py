@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("o
 @pytest.fixture(scope="module", autouse=True)
 def _a_vae_that_reconstructs():
     # Measuring samples needs a VAE that draws what the latents say (tests/test_tiny_vae.py checks the same).
-    from modules.util.tiny_vae import load_fixture, held_out_psnr
+    from modules.synthetic.tiny_vae import load_fixture, held_out_psnr
 
     quality = held_out_psnr(load_fixture(), seed=4242, count=6, frames=FRAMES)
     if quality < 25.0:
@@ -30,7 +30,7 @@ def _a_vae_that_reconstructs():
 
 @pytest.fixture(scope="session")
 def t2v_learned(tmp_path_factory):
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     work = tmp_path_factory.mktemp("learning-t2v")
     return t2v_run(write_tiny_model("t2v", work / "base", trained_vae=True), work)
@@ -68,7 +68,7 @@ def test_t2v_the_exported_diffusers_folder_gives_the_same_verdict(t2v_learned):
 
 @pytest.fixture(scope="session")
 def i2v_learned(tmp_path_factory):
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     from tests.learning_runs import i2v_run
 
@@ -121,7 +121,7 @@ def test_a14b_the_exported_folder_gives_the_same_verdict_in_diffusers(a14b_learn
 def e2v_learned(request, tmp_path_factory):
     """E2V in A2's layout on an I2V base (dual: CLIP + VAE) and on a T2V base (expanded to the I2V layout; the
     VAE pathway, as the tiny T2V has no image encoder); each held-out element written once."""
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     from tests.learning_runs import E2V_HELD_OUT, e2v_run, write_element
 

@@ -13,7 +13,7 @@ from modules.dataLoader.masks import latent_grid_mask
 from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
-from modules.util.synthetic_data import write_video_dataset
+from modules.synthetic.synthetic_data import write_video_dataset
 from modules.util.video_write import write_video
 from tests.conftest import train_config_dict
 
@@ -126,7 +126,7 @@ def test_manifest_masks_and_old_configs(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("layout", ["separate", "joint"])
 def test_e2v_masks_cover_the_video_and_leave_the_references_to_their_own_rule(tiny_model, tmp_path, layout):
-    from modules.util.synthetic_data import write_e2v_dataset
+    from modules.synthetic.synthetic_data import write_e2v_dataset
     from tests.conftest import e2v_on_t2v_config
 
     config = e2v_on_t2v_config(tiny_model, tmp_path, masked_training=True, e2v={

@@ -156,7 +156,7 @@ def test_sharded_transformer_folders_are_written_and_read_like_save_pretrained(t
 
 def e2v_expanded_t2v_state(clip: bool = True) -> dict[str, torch.Tensor]:
     from modules.modelSetup.e2v_expansion import expand_transformer
-    from modules.util.tiny_model import VARIANTS, _transformer
+    from modules.synthetic.tiny_model import VARIANTS, _transformer
 
     return expand_transformer(_transformer(VARIANTS["t2v"]), 4, 32 if clip else None)[0].state_dict()
 
@@ -167,7 +167,7 @@ def test_original_names_round_trip_through_diffusers_converter(variant):
     state dict, for every variant's transformer and the E2V-expanded T2V one."""
     from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 
-    from modules.util.tiny_model import VARIANTS, _transformer
+    from modules.synthetic.tiny_model import VARIANTS, _transformer
 
     state = e2v_expanded_t2v_state() if variant == "e2v_t2v" else _transformer(VARIANTS[variant]).state_dict()
     original = {original_key(name): tensor for name, tensor in state.items()}
@@ -468,7 +468,7 @@ def test_e2v_fine_tune_of_a_t2v_base_is_exported_as_wan_i2v_too(tiny_model, tmp_
 
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.train_config import TrainConfig
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     data = write_e2v_dataset(tmp_path / "data", count=1, frames=17, height=32, width=32)
     dataset = tmp_path / "dataset.json"

@@ -29,7 +29,7 @@ from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
-from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 

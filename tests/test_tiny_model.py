@@ -1,4 +1,4 @@
-"""Tiny random Wan checkpoints (modules/util/tiny_model.py): diffusers loads them and generates with them."""
+"""Tiny random Wan checkpoints (modules/synthetic/tiny_model.py): diffusers loads them and generates with them."""
 from __future__ import annotations
 
 import filecmp
@@ -19,7 +19,7 @@ from PIL import Image
 from tests.conftest import REPO_ROOT
 from tests.torch_threads import one_torch_thread
 from modules.util.errors import UserError
-from modules.util.tiny_model import (
+from modules.synthetic.tiny_model import (
     CLIP_HIDDEN_SIZE,
     CLIP_NUM_TOKENS,
     MARKER_KEY,

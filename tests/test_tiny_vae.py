@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from modules.util.tiny_model import MARKER_KEY, TinyModelError, write_tiny_model
-from modules.util.tiny_vae import FIXTURE, held_out_psnr, load_fixture
+from modules.synthetic.tiny_model import MARKER_KEY, TinyModelError, write_tiny_model
+from modules.synthetic.tiny_vae import FIXTURE, held_out_psnr, load_fixture
 
 
 def test_the_fixture_is_small_and_safetensors_only():
@@ -43,8 +43,8 @@ def test_the_learning_metrics_read_the_vaes_reconstructions_right():
     import numpy as np
     import torch
 
-    from modules.util.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, directed_motion, matches, render
-    from modules.util.tiny_vae import reconstruct
+    from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, directed_motion, matches, render
+    from modules.synthetic.tiny_vae import reconstruct
 
     vae, rng = load_fixture(), np.random.default_rng(7)
     for motif in (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN):

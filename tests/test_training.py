@@ -201,7 +201,7 @@ def test_broken_and_short_files_are_skipped_and_counted(tiny_model, video_datase
 def test_jsonl_manifest_of_npz_clips_trains(tiny_model, tmp_path):
     import numpy as np
 
-    from modules.util.synthetic_data import render_clip
+    from modules.synthetic.synthetic_data import render_clip
 
     folder = tmp_path / "clips"
     folder.mkdir()
@@ -227,7 +227,7 @@ def test_training_on_a_folder_made_outside_the_project(video_dataset, tmp_path):
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
 
     tokenizer_dir = write_tiny_model("t2v", tmp_path / "donor") / "tokenizer"  # only the offline tokenizer
     torch.manual_seed(0)

@@ -51,7 +51,7 @@ def test_the_vace_context_is_the_one_diffusers_pipeline_builds(tiny_model):
 
 def vace_dataset(folder):
     """Two 17-frame clips, each with a control video (the clip's negative), the second with a mask too."""
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
     from modules.dataLoader.video_io import read_video_frames
 
     data = write_video_dataset(folder, count=2, frames=17, height=32, width=32)
@@ -157,7 +157,7 @@ def e2v_vace_config(tiny_model, work, **overrides) -> dict:
     import json
 
     from modules.dataLoader.video_io import read_video_frames
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 
     data = write_e2v_dataset(work / "data", count=2, frames=9, height=32, width=32, with_object=False)
     frames, _ = read_video_frames(data / "001.mp4")

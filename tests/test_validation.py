@@ -14,7 +14,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
-from modules.util.synthetic_data import write_video_dataset
+from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
 
 
@@ -157,7 +157,7 @@ def test_two_ranks_share_the_validation_and_report_what_one_process_reports(tiny
 
 
 def test_e2v_datasets_of_type_validation_are_measured_not_trained(tiny_model, tmp_path):
-    from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
     from tests.conftest import e2v_on_t2v_config
 
     config = e2v_on_t2v_config(tiny_model, tmp_path, validate_after=1, validate_after_unit="STEP", max_steps=2)

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
-from modules.util.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.conftest import train_config_dict
 
 

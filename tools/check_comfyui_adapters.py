@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diffusers import WanTransformer3DModel  # noqa: E402
 
 from modules.modelSaver.lora_formats import COMFY_LORA, extract_from_peft, to_state_dict  # noqa: E402
-from modules.util.tiny_model import write_tiny_model  # noqa: E402
+from modules.synthetic.tiny_model import write_tiny_model  # noqa: E402
 from tests.test_adapters import CODEC_CASES, injected, original_to_diffusers, peft_weight  # noqa: E402
 from tests.test_default_output import comfy_module_names  # noqa: E402
 

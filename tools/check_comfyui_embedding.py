@@ -28,7 +28,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from modules.model.text_embedding import WanModelEmbedding  # noqa: E402
 from modules.modelLoader.WanModelLoader import WanModelLoader  # noqa: E402
 from modules.modelSaver.embedding_file import read_embedding, save_embedding  # noqa: E402
-from modules.util.tiny_model import write_tiny_model  # noqa: E402
+from modules.synthetic.tiny_model import write_tiny_model  # noqa: E402
 from tools.check_comfyui_adapters import StubModules  # noqa: E402
 
 PROMPTS = [("a video of embedding:sks moving left", "a video of <sks> moving left"),

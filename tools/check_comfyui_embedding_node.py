@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from modules.model.text_embedding import WanModelEmbedding  # noqa: E402
 from modules.modelSaver.embedding_file import save_embedding  # noqa: E402
-from modules.util.tiny_tokenizer import _tokenizer_corpus  # noqa: E402
+from modules.synthetic.tiny_tokenizer import _tokenizer_corpus  # noqa: E402
 from tools.check_comfyui_adapters import StubModules  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -67,7 +67,7 @@ def report(what: str, rate: float) -> None:
 
 
 def run_flip(work: Path) -> None:
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
     from tests.learning_runs import T2V_MOTIFS, match_rate, sample, t2v_run
 
     base = write_tiny_model("t2v", work / "t2v-base", trained_vae=True)
@@ -79,7 +79,7 @@ def run_flip(work: Path) -> None:
 
 
 def run_drop(work: Path) -> None:
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
     from tests.learning_runs import I2V_FIRST_FRAMES, i2v_rate, i2v_run
 
     base = write_tiny_model("i2v", work / "i2v-base", trained_vae=True)
@@ -91,7 +91,7 @@ def run_drop(work: Path) -> None:
 
 
 def run_drop_e2v(work: Path) -> None:
-    from modules.util.tiny_model import write_tiny_model
+    from modules.synthetic.tiny_model import write_tiny_model
     from tests.learning_runs import E2V_HELD_OUT, e2v_element_rate, e2v_run, write_element
 
     base = write_tiny_model("i2v", work / "e2v-base", trained_vae=True)

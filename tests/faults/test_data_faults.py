@@ -30,7 +30,7 @@ from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
-from modules.util.synthetic_data import e2v_dataset_json, render_clip, write_e2v_dataset
+from modules.synthetic.synthetic_data import e2v_dataset_json, render_clip, write_e2v_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread here too)
 from tests.faults.test_fault_suite import all_finite, messages, png_bytes, write_messy_dataset

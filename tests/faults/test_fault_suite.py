@@ -22,7 +22,7 @@ from modules.dataLoader import cache as cache_module
 from modules.trainer.GenericTrainer import MAX_NONFINITE_STEPS, GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
-from modules.util.synthetic_data import render_clip
+from modules.synthetic.synthetic_data import render_clip
 from tests.conftest import REPO_ROOT, train_config_dict
 
 

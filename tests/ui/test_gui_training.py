@@ -16,7 +16,7 @@ from modules.ui.views.screenshots import pump_until as pump
 
 @pytest.fixture(scope="module")
 def tiny_videos(tmp_path_factory):
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     return write_video_dataset(tmp_path_factory.mktemp("gui-videos"), count=2, frames=9, height=32, width=32)
 

@@ -20,7 +20,7 @@ from tests.ui.test_gui_training import configure
 
 @pytest.fixture(scope="module")
 def tiny_videos(tmp_path_factory):
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     return write_video_dataset(tmp_path_factory.mktemp("viewer-videos"), count=2, frames=9, height=32, width=32)
 

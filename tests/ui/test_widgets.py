@@ -195,7 +195,7 @@ def test_each_sigma_distribution_shows_its_own_parameters(make_ui):
 
 
 def test_the_concepts_tab_counts_each_concepts_clips(make_ui, tiny_model, tmp_path):
-    from modules.util.synthetic_data import write_video_dataset
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     clips = write_video_dataset(tmp_path / "clips", count=2, frames=9, height=32, width=32)
     ui = make_ui()

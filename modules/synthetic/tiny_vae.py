@@ -1,5 +1,5 @@
 """A tiny Wan 2.1-layout VAE (`AutoencoderKLWan`, z_dim 16, 8x spatial / 4x temporal) trained to reconstruct
-the synthetic shape clips of `modules/util/shape_clips.py`, so that a tiny transformer trained on them makes
+the synthetic shape clips of `modules/synthetic/shape_clips.py`, so that a tiny transformer trained on them makes
 videos that can be measured (the learning tests, `demo.py --shapes`). The target is 25 dB PSNR on held-out
 clips; the committed one reaches 26.5 dB on the learning tests' held-out clips (9000 steps: tests/test_tiny_vae.py).
 
@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from modules.util.shape_clips import psnr, random_motion, render
+from modules.synthetic.shape_clips import psnr, random_motion, render
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Synthetic clips of one coloured shape moving in a straight line over a plain background, and the
 measurements the learning tests and the demo make on generated frames (colour masks, centroids, fill ratio).
 
-Used to train the tiny VAE (`modules/util/tiny_vae.py`, random shapes, colours, backgrounds and motions)
+Used to train the tiny VAE (`modules/synthetic/tiny_vae.py`, random shapes, colours, backgrounds and motions)
 and as the learning tests' datasets (a fixed shape/colour per prompt, random start positions).
 """
 from __future__ import annotations

@@ -53,7 +53,7 @@ _EXTRA_TEXT = [
 _ALPHABET = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"-()&/")
 
 
-# The captions of ``modules.util.synthetic_data`` ("a red circle moving left to right").
+# The captions of ``modules.synthetic.synthetic_data`` ("a red circle moving left to right").
 _SYNTHETIC_CAPTIONS = [
     f"a {colour} {shape} moving {motion}"
     for colour in ("red", "green", "blue", "yellow")

@@ -50,7 +50,7 @@ from typing import Any, Iterator
 import torch
 
 from modules.util.errors import UserError
-from modules.util.tiny_tokenizer import TOKENIZER_VOCAB_SIZE, build_tokenizer, save_tokenizer
+from modules.synthetic.tiny_tokenizer import TOKENIZER_VOCAB_SIZE, build_tokenizer, save_tokenizer
 
 __all__ = [
     "MARKER_KEY",
@@ -490,7 +490,7 @@ def _seeded(seed: int, offset: int) -> Iterator[None]:
 def write_tiny_model(variant: str, output_dir: str | Path, seed: int = 0, trained_vae: bool = False) -> Path:
     """Write a tiny random Wan checkpoint of ``variant`` to ``output_dir`` (diffusers layout).
 
-    ``trained_vae``: use the committed VAE trained on synthetic shape clips (``modules/util/tiny_vae.py``,
+    ``trained_vae``: use the committed VAE trained on synthetic shape clips (``modules/synthetic/tiny_vae.py``,
     Wan 2.1 layout only) and a random transformer of the learning size, so that what it learns can be seen.
 
     ``variant`` is one of ``t2v``, ``i2v``, ``ti2v``, ``a14b`` (alias ``a14b_t2v``), ``a14b_i2v``;
@@ -568,7 +568,7 @@ def _write_components_quiet(spec: TinyVariant, root: Path, seed: int, trained_va
         text_encoder.save_pretrained(str(root / "text_encoder"), safe_serialization=True)
 
         if trained_vae:
-            from modules.util.tiny_vae import load_fixture
+            from modules.synthetic.tiny_vae import load_fixture
 
             vae = load_fixture()
         else:
