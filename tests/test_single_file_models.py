@@ -267,7 +267,7 @@ def test_vit_h_config_is_derived_from_a_file_without_one(tiny_model, tmp_path):
 
 
 def test_a_folder_of_configs_and_the_tokenizer_is_enough(t2v, tiny_model, comfy_files, tmp_path):
-    """What the README lists: model_index.json, tokenizer/, scheduler/, transformer/ + vae/ config.json."""
+    """What docs/models.md lists: model_index.json, tokenizer/, scheduler/, transformer/ + vae/ config.json."""
     full, minimal = tiny_model("t2v"), tmp_path / "minimal"
     for part in ("model_index.json", "tokenizer", "scheduler", "transformer/config.json", "vae/config.json"):
         (minimal / part).parent.mkdir(parents=True, exist_ok=True)
