@@ -9,7 +9,7 @@ import time
 import pytest
 
 from modules.trainer.GenericTrainer import TrainingStopped
-from modules.ui.controllers.training_controller import IDLE, TrainingController, TrainState, format_duration
+from modules.ui.controllers.training_controller import IDLE, Event, TrainingController, TrainState, format_duration
 from modules.util.commands import TrainUpdate
 from modules.util.errors import UserError
 
@@ -120,3 +120,29 @@ def test_progress_texts():
     assert state.eta_text() == "ETA 1:02:05"
     assert format_duration(59.6) == "1:00"
     assert state.fraction == 0.3
+
+
+def test_a_new_message_replaces_the_one_before_during_a_run_too():
+    controller = TrainingController(lambda *a: FakeTrainer(*a))
+    controller.start(object())
+    try:
+        run_until(controller, lambda: controller.state.step >= 2)
+        controller.say("tensorboard serves http://127.0.0.1:6006/")  # an action's result while training
+        time.sleep(0.05)
+        controller.poll()  # more steps, each with the same "training" status: the message stays
+        assert controller.state.status == "tensorboard serves http://127.0.0.1:6006/"
+        controller.queue.put(Event("status", "sampling"))  # the run says something new: it replaces the message
+        controller.poll()
+        assert controller.state.status == "sampling"
+    finally:
+        controller.stop()
+        run_until(controller, lambda: not controller.running)
+
+
+def test_an_error_is_no_longer_shown_once_a_new_message_comes():
+    controller = TrainingController(lambda *a: FakeTrainer(*a, fail=UserError("config key 'x' is bad")))
+    controller.start(object())
+    run_until(controller, lambda: not controller.running)
+    assert controller.state.status_is_error and controller.state.status == "error: config key 'x' is bad"
+    controller.say("config exported to /tmp/config.json")
+    assert (controller.state.status, controller.state.status_is_error) == ("config exported to /tmp/config.json", False)

@@ -39,7 +39,8 @@ class TrainState:
     epochs: int = 0
     loss: float | None = None
     eta_seconds: float | None = None
-    status: str = "ready"
+    status: str = "ready"  # the newest message (the run's, or the last action's): it replaces the one before
+    status_is_error: bool = False
     outputs: list[str] = dataclasses.field(default_factory=list)
     backup_path: str = ""
     error: str = ""
@@ -94,12 +95,17 @@ class TrainingController:
         self.scalars = ScalarHistory()  # this run's logged values (the curves)
         self.gallery = SampleGallery()  # the samples in the workspace, this run's as they are written
         self.sample_requested = False  # "Sample now" was pressed: the view shows its result when it comes
+        self._update_status = ""  # the status the trainer's last update carried
 
     @property
     def running(self) -> bool:
         return self.state.running
 
     # --- Tk thread ---------------------------------------------------------------------------------
+    def say(self, text: str, error: bool = False) -> None:
+        """Replace the status line: the newest message wins, the one before it (an old error too) is gone."""
+        self.state.status, self.state.status_is_error = text, error
+
     def start(self, config: Any) -> None:
         """Start training `config` (a TrainConfig) on a worker thread."""
         if self.running:
@@ -108,6 +114,7 @@ class TrainingController:
         self.commands = TrainCommands()
         self.scalars.clear()
         self.sample_requested = False
+        self._update_status = ""
         workspace = getattr(config, "workspace_dir", "")
         if workspace:
             self.gallery.load_folder(samples_folder(workspace))
@@ -120,12 +127,12 @@ class TrainingController:
         if self.running and self.commands is not None:
             self.commands.stop()
             self.state.phase = STOPPING
-            self.state.status = "stopping after this step (a backup is written)"
+            self.say("stopping after this step (a backup is written)")
 
     def backup_now(self) -> bool:
         if self.running and self.commands is not None:
             self.commands.backup()
-            self.state.status = "a backup is written after this step"
+            self.say("a backup is written after this step")
             return True
         return False
 
@@ -133,7 +140,7 @@ class TrainingController:
         if self.running and self.commands is not None:
             self.commands.sample()
             self.sample_requested = True
-            self.state.status = "sampling after this step"
+            self.say("sampling after this step")
             return True
         return False
 
@@ -151,7 +158,7 @@ class TrainingController:
     def _apply(self, event: Event) -> None:
         state = self.state
         if event.kind == "status":
-            state.status = event.payload
+            self.say(event.payload)
         elif event.kind == "update":
             update: TrainUpdate = event.payload
             state.step, state.total_steps = update.global_step, update.total_steps
@@ -159,21 +166,23 @@ class TrainingController:
             state.loss, state.eta_seconds = update.loss, update.eta_seconds
             if state.phase == STARTING:
                 state.phase = TRAINING
-            if state.phase != STOPPING:
-                state.status = update.status
+            # Every step repeats its status: only a new one replaces the line (a message said since stays).
+            if state.phase != STOPPING and update.status != self._update_status:
+                self.say(update.status)
+            self._update_status = update.status
         elif event.kind == "scalar":
             self.scalars.add(*event.payload)
         elif event.kind == "sample":
             self.gallery.add(event.payload)
         elif event.kind == "finished":
             state.outputs = list(event.payload)
-            state.status = "done: " + ", ".join(state.outputs) if state.outputs else "done"
+            self.say("done: " + ", ".join(state.outputs) if state.outputs else "done")
         elif event.kind == "stopped":
             state.backup_path = event.payload
-            state.status = f"stopped; backup written to {event.payload} (resume with continue_last_backup)"
+            self.say(f"stopped; backup written to {event.payload} (resume with continue_last_backup)")
         elif event.kind == "error":
             state.error = event.payload
-            state.status = f"error: {event.payload}"
+            self.say(f"error: {event.payload}", error=True)
         elif event.kind == "done":
             state.phase = IDLE
             state.eta_seconds = None

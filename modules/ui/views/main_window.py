@@ -122,8 +122,9 @@ class TrainUI(ctk.CTk):
                 self.tabs[name].refresh()
 
     def set_status(self, text: str) -> None:
-        if not self.app.training.running:
-            self.app.training.state.status = text
+        """The result of an action (export, preset saved, TensorBoard's URL): it replaces the status line, during a
+        run too."""
+        self.app.training.say(text)
         self.bottom_bar.refresh()
 
     # --- the training thread's messages --------------------------------------------------------------
@@ -155,6 +156,8 @@ class TrainUI(ctk.CTk):
         try:
             return action()
         except UserError as e:
+            self.app.training.say(f"cannot do that: {e}", error=True)  # not the message of an earlier action
+            self.refresh_status()
             self.show_message("Cannot do that", str(e))
             return None
 
