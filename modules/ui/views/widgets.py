@@ -204,14 +204,16 @@ class FieldForm(ctk.CTkFrame):
     def __init__(self, master: Any, source: Any, sections: Iterable[Section], **kwargs: Any):
         super().__init__(master, fg_color="transparent", **kwargs)
         self.rows: dict[str, FieldRow] = {}
+        self.titles: list[tuple[ctk.CTkLabel, tuple[str, ...]]] = []
         self.grid_columnconfigure(2, weight=1)
         row = 0
         for section in sections:
             if not section.keys:
                 continue
             if section.title:
-                ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w").grid(
-                    row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+                title = ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w")
+                title.grid(row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+                self.titles.append((title, section.keys))
                 row += 1
             for key in section.keys:
                 self.rows[key] = FieldRow(self, source, key, row)
@@ -220,6 +222,9 @@ class FieldForm(ctk.CTkFrame):
     def refresh(self) -> None:
         for field_row in self.rows.values():
             field_row.refresh()
+        for title, keys in self.titles:  # a section none of whose fields apply (VACE on a T2V base) goes too
+            if any(self.rows[key].visible for key in keys) != bool(title.winfo_manager()):
+                title.grid() if any(self.rows[key].visible for key in keys) else title.grid_remove()
 
 
 def scrollable(master: Any) -> ctk.CTkScrollableFrame:
