@@ -146,3 +146,40 @@ def test_an_error_is_no_longer_shown_once_a_new_message_comes():
     assert controller.state.status_is_error and controller.state.status == "error: config key 'x' is bad"
     controller.say("config exported to /tmp/config.json")
     assert (controller.state.status, controller.state.status_is_error) == ("config exported to /tmp/config.json", False)
+
+
+class CachingTrainer(FakeTrainer):
+    """Caches 3 clips, trains 2 steps, and at the end reports that every preview sample was skipped."""
+
+    def start(self):
+        for done in range(4):
+            self.callbacks.on_progress("caching (vae)", done, 3)
+
+    def end(self):
+        self.callbacks.on_warning("every preview sample (1) was skipped: sample 0: bad")
+        return ["output/lora.safetensors"]
+
+
+def test_the_caching_phase_shows_its_own_progress_until_the_first_step():
+    controller = TrainingController(lambda *a: CachingTrainer(*a, steps=2))
+    controller.start(object())
+    assert controller.wait(10)
+    seen = []
+    while not controller.queue.empty():  # the events one by one, as polls at any moment would see them
+        event = controller.queue.get_nowait()
+        controller._apply(event)
+        if event.kind in ("progress", "update"):
+            seen.append((controller.state.progress_text(), controller.state.fraction))
+    assert seen[:4] == [("caching (vae) 0/3", 0.0), ("caching (vae) 1/3", 1 / 3), ("caching (vae) 2/3", 2 / 3),
+                        ("caching (vae) 3/3", 1.0)]
+    assert seen[4] == ("step 1/2 · epoch 1/1", 0.5)  # the first step: training's own progress from here
+
+
+def test_what_a_finished_run_skipped_is_said_at_the_end_in_red():
+    controller = TrainingController(lambda *a: CachingTrainer(*a, steps=2))
+    controller.start(object())
+    run_until(controller, lambda: not controller.running)
+    state = controller.state
+    assert state.warnings == ["every preview sample (1) was skipped: sample 0: bad"]
+    assert state.status == "done: output/lora.safetensors; every preview sample (1) was skipped: sample 0: bad"
+    assert state.status_is_error

@@ -42,6 +42,8 @@ class TrainState:
     status: str = "ready"  # the newest message (the run's, or the last action's): it replaces the one before
     status_is_error: bool = False
     outputs: list[str] = dataclasses.field(default_factory=list)
+    task: tuple[str, int, int] = ("", 0, 0)  # the caching phase: (what, done, total), before the first step
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what the finished run skipped
     backup_path: str = ""
     error: str = ""
 
@@ -51,9 +53,13 @@ class TrainState:
 
     @property
     def fraction(self) -> float:
+        if not self.total_steps and self.task[2]:  # caching: its own progress until the first step
+            return min(1.0, self.task[1] / self.task[2])
         return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
 
     def progress_text(self) -> str:
+        if not self.total_steps and self.task[2]:
+            return f"{self.task[0]} {self.task[1]}/{self.task[2]}"
         if not self.total_steps:
             return "step – · epoch –"
         epoch = min(self.epoch + 1, self.epochs) if self.epochs else self.epoch + 1
@@ -68,7 +74,7 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str  # status | update | scalar | sample | finished | stopped | error | done
+    kind: str  # status | update | scalar | sample | progress | warning | finished | stopped | error | done
     payload: Any = None
 
 
@@ -174,9 +180,15 @@ class TrainingController:
             self.scalars.add(*event.payload)
         elif event.kind == "sample":
             self.gallery.add(event.payload)
+        elif event.kind == "progress":
+            state.task = event.payload
+        elif event.kind == "warning":
+            state.warnings.append(event.payload)
         elif event.kind == "finished":
             state.outputs = list(event.payload)
-            self.say("done: " + ", ".join(state.outputs) if state.outputs else "done")
+            done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
+            # What the run skipped is said here, in red, not only in the log.
+            self.say("; ".join([done, *state.warnings]), error=bool(state.warnings))
         elif event.kind == "stopped":
             state.backup_path = event.payload
             self.say(f"stopped; backup written to {event.payload} (resume with continue_last_backup)")
@@ -205,7 +217,9 @@ class TrainingController:
             callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
                                        on_status=lambda text: self._put("status", text),
                                        on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
-                                       on_sample=lambda record: self._put("sample", record))
+                                       on_sample=lambda record: self._put("sample", record),
+                                       on_progress=lambda what, done, total: self._put("progress", (what, done, total)),
+                                       on_warning=lambda text: self._put("warning", text))
             self._put("status", "loading")
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()
