@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ class ConfigController(Observable):
         self.preset_name = ""
         self._variant_cache: tuple[Any, tuple[str, str]] | None = None
         self._base_cache: tuple[Any, BaseFacts] | None = None
+        self.auto_choices: dict[str, Any] = {}  # memory key -> what memory_preset AUTO sets it to (VramEstimate's plan)
+        self.auto_gpu_gib: float | None = None
         self.revalidate()
 
     # --- reading ----------------------------------------------------------------------------------
@@ -106,7 +109,26 @@ class ConfigController(Observable):
         """What the widget of `key` shows: the user's unparsed text, else the formatted value."""
         if key in self.pending:
             return self.pending[key]
+        if key in self.auto_choices:  # what the run will use, not the default AUTO replaces
+            return format_value(self.specs[key], self.auto_choices[key])
         return format_value(self.specs[key], self.value(key))
+
+    def set_auto_choices(self, changes: dict[str, Any], gpu_gib: float | None) -> bool:
+        """The memory keys AUTO's plan sets for the config as it is (JSON values); True when they changed."""
+        changes = {key: value.name if isinstance(value, Enum) else value for key, value in changes.items()}
+        if (changes, gpu_gib) == (self.auto_choices, self.auto_gpu_gib):
+            return False
+        self.auto_choices, self.auto_gpu_gib = changes, gpu_gib
+        return True
+
+    def auto_note(self, key: str) -> str:
+        """Beside a field AUTO set: that AUTO chose the value shown, and how to choose it yourself."""
+        if key not in self.auto_choices:
+            return ""
+        default = get_path(self.defaults, key)
+        default = ("on" if default else "off") if isinstance(default, bool) else format_value(self.specs[key], default)
+        return (f"chosen by AUTO for {self.auto_gpu_gib:g} GiB (set memory_preset to MANUAL to choose yourself; "
+                f"default {default})")
 
     def error(self, key: str) -> str:
         """The error to show beside the field `key` ("" when fine)."""

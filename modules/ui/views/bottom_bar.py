@@ -83,6 +83,7 @@ class BottomBar(ctk.CTkFrame):
         text = self.app.vram.text()
         if self.vram_label.cget("text") != text:
             self.vram_label.configure(text=text)
+            self.ui.schedule_refresh()  # a new plan: the memory switches show what AUTO chose
 
     @property
     def status_text(self) -> str:

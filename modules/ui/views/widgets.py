@@ -19,6 +19,7 @@ from modules.ui.controllers.layout import Section
 GRAY = ("gray40", "gray60")
 RED = ("#c62828", "#ff6e6e")
 GREEN = ("#2e7d32", "#81c784")
+BLUE = ("#1565c0", "#64b5f6")  # a value memory_preset AUTO chose
 SMALL = 12
 
 
@@ -173,7 +174,7 @@ class FieldRow:
         self.note = ctk.CTkLabel(master, text=spec.doc, anchor="w", justify="left", wraplength=520,
                                  text_color=GRAY, font=small_font())
         self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3)
-        self._shown: tuple[str, bool] = (spec.doc, False)
+        self._shown: tuple[str, Any] = (spec.doc, GRAY)
         self.visible = True
 
     def refresh(self) -> None:
@@ -181,9 +182,10 @@ class FieldRow:
         self.set_visible(shows is None or shows(self.key))
         self.input.refresh()
         error = self.source.error(self.key)
-        shown = (error, True) if error else (self.doc, False)
+        auto = getattr(self.source, "auto_note", lambda _key: "")(self.key)  # memory_preset AUTO set this field
+        shown = (error, RED) if error else (auto, BLUE) if auto else (self.doc, GRAY)
         if shown != self._shown:
-            self.note.configure(text=shown[0], text_color=RED if shown[1] else GRAY)
+            self.note.configure(text=shown[0], text_color=shown[1])
             self._shown = shown
 
     def set_visible(self, visible: bool) -> None:
@@ -195,7 +197,11 @@ class FieldRow:
 
     @property
     def error_text(self) -> str:
-        return self._shown[0] if self._shown[1] else ""
+        return self._shown[0] if self._shown[1] == RED else ""
+
+    @property
+    def note_text(self) -> str:
+        return self._shown[0]
 
 
 class FieldForm(ctk.CTkFrame):
