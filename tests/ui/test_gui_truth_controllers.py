@@ -7,7 +7,7 @@ import json
 import pytest
 
 from modules.ui.controllers.app_controller import AppController
-from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
+from tests.fixtures.wan_configs import TRANSFORMER_14B, TRANSFORMER_1_3B, write_config_folder
 
 
 @pytest.fixture
@@ -97,3 +97,58 @@ def test_a_missing_concept_folder_is_flagged_as_it_is_typed_and_blocks_start(app
     app.concepts.set(row, "enabled", True)
     app.concepts.set(row, "path", str(tmp_path / "clips"))
     assert app.concepts.error(row, "path") == "" and app.can_start() == (True, "")
+
+
+# --- AUTO's memory choices ---------------------------------------------------------------------------
+def test_the_memory_switches_show_what_auto_chose_marked_as_auto(app, tmp_path):
+    """The 14B T2V at 832x480 does not fit 24 GiB as set: AUTO's plan turns memory savers on, and the fields show its
+    values (not the defaults it replaces) with a note; the config itself keeps the defaults (AUTO decides anew at
+    start, for the GPU it runs on)."""
+    from modules.ui.controllers.vram_controller import VramEstimate
+
+    app.config.set("base_model_name", str(write_config_folder(tmp_path / "t2v14b", TRANSFORMER_14B)))
+    app.concepts.add(path=str(tmp_path))
+    app.config.set("gradient_checkpointing", True)
+    vram = VramEstimate(app.config, gpu_gib=24.0)
+    assert "AUTO:" in vram.wait()
+    chosen = app.config.auto_choices
+    assert chosen and set(chosen) <= {"vae_tiling", "text_encoder_caching_device", "activation_offload", "ffn_chunks",
+                                      "checkpoint_attention", "fp8_base_weights", "blocks_to_swap"}
+    for key, value in chosen.items():
+        assert app.config.value(key) == app.config.defaults[key] != value  # not written into the config
+        assert app.config.display(key) == (value if isinstance(value, bool) else str(value))
+        assert app.config.auto_note(key).startswith("chosen by AUTO for 24 GiB")
+    assert app.config.auto_note("lora_rank") == ""
+    app.config.set("memory_preset", "MANUAL")  # the keys exactly as set: no AUTO marks
+    vram.wait()
+    assert app.config.auto_choices == {} and app.config.display("activation_offload") is False
+
+
+# --- one format for resolutions ------------------------------------------------------------------------
+def test_every_resolution_field_reads_and_writes_width_x_height(app, tmp_path):
+    from modules.ui.controllers.fields import RESOLUTION
+
+    app.config.set("resolution", "832x480, 1280x720")
+    assert app.config.value("resolution") == [[480, 832], [720, 1280]]  # the config's own [height, width]
+    assert app.config.display("resolution") == "832x480, 1280x720"
+    app.config.set("resolution", "[480, 832]")  # the config file's form is still understood
+    assert app.config.display("resolution") == "832x480" and app.config.spec("resolution").label == "Resolution (W x H)"
+    app.set_dataset_path(str(tmp_path / "dataset.json"))
+    assert app.dataset.display("target_resolution") == "832x480"
+    app.dataset.set("processors.clip.resolution", "224x224")
+    assert app.dataset.spec("processors.clip.resolution").kind == RESOLUTION
+    row = app.concepts.add(path=str(tmp_path))
+    app.concepts.set(row, "resolution", "640x352")
+    assert app.concepts.rows[row]["resolution"] == [352, 640] and app.concepts.display(row, "resolution") == "640x352"
+
+
+def test_the_sample_viewer_and_the_sample_list_write_sizes_as_the_fields_do(tmp_path):
+    from modules.ui.controllers.sample_gallery import record_title
+    from modules.util.sample_record import SampleRecord
+
+    from modules.ui.views.sampling_tab import sample_summary
+
+    record = SampleRecord(video=tmp_path / "s.mp4", contact_sheet=tmp_path / "s.png", step=3, prompt="p", frames=17,
+                          height=480, width=832, steps=2, cfg_scale=5.0, seed=1)
+    assert "· 832x480, 17 frames ·" in record_title(record)
+    assert sample_summary({"prompt": "p", "frames": 17, "height": 480, "width": 832}) == "p — 832x480, 17 frames"

@@ -63,3 +63,50 @@ def test_an_action_message_replaces_an_old_error_in_the_status_line(make_ui, tmp
     assert "an earlier run failed" not in ui.bottom_bar.status_text
     ui.set_status("preset saved to /tmp/p.json")
     assert ui.bottom_bar.status_text.splitlines()[0] == "preset saved to /tmp/p.json"
+
+
+def test_the_memory_switches_show_what_auto_chose(make_ui, tmp_path):
+    from modules.ui.controllers.fields import BOOL
+    from modules.ui.views.screenshots import pump_until
+    from tests.fixtures.wan_configs import TRANSFORMER_14B
+
+    ui = make_ui()
+    config = ui.app.config
+    config.set("base_model_name", str(write_config_folder(tmp_path / "t2v14b", TRANSFORMER_14B)))
+    ui.app.concepts.add(path=str(tmp_path))
+    config.set("gpu_memory_gib", "24")
+    pump_until(ui, lambda: bool(config.auto_choices), 120, "AUTO's plan")
+    ui.update()
+    switches = [key for key in config.auto_choices if config.spec(key).kind == BOOL]
+    assert switches
+    for key in switches:
+        row = row_of(ui, "training", key)
+        assert row.input.var.get() is True and config.value(key) is False  # shown, not written
+        assert row.note_text.startswith("chosen by AUTO for 24 GiB")
+
+
+def test_resolutions_are_shown_as_width_x_height(make_ui):
+    ui = make_ui()
+    resolution = row_of(ui, "data", "resolution")
+    assert resolution.input.var.get() == "832x480" and resolution.label.cget("text") == "Resolution (W x H)"
+    resolution.input.var.set("1280x720")
+    ui.update()
+    assert ui.app.config.value("resolution") == [720, 1280] and resolution.error_text == ""
+
+
+def test_the_bottom_bar_shows_caching_progress_and_what_a_finished_run_skipped(make_ui):
+    from modules.ui.controllers.training_controller import STARTING, Event
+    from modules.ui.views.screenshots import pump_until
+
+    ui = make_ui()
+    training = ui.app.training
+    training.state.phase = STARTING  # as start() leaves it; the events are what a worker would send
+    training.queue.put(Event("progress", ("caching (vae)", 1, 4)))
+    pump_until(ui, lambda: ui.bottom_bar.step_label.cget("text") == "caching (vae) 1/4", 10, "the caching count")
+    assert abs(ui.bottom_bar.progress.get() - 0.25) < 1e-6
+    for event in (Event("warning", "every preview sample (1) was skipped: sample 0: bad"),
+                  Event("finished", ["out/lora.safetensors"]), Event("done")):
+        training.queue.put(event)
+    pump_until(ui, lambda: not training.running, 10, "the end")
+    assert ui.bottom_bar.status_text.startswith("done: out/lora.safetensors; every preview sample (1) was skipped")
+    assert "every preview sample (1) was skipped" in ui.last_dialog.message

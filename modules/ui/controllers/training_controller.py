@@ -198,6 +198,7 @@ class TrainingController:
         elif event.kind == "done":
             state.phase = IDLE
             state.eta_seconds = None
+            state.task = ("", 0, 0)  # a run that ended while caching leaves no count behind
 
     def wait(self, timeout: float | None = None) -> bool:
         """Join the worker (tests, shutdown); True when it has ended."""
