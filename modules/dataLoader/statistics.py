@@ -113,7 +113,7 @@ def describe(stats: list[ConceptStatistics]) -> list[str]:
         lines += [f"{s.name} ({s.type.lower()}, {s.path})",
                   f"  {s.files} files, {s.samples} usable samples, {s.seconds:.1f} s, {s.items} items per epoch",
                   "  items per length: " + ", ".join(f"{k} frames: {v}" for k, v in sorted(s.items_per_length.items())),
-                  "  buckets: " + ", ".join(f"{k}: {v}" for k, v in s.buckets.items()),
+                  "  buckets: " + "; ".join(f"{k}: {v}" for k, v in s.buckets.items()),
                   f"  captions: {s.captions['missing']} missing, {s.captions['empty']} empty, {truncated} cut at 512 tokens"]
         if s.skipped:
             lines.append("  skipped: " + ", ".join(f"{reason}: {n}" for reason, n in s.skipped.items()))
