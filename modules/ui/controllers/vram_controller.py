@@ -33,6 +33,7 @@ class VramEstimate:
         try:
             train = self.config.build()
         except UserError:
+            self.config.set_auto_choices({}, None)  # no plan for a config that does not check
             return ""
         key = json.dumps(train.to_dict(), sort_keys=True, default=str)
         with self._lock:
