@@ -30,12 +30,18 @@ def test_expert_fields_appear_only_for_a_two_expert_base(make_ui, tmp_path):
     rows = [row_of(ui, "training", k) for k in ("learning_rate_high_noise", "train_expert", "vace_context_scale")]
     ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "t2v", TRANSFORMER_1_3B)))
     ui.update()
+    form = next(f for f in ui.tab("training").forms if "train_expert" in f.rows)
+    experts, vace = (next(title for title, keys in form.titles if key in keys)
+                     for key in ("train_expert", "vace_context_scale"))
     assert [r.visible for r in rows] == [False, False, False]
+    assert not experts.winfo_manager() and not vace.winfo_manager()  # no empty section titles either
     assert not row_of(ui, "model", "transformer_2_override").visible
     ui.app.config.set("base_model_name", str(two_expert_folder(tmp_path / "a14b")))
     ui.update()
     assert [r.visible for r in rows] == [True, True, False]
+    assert experts.winfo_manager() == "grid" and not vace.winfo_manager()
     assert row_of(ui, "model", "transformer_2_override").visible
+    ui.app.vram.wait(120)  # the estimate's thread must not be inside torch when the test process exits
 
 
 def test_a_missing_concept_folder_is_shown_beside_its_field_as_it_is_typed(make_ui, tmp_path):
