@@ -44,6 +44,19 @@ def test_each_error_is_counted_on_the_tab_that_holds_its_field(app, tmp_path):
     assert app.error_tabs() == {"LoRA": 1, "concepts": 1, "pathways": 1}
 
 
+def test_every_field_maps_to_the_tab_that_shows_it(app):
+    from modules.ui.controllers.layout import SPECIAL, TOP_BAR, sections_of, tab_of
+
+    for key in app.config.specs:
+        tab = tab_of(key)
+        if key in TOP_BAR:
+            assert tab == "", key
+        elif key in SPECIAL:
+            assert tab == SPECIAL[key], key
+        else:
+            assert key in {k for section in sections_of(tab, app.config.specs) for k in section.keys}, (key, tab)
+
+
 def test_an_e2v_dataset_problem_marks_the_tab_of_its_field(app, tmp_path):
     app.set_dataset_path(str(tmp_path / "dataset.json"))
     app.dataset.set("processors.vae.resolution", "[0, 0]")
