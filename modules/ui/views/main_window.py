@@ -213,7 +213,8 @@ class TrainUI(ctk.CTk):
         self.set_status("starting tensorboard…")
         self.update_idletasks()
         url = self.guard(self.app.open_tensorboard)
-        self.set_status(f"tensorboard serves {url}" if url else "")
+        if url:  # else the line already says why not
+            self.set_status(f"tensorboard serves {url}")
 
     def on_close(self) -> None:
         if self.app.training.running:  # stop cleanly (a backup is written), then close
