@@ -50,7 +50,10 @@ def main() -> int:
             print(f"wrote {path}")
         ui.destroy()
         return 0
-    ui.mainloop()
+    try:
+        ui.mainloop()
+    finally:  # an exception out of the main loop must not leave the TensorBoard server running
+        ui.app.tensorboard.stop()
     return 0
 
 

@@ -38,7 +38,7 @@ def test_counts_per_strategy_captions_and_skips(tiny_model, tmp_path):
         {"head": 1, "slide": 9, "uniform": 4, "full": 1, "lengths": 2 * 2, "folder": 2}
     assert by_name["full"]["items_per_length"] == {"161": 1}
     assert by_name["lengths"]["items_per_length"] == {"17": 2, "33": 2}  # HEAD at each length, repeated twice
-    assert by_name["slide"]["buckets"] == {"17x32x32": 9}
+    assert by_name["slide"]["buckets"] == {"32x32, 17 frames": 9}
     assert by_name["head"]["seconds"] == round(161 / 16, 3) and by_name["head"]["samples"] == 1
     folder_stats = by_name["folder"]
     assert folder_stats["files"] == 3 and folder_stats["samples"] == 2

@@ -37,7 +37,7 @@ def test_dataset_stats_counts_an_e2v_configs_datasets(tiny_model, tmp_path):
     assert (trained["name"], trained["type"], validation["type"]) == ("datasets[0]", "STANDARD", "VALIDATION")
     # 17 frames at 16 fps: HEAD trains each sample once, the references (1 + 4 + 4 frames) inside its 17
     assert trained["files"] == trained["samples"] == trained["items"] == 3
-    assert trained["items_per_length"] == {"17": 3} and trained["buckets"] == {"17x32x32": 3}
+    assert trained["items_per_length"] == {"17": 3} and trained["buckets"] == {"32x32, 17 frames": 3}
     assert trained["captions"]["missing"] == 1 and trained["skipped"] == {}
     assert report["items"] == 3  # the validation dataset is not trained on
 

@@ -57,3 +57,25 @@ def test_samples_are_reported_with_their_sidecar_and_scalars_without_tensorboard
     assert (data["prompt"], data["negative_prompt"], data["frames"], data["steps"], data["seed"], data["index"],
             data["epoch"]) == ("a red circle", "blur", 5, 2, 5, 0, 0)
     assert data["fps"] == 16.0
+
+
+def test_caching_progress_and_every_skipped_preview_sample_reach_the_callbacks(tiny_model, video_dataset, tmp_path):
+    """The GUI shows the caching phase as it runs, and at the end what the run skipped (here its one preview sample:
+    a last_image a T2V base cannot take), not only the log."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "last.png")
+    config = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, epochs=1, max_steps=1, sample_at_end=True,
+                               samples=[{**SAMPLE, "image": str(tmp_path / "last.png"),
+                                         "last_image": str(tmp_path / "last.png")}])
+    progress, warnings = [], []
+    trainer = GenericTrainer(TrainConfig.from_dict(config), TrainCallbacks(
+        on_progress=lambda what, done, total: progress.append((what, done, total)), on_warning=warnings.append))
+    trainer.start()
+    assert progress[:4] == [("caching (text)", 0, 3), ("caching (text)", 1, 3), ("caching (text)", 2, 3),
+                            ("caching (text)", 3, 3)]
+    assert [p for p in progress if p[0] == "caching"] == [("caching", i, 3) for i in range(4)]
+    trainer.train()
+    trainer.end()
+    assert warnings == ["every preview sample (1) was skipped: sample 0: the sample has a last_image, which only "
+                        "I2V-layout models take (this is t2v)"]

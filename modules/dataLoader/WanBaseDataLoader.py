@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from tqdm import tqdm
 
 from modules.dataLoader.batching import (
     ConceptSlots,
@@ -29,6 +28,8 @@ from modules.dataLoader.batching import (
     epoch_members,
     dropped_captions,
     prompt_batch,
+    ProgressReport,
+    caching_steps,
     until_stopped,
 )
 from modules.dataLoader.augmentation import Augmentation
@@ -220,10 +221,11 @@ class TrainingItem:
 class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
                  dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
-                 concept_type: ConceptType = ConceptType.STANDARD):
+                 concept_type: ConceptType = ConceptType.STANDARD, on_progress: ProgressReport | None = None):
         self.config = config
         self.concept_type = concept_type  # VALIDATION: the held-out concepts, each sample once, no caption dropout
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
+        self.on_progress = on_progress  # told each item of prepare(): the GUI's caching progress
         self.dist = dist or DistributedContext()
         self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
         self.model = model
@@ -403,16 +405,16 @@ class WanBaseDataLoader:
         concept."""
         share = raw[self.dist.rank::self.dist.world_size] if self.dist.enabled else raw
         prefill([item for item, _ in share], lambda item: phase_stops(self.pipelines[item.variations].modules),
-                self._run, lambda item: item.variations, self.placement, self.should_stop, self.dist.is_main)
+                self._run, lambda item: item.variations, self.placement, self.should_stop, self.dist.is_main,
+                self.on_progress)
         if self.dist.enabled:  # each rank encodes its share of the cache misses, then all read the cache
             for item, _ in until_stopped(share, self.should_stop):
                 self._cache_item(item, SkipCounter())
             self.dist.barrier()
         usable: list[list[TrainingItem]] = [[] for _ in self.options]
         self._warned: set[Path] = set()
-        for item, number in tqdm(until_stopped(raw, self.should_stop), total=len(raw), unit="clip",
-                                 desc="caching" if self.config.latent_caching else "scanning",
-                                 disable=not raw or not self.dist.is_main):
+        for item, number in caching_steps(raw, self.should_stop, "caching" if self.config.latent_caching else "scanning",
+                                          "clip", self.dist.is_main, self.on_progress):
             fields = self._cache_item(item, self.skips)
             if fields is not None:
                 usable[number].append(item)

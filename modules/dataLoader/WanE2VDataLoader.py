@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
 
 from modules.dataLoader.batching import (
     FieldMemo,
@@ -27,6 +26,8 @@ from modules.dataLoader.batching import (
     encode_caption,
     epoch_batches,
     prompt_batch,
+    ProgressReport,
+    caching_steps,
     until_stopped,
 )
 from modules.dataLoader.cache import DiskCache, file_fingerprint
@@ -112,11 +113,12 @@ class E2VItem:
 class WanE2VDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
                  dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
-                 concept_type: ConceptType = ConceptType.STANDARD):
+                 concept_type: ConceptType = ConceptType.STANDARD, on_progress: ProgressReport | None = None):
         self.appends = config.e2v.reference_layout == "skyreels_v3"  # SkyReels-V3: refs after the video (§9)
         check_e2v_base(model, config.e2v.reference_layout)
         self.config = config
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
+        self.on_progress = on_progress  # told each item of prepare(): the GUI's caching progress
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.dist = dist or DistributedContext()
@@ -253,14 +255,13 @@ class WanE2VDataLoader:
         """Every item's cache entries filled (encoder by encoder: captions, VAE, CLIP); the usable items."""
         share = raw[self.dist.rank::self.dist.world_size] if self.dist.enabled else raw
         prefill(share, lambda item: phase_stops(self.pipelines[item.dataset].modules), self._run, self._variants,
-                self.placement, self.should_stop, self.dist.is_main)
+                self.placement, self.should_stop, self.dist.is_main, self.on_progress)
         if self.dist.enabled:  # each rank fills its share of the cache first
             for item in until_stopped(share, self.should_stop):
                 self._bucket(item, SkipCounter())
             self.dist.barrier()
         items = []
-        for item in tqdm(until_stopped(raw, self.should_stop), total=len(raw), desc="caching E2V", unit="sample",
-                         disable=not raw or not self.dist.is_main):
+        for item in caching_steps(raw, self.should_stop, "caching E2V", "sample", self.dist.is_main, self.on_progress):
             if self._bucket(item, self.skips):
                 items.append(item)
                 self.caption_encoders[item.dataset].check_length(item.source["caption"], item.source["video_path"],

@@ -9,6 +9,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import Callable, TypeVar
 
 import torch
+from tqdm import tqdm
 
 from modules.dataLoader.buckets import batch_by_bucket
 from modules.dataLoader.errors import CachingStopped, DataError
@@ -128,6 +129,24 @@ def until_stopped(items: Sequence[T], should_stop: Callable[[], bool] | None) ->
         if should_stop is not None and should_stop():
             raise CachingStopped(done, len(items))
         yield item
+
+
+ProgressReport = Callable[[str, int, int], None]  # (what, done, total): the caching phase's progress, for a GUI
+
+
+def caching_steps(items: Sequence[T], should_stop: Callable[[], bool] | None, desc: str, unit: str,
+                  show: bool = True, report: ProgressReport | None = None) -> Iterator[T]:
+    """`until_stopped(items)` with a progress bar on the console and, when `report` is given, `report(desc, done,
+    total)` before each item and once at the end (the GUI shows it: caching can take longer than training)."""
+    total = len(items)
+    report = report if show and total else None
+    for done, item in enumerate(tqdm(until_stopped(items, should_stop), total=total, desc=desc, unit=unit,
+                                     disable=not show or not total)):
+        if report is not None:
+            report(desc, done, total)
+        yield item
+    if report is not None:
+        report(desc, total, total)
 
 
 class LostItems:

@@ -2,6 +2,8 @@
 start-up check (scripts/train.py runs it before the trainer is imported) are this one function."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import ConceptType
@@ -21,3 +23,11 @@ def concepts_of_type(config: TrainConfig, concept_type: ConceptType) -> list[Con
 
 def check_concepts(config: TrainConfig) -> None:
     concepts_of_type(config, ConceptType.STANDARD)
+
+
+def concept_path_problem(path: str) -> str:
+    """What is wrong with a concept's path (a folder of clips, or a .jsonl manifest), "" when it is there: the loader
+    refuses it with this, and the GUI shows it beside the field while it is typed."""
+    if not Path(path).exists():
+        return f"'{path}' does not exist: give a folder of clips or a .jsonl manifest"
+    return ""

@@ -15,9 +15,8 @@ import logging
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from tqdm import tqdm
 
-from modules.dataLoader.batching import until_stopped
+from modules.dataLoader.batching import ProgressReport, caching_steps
 from modules.dataLoader.errors import DataError
 from modules.util.device_memory import release_from_device
 from modules.util.enum import EncoderDevice
@@ -128,15 +127,14 @@ def phase_stops(modules: Sequence[Any]) -> list[tuple[str, int]]:
 
 def prefill(items: Iterable[Any], stops_of: Callable[[Any], list[tuple[str, int]]],
             run: Callable[[Any, int, int], Any], variants: Callable[[Any], int], placement: EncoderPlacement,
-            should_stop: Callable[[], bool] | None, show: bool = True) -> None:
+            should_stop: Callable[[], bool] | None, show: bool = True, report: ProgressReport | None = None) -> None:
     """Fill the leading cache stages encoder by encoder: for each phase, `run(item, variation, stop)` for every item
     and cached variant with that encoder placed. A sample that fails is left for the loader's own pass (which
     skips and counts it)."""
     items = list(items)
     phases = sorted({(ENCODERS.index(e), e) for item in items for e, _ in stops_of(item)})
     for _, encoder in phases:  # the encoding modules call placement.use() on a miss: a warm cache moves nothing
-        for item in tqdm(until_stopped(items, should_stop), total=len(items), unit="item",
-                         desc=f"caching ({encoder})", disable=not show or not items):
+        for item in caching_steps(items, should_stop, f"caching ({encoder})", "item", show, report):
             stop = dict(stops_of(item)).get(encoder)
             if stop is None:
                 continue

@@ -7,6 +7,8 @@ import cv2
 import numpy as np
 import torch
 
+from modules.util.resolution_text import size_text
+
 
 def is_4k1(n: int) -> bool:
     """Whether n has the form 4k+1 (1, 5, 9, ...), the frame counts the Wan VAE accepts."""
@@ -83,12 +85,12 @@ def framing_warning(name: str | Path, src_h: int, src_w: int, height: int, width
     upscale = max(height / crop_h, width / crop_w)
     problems = []
     if kept < MIN_KEPT_SHARE:
-        problems.append(f"the crop keeps {crop_w}x{crop_h} ({kept:.0%} of the pixels)")
+        problems.append(f"the crop keeps {size_text(crop_h, crop_w)} ({kept:.0%} of the pixels)")
     if upscale > MAX_UPSCALE:
         problems.append(f"it is upscaled {upscale:.1f}x")
     if not problems:
         return None
-    return f"{name}: {src_w}x{src_h} trains at {width}x{height}: {' and '.join(problems)}"
+    return f"{name}: {size_text(src_h, src_w)} trains at {size_text(height, width)}: {' and '.join(problems)}"
 
 
 def resize_and_crop(frames: np.ndarray, height: int, width: int,

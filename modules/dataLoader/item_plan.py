@@ -15,6 +15,7 @@ from typing import Any
 
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.concept_options import ConceptOptions
+from modules.dataLoader.concept_selection import concept_path_problem
 from modules.dataLoader.discovery import RawSample, discover_concept, read_caption
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
@@ -79,8 +80,9 @@ class ItemPlanner:
         self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
 
     def samples(self, concept: ConceptConfig) -> list[RawSample]:
-        if not Path(concept.path).exists():
-            raise UserError(f"concept path '{concept.path}' does not exist: fix concepts[].path")
+        problem = concept_path_problem(concept.path)
+        if problem:
+            raise UserError(f"concept path {problem} (concepts[].path)")
         try:
             found = discover_concept(concept.path, concept.include_subdirectories, concept.prompt_field,
                                      concept.prompt_source == PromptSource.SAMPLE)

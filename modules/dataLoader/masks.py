@@ -20,6 +20,7 @@ from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import read_image, read_video_frames
+from modules.util.resolution_text import size_text
 
 MASK_SUFFIX = "-masklabel"
 MASK_EXTENSIONS = (".png", ".mp4")
@@ -47,7 +48,7 @@ def latent_grid_mask(mask: torch.Tensor, spatial: int, temporal: int = 4) -> tor
     each latent cell's pixels, frames grouped as the VAE groups them (the first alone, then `temporal` each)."""
     frames, height, width = mask.shape
     if (frames - 1) % temporal or height % spatial or width % spatial:
-        raise ValueError(f"mask of {frames} frames {height}x{width} does not fit the latent grid "
+        raise ValueError(f"mask of {frames} frames {size_text(height, width)} does not fit the latent grid "
                          f"(1 + {temporal}k frames, multiples of {spatial})")
     first = mask[:1]
     rest = mask[1:].reshape(-1, temporal, height, width).mean(dim=1)
@@ -58,7 +59,7 @@ def latent_grid_mask(mask: torch.Tensor, spatial: int, temporal: int = 4) -> tor
 def check_aspect(path: Path, mask_size: tuple[int, int], source_size: tuple[int, int]) -> None:
     (mh, mw), (sh, sw) = mask_size, source_size
     if abs(mw / mh - sw / sh) > ASPECT_TOLERANCE * (sw / sh):
-        raise DataError(path, f"the mask is {mw}x{mh} but its clip {sw}x{sh}: give the mask the clip's aspect ratio",
+        raise DataError(path, f"the mask is {size_text(mh, mw)} but its clip {size_text(sh, sw)}: give the mask the clip's aspect ratio",
                         BAD_MASK)
 
 

@@ -20,6 +20,7 @@ from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import BalancingStrategy
+from modules.util.resolution_text import clip_text
 
 
 @dataclasses.dataclass
@@ -32,7 +33,7 @@ class ConceptStatistics:
     items: int  # training items per epoch: windows x lengths x resolutions, balanced (concepts[].balancing)
     items_per_length: dict[int, int]
     seconds: float  # length of the usable samples at the training fps
-    buckets: dict[str, int]  # "FxHxW" -> items
+    buckets: dict[str, int]  # "832x480, 81 frames" (resolution_text.clip_text) -> items
     captions: dict[str, int | None]  # missing (no .txt), empty, truncated (None: no tokenizer to count with)
     skipped: dict[str, int]  # reason -> files
 
@@ -63,7 +64,7 @@ def _concept(planner: ItemPlanner, concept: ConceptConfig, config: TrainConfig, 
     for item in items:
         bucket = _bucket(item, config.aspect_bucketing)
         per_length[bucket[0]] += 1
-        buckets["x".join(map(str, bucket))] += 1
+        buckets[clip_text(*bucket)] += 1
     # per epoch, as the loader's epoch_members: REPEATS b -> b per item (rounded over the concept); SAMPLES s -> s
     scale = _epoch_items(len(items), concept) / len(items) if items else 0
     per_length = collections.Counter({k: round(v * scale) for k, v in per_length.items()})
@@ -112,7 +113,7 @@ def describe(stats: list[ConceptStatistics]) -> list[str]:
         lines += [f"{s.name} ({s.type.lower()}, {s.path})",
                   f"  {s.files} files, {s.samples} usable samples, {s.seconds:.1f} s, {s.items} items per epoch",
                   "  items per length: " + ", ".join(f"{k} frames: {v}" for k, v in sorted(s.items_per_length.items())),
-                  "  buckets: " + ", ".join(f"{k}: {v}" for k, v in s.buckets.items()),
+                  "  buckets: " + "; ".join(f"{k}: {v}" for k, v in s.buckets.items()),
                   f"  captions: {s.captions['missing']} missing, {s.captions['empty']} empty, {truncated} cut at 512 tokens"]
         if s.skipped:
             lines.append("  skipped: " + ", ".join(f"{reason}: {n}" for reason, n in s.skipped.items()))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from modules.model.WanVariant import WanVariant
+from modules.model.folder_facts import has_component as component_present
 from modules.model.registry import family_of
 from modules.model.vace_e2v import is_vace_class
 from modules.util.enum import ModelType
@@ -36,8 +37,7 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
     vae = _read_json(model_dir / "vae" / "config.json")
 
     def has_component(name: str) -> bool:
-        entry = index.get(name)
-        return isinstance(entry, list) and entry[0] is not None and (model_dir / name).is_dir()
+        return component_present(model_dir, index, name)
 
     two_experts = has_component("transformer_2")
     expand_timesteps = bool(index.get("expand_timesteps", False))

@@ -46,6 +46,7 @@ from modules.trainer.backup import (
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.modelSetup.memory_plan import apply_memory_plan
+from modules.trainer.end_report import end_warnings
 from modules.trainer.preflight import check_paths
 from modules.trainer.resume import TrainerResume
 from modules.trainer.registry import SETUPS, DataKind, data_kind
@@ -92,6 +93,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.sigma_log: list[torch.Tensor] = []
         self.output_paths: list[Path] = []
         self.sample_paths: list[Path] = []
+        self.sample_failures: list[str] = []  # "sample 0: <why>", each preview sample that could not be made
+        self.samples_tried = 0
         self.snapshot_paths: list[Path] = []
         self.ema: WeightEMA | None = None
         self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
@@ -125,10 +128,11 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self._status("preparing data")
         place_before_caching(config, self.model)  # with latent caching each encoder comes in for its phase
         self.data = kind.loader(config, self.model, self.skips, self.dist,
-                                should_stop=lambda: self.commands.stop_requested)
+                                should_stop=lambda: self.commands.stop_requested,
+                                on_progress=self.callbacks.on_progress)
         validation_data = kind.loader(config, self.model, self.skips, self.dist,
                                       should_stop=lambda: self.commands.stop_requested,
-                                      concept_type=ConceptType.VALIDATION)
+                                      concept_type=ConceptType.VALIDATION, on_progress=self.callbacks.on_progress)
         try:
             self.data.prepare()
             if validation_data.has_concepts():  # cached like the training data: no encoder call after this
@@ -477,12 +481,11 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             if not is_write_failure(e):
                 raise
             raise UserError(self._save_failure(e)) from None
-        if self.backup_failure:
-            logger.warning("the model was written, but the backup failed: %s", self.backup_failure)
-        summary = self.skips.summary()
-        logger.info(summary)
-        if self.nonfinite_total:
-            logger.warning("%d steps were skipped for a NaN/inf loss", self.nonfinite_total)
+        logger.info(self.skips.summary())
+        for warning in end_warnings(self.skips, self.sample_failures, self.samples_tried, self.nonfinite_total,
+                                    self.backup_failure):
+            logger.warning(warning)
+            self.callbacks.on_warning(warning)
         if self.tensorboard is not None:
             self.tensorboard.close()
         self.dist.barrier()

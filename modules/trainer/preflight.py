@@ -85,12 +85,16 @@ def check_base_model(path: str) -> None:
                         f"{_MODEL_FOLDER}")
 
 
+# Keys only two-expert models (Wan 2.2 A14B) use (the GUI hides them on a one-expert base).
+TWO_EXPERT_KEYS = ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise",
+                   "expert_step_share", "offload_inactive_expert", "train_expert")
+
+
 def check_expert_keys(config: TrainConfig) -> None:
     """Keys of two-expert models (Wan 2.2 A14B) set for a one-expert base would be ignored: refuse them. The base's
     experts are read from its model_index.json, without loading weights."""
     defaults = TrainConfig()
-    keys = ("transformer_2_override", "learning_rate_high_noise", "learning_rate_low_noise", "expert_step_share",
-            "offload_inactive_expert", "train_expert")
+    keys = TWO_EXPERT_KEYS
     if all(getattr(config, key) == getattr(defaults, key) for key in keys):
         return  # nothing to check (and the registry, which imports diffusers, stays unimported)
     from modules.model.detection import detect_variant

@@ -44,6 +44,7 @@ class TrainerSampling:
                     pass
                 continue
             output = sample_video_path(self.workspace, self.progress.global_step, index)
+            self.samples_tried += 1
             try:
                 record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
                                                           epoch=self.progress.epoch, index=index, show_progress=False)
@@ -51,7 +52,9 @@ class TrainerSampling:
             except Exception as e:  # a bad sample setting or a full disk must not end a run
                 if not isinstance(e, UserError) and not is_write_failure(e):
                     raise
-                logger.warning("sample %d skipped: %s", index, e if isinstance(e, UserError) else write_failure(e))
+                reason = e if isinstance(e, UserError) else write_failure(e)
+                logger.warning("sample %d skipped: %s", index, reason)
+                self.sample_failures.append(f"sample {index}: {reason}")
                 continue
             if self.tensorboard is not None:
                 import numpy as np

@@ -90,9 +90,13 @@ class TrainCallbacks:
     """Called from the training thread (rank 0 only for scalars and samples); a UI must marshal them to its own
     thread. `on_scalar(name, value, step)` receives every value the trainer writes to tensorboard, with
     tensorboard on or off ("loss", "lr", "loss/validation", ...); `on_sample` a `SampleRecord`
-    (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written."""
+    (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written; `on_progress(what,
+    done, total)` the caching phase, item by item ("caching (vae)", 3, 40); `on_warning` each thing a finished run
+    skipped (trainer/end_report.py), which a GUI shows at the end."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
     on_scalar: Callable[[str, float, int], None] = lambda name, value, step: None
     on_sample: Callable[["SampleRecord"], None] = lambda record: None
+    on_progress: Callable[[str, int, int], None] = lambda what, done, total: None
+    on_warning: Callable[[str], None] = lambda text: None

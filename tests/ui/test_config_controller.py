@@ -10,7 +10,7 @@ from modules.optimizer.registry import OPTIMIZERS
 from modules.ui.controllers.app_controller import AppController
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.fields import (
-    BOOL, CHOICE, FLOAT, INT, INT_LIST, JSON, PATH, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
+    BOOL, CHOICE, FLOAT, INT, INT_LIST, JSON, PATH, RESOLUTION, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
 )
 from modules.ui.controllers.layout import TABS, placed_keys, sections_of
 from modules.util.config.base_config import ConfigError
@@ -31,7 +31,7 @@ def test_widget_kinds_come_from_the_field_types(config):
     assert kinds["tensorboard"] == BOOL
     assert kinds["epochs"] == INT and kinds["learning_rate"] == FLOAT
     assert kinds["lora_blocks"] == INT_LIST and kinds["lora_target_modules"] == TEXT_LIST
-    assert kinds["resolution"] == JSON and kinds["frames"] == JSON  # one value or a list of them
+    assert kinds["resolution"] == RESOLUTION and kinds["frames"] == JSON  # one value or a list of them
     assert kinds["base_model_name"] == PATH and config.specs["base_model_name"].path_mode == "dir"
     assert kinds["train_device"] == TEXT
     assert config.specs["e2v.e2v_type"].choices == ("auto", "dual", "vae", "clip")  # read from the doc
@@ -59,7 +59,7 @@ def test_text_parses_to_typed_values(config, kind, text, value):
     assert parse_text(spec, text) == value
 
 
-@pytest.mark.parametrize("key, text", [("epochs", "ten"), ("learning_rate", "fast"), ("resolution", "480 x 832"),
+@pytest.mark.parametrize("key, text", [("epochs", "ten"), ("learning_rate", "fast"), ("resolution", "832 by 480"),
                                        ("learning_rate", "nan")])
 def test_text_that_does_not_parse_is_a_field_error(config, key, text):
     with pytest.raises(FieldError):

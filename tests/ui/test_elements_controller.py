@@ -152,8 +152,8 @@ def test_a_bad_processor_value_is_shown_beside_its_field(dataset):
     dataset.set("processors.clip.resolution", "512")
     assert dataset.error("processors.clip.resolution").startswith("must be [height, width]")
     dataset.set("processors.clip.resolution", "512, 512")
-    dataset.set("processors.vae.resolution", "1x2")
-    assert dataset.error("processors.vae.resolution") == "must be whole numbers separated by commas"
+    dataset.set("processors.vae.resolution", "1 by 2")
+    assert dataset.error("processors.vae.resolution") == "must be width x height, e.g. 832x480 (several: 832x480, 1280x720)"
 
 
 # --- preview ---------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_read_records_orders_by_step_and_skips_foreign_or_orphaned_sidecars(tmp_
 
 def test_record_title_names_step_epoch_index_and_settings(tmp_path):
     assert record_title(record(tmp_path, 12, 2, epoch=1)) == \
-        "step 12 · epoch 2 · sample 2 · 9×32×48 · 3 steps · CFG 5 · seed 7"
+        "step 12 · epoch 2 · sample 2 · 48x32, 9 frames · 3 steps · CFG 5 · seed 7"
 
 
 # --- browsing ------------------------------------------------------------------------------------------------

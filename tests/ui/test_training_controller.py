@@ -9,7 +9,7 @@ import time
 import pytest
 
 from modules.trainer.GenericTrainer import TrainingStopped
-from modules.ui.controllers.training_controller import IDLE, TrainingController, TrainState, format_duration
+from modules.ui.controllers.training_controller import IDLE, Event, TrainingController, TrainState, format_duration
 from modules.util.commands import TrainUpdate
 from modules.util.errors import UserError
 
@@ -120,3 +120,66 @@ def test_progress_texts():
     assert state.eta_text() == "ETA 1:02:05"
     assert format_duration(59.6) == "1:00"
     assert state.fraction == 0.3
+
+
+def test_a_new_message_replaces_the_one_before_during_a_run_too():
+    controller = TrainingController(lambda *a: FakeTrainer(*a))
+    controller.start(object())
+    try:
+        run_until(controller, lambda: controller.state.step >= 2)
+        controller.say("tensorboard serves http://127.0.0.1:6006/")  # an action's result while training
+        time.sleep(0.05)
+        controller.poll()  # more steps, each with the same "training" status: the message stays
+        assert controller.state.status == "tensorboard serves http://127.0.0.1:6006/"
+        controller.queue.put(Event("status", "sampling"))  # the run says something new: it replaces the message
+        controller.poll()
+        assert controller.state.status == "sampling"
+    finally:
+        controller.stop()
+        run_until(controller, lambda: not controller.running)
+
+
+def test_an_error_is_no_longer_shown_once_a_new_message_comes():
+    controller = TrainingController(lambda *a: FakeTrainer(*a, fail=UserError("config key 'x' is bad")))
+    controller.start(object())
+    run_until(controller, lambda: not controller.running)
+    assert controller.state.status_is_error and controller.state.status == "error: config key 'x' is bad"
+    controller.say("config exported to /tmp/config.json")
+    assert (controller.state.status, controller.state.status_is_error) == ("config exported to /tmp/config.json", False)
+
+
+class CachingTrainer(FakeTrainer):
+    """Caches 3 clips, trains 2 steps, and at the end reports that every preview sample was skipped."""
+
+    def start(self):
+        for done in range(4):
+            self.callbacks.on_progress("caching (vae)", done, 3)
+
+    def end(self):
+        self.callbacks.on_warning("every preview sample (1) was skipped: sample 0: bad")
+        return ["output/lora.safetensors"]
+
+
+def test_the_caching_phase_shows_its_own_progress_until_the_first_step():
+    controller = TrainingController(lambda *a: CachingTrainer(*a, steps=2))
+    controller.start(object())
+    assert controller.wait(10)
+    seen = []
+    while not controller.queue.empty():  # the events one by one, as polls at any moment would see them
+        event = controller.queue.get_nowait()
+        controller._apply(event)
+        if event.kind in ("progress", "update"):
+            seen.append((controller.state.progress_text(), controller.state.fraction))
+    assert seen[:4] == [("caching (vae) 0/3", 0.0), ("caching (vae) 1/3", 1 / 3), ("caching (vae) 2/3", 2 / 3),
+                        ("caching (vae) 3/3", 1.0)]
+    assert seen[4] == ("step 1/2 · epoch 1/1", 0.5)  # the first step: training's own progress from here
+
+
+def test_what_a_finished_run_skipped_is_said_at_the_end_in_red():
+    controller = TrainingController(lambda *a: CachingTrainer(*a, steps=2))
+    controller.start(object())
+    run_until(controller, lambda: not controller.running)
+    state = controller.state
+    assert state.warnings == ["every preview sample (1) was skipped: sample 0: bad"]
+    assert state.status == "done: output/lora.safetensors; every preview sample (1) was skipped: sample 0: bad"
+    assert state.status_is_error

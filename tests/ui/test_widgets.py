@@ -261,6 +261,7 @@ def test_the_tensorboard_button_without_logs_says_so(make_ui, tmp_path):
     ui.app.config.set("workspace_dir", str(tmp_path / "fresh"))
     ui.bottom_bar.tensorboard_button.invoke()
     assert "no tensorboard logs yet" in ui.last_dialog.message
+    assert "no tensorboard logs yet" in ui.bottom_bar.status_text  # not wiped by the "starting" message's end
 
 
 def test_the_model_tab_edits_the_base_loras_and_the_sampling_tab_the_overrides(make_ui):

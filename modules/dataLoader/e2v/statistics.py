@@ -21,6 +21,7 @@ from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.model.detection import detect_variant
 from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
 from modules.util.config.train_config import TrainConfig
+from modules.util.resolution_text import clip_text
 
 
 def e2v_dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
@@ -74,7 +75,7 @@ def _dataset(name: str, dataset: E2VDatasetConfig, planner: ItemPlanner, config:
         name=name, path=dataset.data_root, type=dataset.type.name, files=len(samples) + len(skipped),
         samples=len(usable), items=sum(per_length.values()), items_per_length=dict(per_length),
         seconds=round(seconds, 3),
-        buckets={f"{length}x{height}x{width}": count for length, count in sorted(per_length.items())},
+        buckets={clip_text(length, height, width): count for length, count in sorted(per_length.items())},
         captions={"missing": captions.count(None), "empty": sum(1 for c in captions if c == ""),
                   "truncated": truncated},
         skipped=dict(collections.Counter(entry.category for entry in skips.entries)))

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
+from modules.ui.controllers.layout import dataset_tab_of, tab_of
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
@@ -63,6 +64,17 @@ class AppController:
             problems += [f"E2V dataset: {p}" for p in self.dataset.problems()]
         return problems
 
+    def error_tabs(self) -> dict[str, int]:
+        """tab name -> how many errors its fields hold (a config error names its key; the key's field is on one
+        tab), for marking the tabs."""
+        counts: dict[str, int] = {}
+        tabs = [tab_of(key) for key in (*self.config.errors, *self.concepts.path_problems())]
+        if self.uses_dataset():
+            tabs += [dataset_tab_of(problem.path) for problem in self.dataset.problems()]
+        for tab in filter(None, tabs):
+            counts[tab] = counts.get(tab, 0) + 1
+        return counts
+
     def missing_for_start(self) -> str:
         """What a run needs that a config may leave out (an exported template may): a base model folder and
         training data. The run would stop on them at start-up; the GUI keeps Start disabled and says why."""
@@ -70,6 +82,9 @@ class AppController:
             check_base_model(str(self.config.value("base_model_name") or "").strip())
         except UserError as e:
             return str(e)
+        if not self.uses_dataset():
+            for key, problem in self.concepts.path_problems().items():
+                return f"config key '{key}': {problem}"
         if not self.uses_dataset() and not self.concepts.has_data():
             return ("no training data: add a concept in the concepts tab, or set an E2V dataset JSON in the "
                     "E2V elements tab")

@@ -14,9 +14,12 @@ import dataclasses
 import json
 import os
 import re
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from modules.trainer.preflight import TWO_EXPERT_KEYS
+from modules.ui.controllers.base_fields import VACE_KEYS, BaseFacts, base_stamp, not_for_base, read_base_facts
 from modules.ui.controllers.fields import (
     FieldError,
     FieldSpec,
@@ -72,6 +75,9 @@ class ConfigController(Observable):
         self.errors: dict[str, str] = {}  # key -> full message ("" key: not tied to one field)
         self.preset_name = ""
         self._variant_cache: tuple[Any, tuple[str, str]] | None = None
+        self._base_cache: tuple[Any, BaseFacts] | None = None
+        self.auto_choices: dict[str, Any] = {}  # memory key -> what memory_preset AUTO sets it to (VramEstimate's plan)
+        self.auto_gpu_gib: float | None = None
         self.revalidate()
 
     # --- reading ----------------------------------------------------------------------------------
@@ -79,8 +85,22 @@ class ConfigController(Observable):
         return self.specs[key]
 
     def shows(self, key: str) -> bool:
-        """Whether the form shows `key` now: only the chosen optimizer's options, the chosen loss's and schedule's."""
-        return shown(key, self.value)
+        """Whether the form shows `key` now: only the chosen optimizer's options, the chosen loss's and schedule's,
+        and what the base can use (a value set for another base stays shown, with its error, to be cleared)."""
+        if not shown(key, self.value):
+            return False
+        return not self.not_for_base(key) or self.value(key) != get_path(self.defaults, key)
+
+    def base_facts(self) -> BaseFacts:
+        """What the base at base_model_name is (two experts, VACE), re-read when its configs change."""
+        folder = str(self.data.get("base_model_name") or "")
+        stamp = base_stamp(folder)
+        if self._base_cache is None or self._base_cache[0] != stamp:
+            self._base_cache = (stamp, read_base_facts(folder))
+        return self._base_cache[1]
+
+    def not_for_base(self, key: str) -> str:
+        return not_for_base(key, self.base_facts())
 
     def value(self, key: str) -> Any:
         return get_path(self.data, key)
@@ -89,7 +109,26 @@ class ConfigController(Observable):
         """What the widget of `key` shows: the user's unparsed text, else the formatted value."""
         if key in self.pending:
             return self.pending[key]
+        if key in self.auto_choices:  # what the run will use, not the default AUTO replaces
+            return format_value(self.specs[key], self.auto_choices[key])
         return format_value(self.specs[key], self.value(key))
+
+    def set_auto_choices(self, changes: dict[str, Any], gpu_gib: float | None) -> bool:
+        """The memory keys AUTO's plan sets for the config as it is (JSON values); True when they changed."""
+        changes = {key: value.name if isinstance(value, Enum) else value for key, value in changes.items()}
+        if (changes, gpu_gib) == (self.auto_choices, self.auto_gpu_gib):
+            return False
+        self.auto_choices, self.auto_gpu_gib = changes, gpu_gib
+        return True
+
+    def auto_note(self, key: str) -> str:
+        """Beside a field AUTO set: that AUTO chose the value shown, and how to choose it yourself."""
+        if key not in self.auto_choices:
+            return ""
+        default = get_path(self.defaults, key)
+        default = ("on" if default else "off") if isinstance(default, bool) else format_value(self.specs[key], default)
+        return (f"chosen by AUTO for {self.auto_gpu_gib:g} GiB (set memory_preset to MANUAL to choose yourself; "
+                f"default {default})")
 
     def error(self, key: str) -> str:
         """The error to show beside the field `key` ("" when fine)."""
@@ -217,6 +256,11 @@ class ConfigController(Observable):
                     scratch[_top(key)] = copy.deepcopy(self.defaults[_top(key)])
                 else:
                     break
+        for key in (*TWO_EXPERT_KEYS, *VACE_KEYS):  # set, but the base has no use for it: the run would refuse it
+            reason = self.not_for_base(key)
+            value = self.value(key)
+            if reason and value != get_path(self.defaults, key):
+                errors.setdefault(key, f"config key '{key}' is {value!r}, but it {reason}: clear it")
         self.errors = errors
         return errors
 

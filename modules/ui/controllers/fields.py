@@ -17,10 +17,11 @@ from enum import Enum
 from typing import Any
 
 from modules.util.config.base_config import BaseConfig
+from modules.util.resolution_text import parse_resolution_text, resolution_text
 
 # Widget kinds a view knows how to draw.
-BOOL, CHOICE, INT, FLOAT, TEXT, PATH, INT_LIST, TEXT_LIST, JSON = (
-    "bool", "choice", "int", "float", "text", "path", "int_list", "text_list", "json")
+BOOL, CHOICE, INT, FLOAT, TEXT, PATH, INT_LIST, TEXT_LIST, JSON, RESOLUTION = (
+    "bool", "choice", "int", "float", "text", "path", "int_list", "text_list", "json", "resolution")
 
 # String fields that name a file or folder: which picker the "..." button opens.
 PATH_MODES = {
@@ -70,6 +71,10 @@ def label_for(name: str) -> str:
 def spec_for(key: str, tp: Any, doc: str = "", default: Any = None) -> FieldSpec:
     """The FieldSpec of one annotated field (`tp` is the dataclass annotation)."""
     name = key.rsplit(".", 1)[-1]
+    if name in ("resolution", "target_resolution"):  # [height, width] (or a list of them): shown as "832x480"
+        optional = type(None) in typing.get_args(tp)
+        doc = f"Width x height, e.g. 832x480 (the config file holds [height, width]: {doc})"
+        return FieldSpec(key, f"{label_for(name)} (W x H)", RESOLUTION, doc, default, optional=optional)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
@@ -162,6 +167,14 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
                 return json.loads(f"[{text}]")
             except json.JSONDecodeError:
                 raise FieldError(f"must be JSON ({e.msg})") from None
+    if spec.kind == RESOLUTION:
+        sizes = parse_resolution_text(text)
+        if sizes is not None:
+            return sizes
+        try:  # the config's own JSON, [height, width], with or without its outer brackets
+            return json.loads(text if text.startswith("[") else f"[{text}]")
+        except json.JSONDecodeError:
+            raise FieldError("must be width x height, e.g. 832x480 (several: 832x480, 1280x720)") from None
     if spec.kind == CHOICE and spec.choices and value not in spec.choices:
         raise FieldError(f"must be one of {', '.join(spec.choices)}")
     return value  # TEXT, PATH, CHOICE keep spaces exactly as typed
@@ -181,6 +194,8 @@ def format_value(spec: FieldSpec, value: Any) -> Any:
         return "\n".join(str(v) for v in value)
     if spec.kind == JSON:
         return json.dumps(value)
+    if spec.kind == RESOLUTION:
+        return resolution_text(value)
     if isinstance(value, Enum):
         return value.name
     return str(value)

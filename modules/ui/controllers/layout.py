@@ -7,6 +7,7 @@ tab, so a key added to TrainConfig is never unreachable from the GUI.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Iterable
 
 from modules.optimizer.registry import OPTIMIZERS
@@ -170,6 +171,25 @@ def unplaced_keys(all_keys: Iterable[str]) -> list[str]:
     """Config keys no tab names (shown in the general tab's "Other" section)."""
     placed = placed_keys()
     return [key for key in all_keys if key not in placed]
+
+
+def tab_of(key: str) -> str:
+    """The tab holding the field of a config key an error names ("concepts[0].path" -> "concepts"), "" for a key
+    with no tab (the top bar's, or none)."""
+    top = re.split(r"[.\[]", key, maxsplit=1)[0]
+    if not top or top in TOP_BAR:
+        return ""
+    if top in SPECIAL:
+        return SPECIAL[top]
+    placed = ((tab.name, k) for tab in TABS for section in tab.sections for k in section.keys)
+    return next((name for name, k in placed if k in (key, top) or k.startswith(f"{top}.")),
+                "general")  # unplaced keys are in the general tab's "Other" section
+
+
+def dataset_tab_of(path: str) -> str:
+    """The tab holding an E2V dataset field a problem names ("processors.vae.resolution" -> "pathways")."""
+    return next((name for name, sections in DATASET_SECTIONS.items() for section in sections if path in section.keys),
+                "E2V elements")
 
 
 def sections_of(tab_name: str, all_keys: Iterable[str]) -> tuple[Section, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from modules.dataLoader.concept_selection import concept_path_problem
 from modules.ui.controllers.config_controller import LIST_KEYS, ConfigController
 from modules.ui.controllers.fields import FieldSpec, field_specs, format_value, short_error
 
@@ -87,6 +88,23 @@ class ConceptListController(RecordListController):
     def concept_file(self) -> str:
         value = self.config.data.get("concepts")
         return value if isinstance(value, str) else ""
+
+    def path_problems(self) -> dict[str, str]:
+        """key -> what is wrong with the path of each enabled concept whose folder (or manifest) is not there, checked
+        as it is typed with the loader's own test (the run would stop on it after loading the model)."""
+        problems = {}
+        for index, row in enumerate(self.rows):
+            path = str(row.get("path") or "").strip()
+            problem = concept_path_problem(path) if path and row.get("enabled", True) else ""
+            if problem:
+                problems[self.path(index, "path")] = problem
+        return problems
+
+    def error(self, index: int, name: str) -> str:
+        shown = super().error(index, name)
+        if shown or name != "path":
+            return shown
+        return self.path_problems().get(self.path(index, name), "")
 
     def has_data(self) -> bool:
         """A concept file, or at least one enabled concept in the list."""

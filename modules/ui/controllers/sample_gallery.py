@@ -14,6 +14,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from modules.util.resolution_text import clip_text
 from modules.util.sample_record import SampleRecord, read_records
 
 NO_STEP = -1  # the step key of a record made outside a run (scripts/sample.py writes none; kept for safety)
@@ -136,7 +137,7 @@ def step_label(step: int) -> str:
 def record_title(record: SampleRecord) -> str:
     """One line above the player: step, epoch, sample index, size and the settings it was made with."""
     where = step_label(step_key(record)) + (f" · epoch {record.epoch + 1}" if record.epoch is not None else "")
-    size = f"{record.frames}×{record.height}×{record.width}"
+    size = clip_text(record.frames, record.height, record.width)
     return f"{where} · sample {record.index} · {size} · {record.steps} steps · CFG {record.cfg_scale:g} · seed {record.seed}"
 
 

@@ -39,8 +39,11 @@ class TrainState:
     epochs: int = 0
     loss: float | None = None
     eta_seconds: float | None = None
-    status: str = "ready"
+    status: str = "ready"  # the newest message (the run's, or the last action's): it replaces the one before
+    status_is_error: bool = False
     outputs: list[str] = dataclasses.field(default_factory=list)
+    task: tuple[str, int, int] = ("", 0, 0)  # the caching phase: (what, done, total), before the first step
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what the finished run skipped
     backup_path: str = ""
     error: str = ""
 
@@ -50,9 +53,13 @@ class TrainState:
 
     @property
     def fraction(self) -> float:
+        if not self.total_steps and self.task[2]:  # caching: its own progress until the first step
+            return min(1.0, self.task[1] / self.task[2])
         return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
 
     def progress_text(self) -> str:
+        if not self.total_steps and self.task[2]:
+            return f"{self.task[0]} {self.task[1]}/{self.task[2]}"
         if not self.total_steps:
             return "step – · epoch –"
         epoch = min(self.epoch + 1, self.epochs) if self.epochs else self.epoch + 1
@@ -67,7 +74,7 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str  # status | update | scalar | sample | finished | stopped | error | done
+    kind: str  # status | update | scalar | sample | progress | warning | finished | stopped | error | done
     payload: Any = None
 
 
@@ -94,12 +101,17 @@ class TrainingController:
         self.scalars = ScalarHistory()  # this run's logged values (the curves)
         self.gallery = SampleGallery()  # the samples in the workspace, this run's as they are written
         self.sample_requested = False  # "Sample now" was pressed: the view shows its result when it comes
+        self._update_status = ""  # the status the trainer's last update carried
 
     @property
     def running(self) -> bool:
         return self.state.running
 
     # --- Tk thread ---------------------------------------------------------------------------------
+    def say(self, text: str, error: bool = False) -> None:
+        """Replace the status line: the newest message wins, the one before it (an old error too) is gone."""
+        self.state.status, self.state.status_is_error = text, error
+
     def start(self, config: Any) -> None:
         """Start training `config` (a TrainConfig) on a worker thread."""
         if self.running:
@@ -108,6 +120,7 @@ class TrainingController:
         self.commands = TrainCommands()
         self.scalars.clear()
         self.sample_requested = False
+        self._update_status = ""
         workspace = getattr(config, "workspace_dir", "")
         if workspace:
             self.gallery.load_folder(samples_folder(workspace))
@@ -120,12 +133,12 @@ class TrainingController:
         if self.running and self.commands is not None:
             self.commands.stop()
             self.state.phase = STOPPING
-            self.state.status = "stopping after this step (a backup is written)"
+            self.say("stopping after this step (a backup is written)")
 
     def backup_now(self) -> bool:
         if self.running and self.commands is not None:
             self.commands.backup()
-            self.state.status = "a backup is written after this step"
+            self.say("a backup is written after this step")
             return True
         return False
 
@@ -133,7 +146,7 @@ class TrainingController:
         if self.running and self.commands is not None:
             self.commands.sample()
             self.sample_requested = True
-            self.state.status = "sampling after this step"
+            self.say("sampling after this step")
             return True
         return False
 
@@ -151,7 +164,7 @@ class TrainingController:
     def _apply(self, event: Event) -> None:
         state = self.state
         if event.kind == "status":
-            state.status = event.payload
+            self.say(event.payload)
         elif event.kind == "update":
             update: TrainUpdate = event.payload
             state.step, state.total_steps = update.global_step, update.total_steps
@@ -159,24 +172,33 @@ class TrainingController:
             state.loss, state.eta_seconds = update.loss, update.eta_seconds
             if state.phase == STARTING:
                 state.phase = TRAINING
-            if state.phase != STOPPING:
-                state.status = update.status
+            # Every step repeats its status: only a new one replaces the line (a message said since stays).
+            if state.phase != STOPPING and update.status != self._update_status:
+                self.say(update.status)
+            self._update_status = update.status
         elif event.kind == "scalar":
             self.scalars.add(*event.payload)
         elif event.kind == "sample":
             self.gallery.add(event.payload)
+        elif event.kind == "progress":
+            state.task = event.payload
+        elif event.kind == "warning":
+            state.warnings.append(event.payload)
         elif event.kind == "finished":
             state.outputs = list(event.payload)
-            state.status = "done: " + ", ".join(state.outputs) if state.outputs else "done"
+            done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
+            # What the run skipped is said here, in red, not only in the log.
+            self.say("; ".join([done, *state.warnings]), error=bool(state.warnings))
         elif event.kind == "stopped":
             state.backup_path = event.payload
-            state.status = f"stopped; backup written to {event.payload} (resume with continue_last_backup)"
+            self.say(f"stopped; backup written to {event.payload} (resume with continue_last_backup)")
         elif event.kind == "error":
             state.error = event.payload
-            state.status = f"error: {event.payload}"
+            self.say(f"error: {event.payload}", error=True)
         elif event.kind == "done":
             state.phase = IDLE
             state.eta_seconds = None
+            state.task = ("", 0, 0)  # a run that ended while caching leaves no count behind
 
     def wait(self, timeout: float | None = None) -> bool:
         """Join the worker (tests, shutdown); True when it has ended."""
@@ -196,7 +218,9 @@ class TrainingController:
             callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
                                        on_status=lambda text: self._put("status", text),
                                        on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
-                                       on_sample=lambda record: self._put("sample", record))
+                                       on_sample=lambda record: self._put("sample", record),
+                                       on_progress=lambda what, done, total: self._put("progress", (what, done, total)),
+                                       on_warning=lambda text: self._put("warning", text))
             self._put("status", "loading")
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()

@@ -24,7 +24,7 @@ class VramEstimate:
         self.gpu_gib = gpu_gib
         self.detect = detect  # take the GPU's size from torch when gpu_gib is not given
         self._lock = threading.Lock()
-        self._result: tuple[str, str] = ("", "")  # (config key, text)
+        self._result: tuple[str, str, dict, float | None] = ("", "", {}, None)  # (config key, text, AUTO's changes, GPU)
         self._running: str | None = None
         self._pending: tuple[str, float] = ("", 0.0)  # the newest config key and when it appeared
 
@@ -33,10 +33,12 @@ class VramEstimate:
         try:
             train = self.config.build()
         except UserError:
+            self.config.set_auto_choices({}, None)  # no plan for a config that does not check
             return ""
         key = json.dumps(train.to_dict(), sort_keys=True, default=str)
         with self._lock:
             if self._result[0] == key:
+                self.config.set_auto_choices(*self._result[2:])  # the Tk thread: the switches show AUTO's choices
                 return self._result[1]
             now = time.monotonic()
             if self._pending[0] != key:  # typing: wait until the config stays the same a moment
@@ -64,6 +66,8 @@ class VramEstimate:
         from modules.modelSetup.memory_plan import planned_estimate
         from modules.util.config.e2v_dataset_config import with_dataset_shapes
 
+        changes: dict = {}
+        gpu = None
         try:
             gpu = self.gpu_gib if self.gpu_gib is not None else (
                 train.gpu_memory_gib or (detected_gpu_gib() if self.detect else None))
@@ -75,6 +79,7 @@ class VramEstimate:
             text = f"VRAM ≈ {result.peak_gib:.1f} GiB ({phases}){verdict}"
             if plan.estimate is not None:
                 text += f"; {plan.short()}"
+                changes = dict(plan.changes)
         except UserError as e:  # e.g. a base_model_name without configs
             text = f"VRAM: no estimate ({e})"
         except Exception as e:  # noqa: BLE001 - a config the model cannot read must not leave it "estimating"
@@ -82,4 +87,4 @@ class VramEstimate:
             text = f"VRAM: no estimate ({type(e).__name__}: {e})"
         with self._lock:
             if self._running == key:
-                self._result, self._running = (key, text), None
+                self._result, self._running = (key, text, changes, gpu), None

@@ -56,12 +56,12 @@ class BottomBar(ctk.CTkFrame):
         state = self.app.training.state
         can_start, reason = self.app.can_start()
         if state.running:
-            status, color = state.status, GRAY
+            status, color = state.status, RED if state.status_is_error else GRAY
         elif not can_start:  # a message of the last action (export, preset saved) stays above the reason
             told = state.status if state.status and state.status != "ready" else ""
             status, color = "\n".join(filter(None, (told, f"cannot start: {reason}"))), RED
         else:
-            status, color = state.status, RED if state.error and state.status.startswith("error") else GRAY
+            status, color = state.status, RED if state.status_is_error else GRAY
         shown = (state.fraction, state.progress_text(), state.loss_text(), state.eta_text(), status, color,
                  can_start, state.running, state.phase)
         if shown == self._shown:
@@ -83,6 +83,7 @@ class BottomBar(ctk.CTkFrame):
         text = self.app.vram.text()
         if self.vram_label.cget("text") != text:
             self.vram_label.configure(text=text)
+            self.ui.schedule_refresh()  # a new plan: the memory switches show what AUTO chose
 
     @property
     def status_text(self) -> str:

@@ -26,9 +26,12 @@ from modules.ui.views.sampling_tab import SamplingTab
 from modules.ui.views.top_bar import TopBar
 from modules.ui.views.training_tab import TrainingTab
 from modules.ui.views.visualization_tab import VisualizationTab
+from modules.ui.views.widgets import RED
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
+
+TAB_TEXT = ctk.ThemeManager.theme["CTkSegmentedButton"]["text_color"]
 
 TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
                                           BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, SamplesTab,
@@ -109,8 +112,21 @@ class TrainUI(ctk.CTk):
             for tab in list(self.tabs.values()):
                 tab.refresh()
             self.bottom_bar.refresh()
+            self._mark_error_tabs()
         finally:
             self._refreshing = False
+
+    def _mark_error_tabs(self) -> None:
+        """A tab whose fields hold errors says so in its button (red, with the count), even before it is opened."""
+        counts = self.app.error_tabs()
+        for name, tab_button in self.tabview._segmented_button._buttons_dict.items():  # noqa: SLF001 - no public API
+            marked = (f"{name} ⚠ {counts[name]}", RED) if name in counts else (name, TAB_TEXT)
+            if (tab_button.cget("text"), tab_button.cget("text_color")) != marked:
+                tab_button.configure(text=marked[0], text_color=marked[1])
+
+    def tab_label(self, name: str) -> str:
+        """The text of tab `name`'s button (tests, screenshots)."""
+        return self.tabview._segmented_button._buttons_dict[name].cget("text")  # noqa: SLF001
 
     def refresh_status(self) -> None:
         if self._refreshing:
@@ -122,8 +138,9 @@ class TrainUI(ctk.CTk):
                 self.tabs[name].refresh()
 
     def set_status(self, text: str) -> None:
-        if not self.app.training.running:
-            self.app.training.state.status = text
+        """The result of an action (export, preset saved, TensorBoard's URL): it replaces the status line, during a
+        run too."""
+        self.app.training.say(text)
         self.bottom_bar.refresh()
 
     # --- the training thread's messages --------------------------------------------------------------
@@ -143,6 +160,9 @@ class TrainUI(ctk.CTk):
     def _handle(self, event: Event) -> None:
         if event.kind == "error":
             self.show_message("Training failed", event.payload)
+        elif event.kind == "finished" and self.app.training.state.warnings:  # said at the end, not only logged
+            self.show_message("Training finished, but skipped some of the work",
+                              "\n".join(self.app.training.state.warnings), error=False)
         elif event.kind == "sample" and self.app.training.sample_requested:  # "Sample now": show its result
             self.app.training.sample_requested = False
             self.show_tab("samples")
@@ -155,6 +175,8 @@ class TrainUI(ctk.CTk):
         try:
             return action()
         except UserError as e:
+            self.app.training.say(f"cannot do that: {e}", error=True)  # not the message of an earlier action
+            self.refresh_status()
             self.show_message("Cannot do that", str(e))
             return None
 
@@ -191,7 +213,8 @@ class TrainUI(ctk.CTk):
         self.set_status("starting tensorboard…")
         self.update_idletasks()
         url = self.guard(self.app.open_tensorboard)
-        self.set_status(f"tensorboard serves {url}" if url else "")
+        if url:  # else the line already says why not
+            self.set_status(f"tensorboard serves {url}")
 
     def on_close(self) -> None:
         if self.app.training.running:  # stop cleanly (a backup is written), then close

@@ -8,12 +8,13 @@ import customtkinter as ctk
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.record_list import RecordListView
 from modules.ui.views.widgets import button
+from modules.util.resolution_text import clip_text
 
 
 def sample_summary(row: dict[str, Any]) -> str:
     prompt = str(row.get("prompt") or "(no prompt yet)")
     prompt = prompt if len(prompt) <= 60 else prompt[:57] + "…"
-    size = f"{row.get('frames')}×{row.get('height')}×{row.get('width')}"
+    size = clip_text(row.get("frames"), row.get("height"), row.get("width"))
     # E2V: the frames include the reference frames the video drops (samples[].frames' doc says how many)
     return f"{prompt} — {size}" + (" (frames include the reference frames)" if row.get("elements") else "")
 

@@ -19,6 +19,7 @@ from modules.ui.controllers.layout import Section
 GRAY = ("gray40", "gray60")
 RED = ("#c62828", "#ff6e6e")
 GREEN = ("#2e7d32", "#81c784")
+BLUE = ("#1565c0", "#64b5f6")  # a value memory_preset AUTO chose
 SMALL = 12
 
 
@@ -173,7 +174,7 @@ class FieldRow:
         self.note = ctk.CTkLabel(master, text=spec.doc, anchor="w", justify="left", wraplength=520,
                                  text_color=GRAY, font=small_font())
         self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3)
-        self._shown: tuple[str, bool] = (spec.doc, False)
+        self._shown: tuple[str, Any] = (spec.doc, GRAY)
         self.visible = True
 
     def refresh(self) -> None:
@@ -181,9 +182,10 @@ class FieldRow:
         self.set_visible(shows is None or shows(self.key))
         self.input.refresh()
         error = self.source.error(self.key)
-        shown = (error, True) if error else (self.doc, False)
+        auto = getattr(self.source, "auto_note", lambda _key: "")(self.key)  # memory_preset AUTO set this field
+        shown = (error, RED) if error else (auto, BLUE) if auto else (self.doc, GRAY)
         if shown != self._shown:
-            self.note.configure(text=shown[0], text_color=RED if shown[1] else GRAY)
+            self.note.configure(text=shown[0], text_color=shown[1])
             self._shown = shown
 
     def set_visible(self, visible: bool) -> None:
@@ -195,7 +197,11 @@ class FieldRow:
 
     @property
     def error_text(self) -> str:
-        return self._shown[0] if self._shown[1] else ""
+        return self._shown[0] if self._shown[1] == RED else ""
+
+    @property
+    def note_text(self) -> str:
+        return self._shown[0]
 
 
 class FieldForm(ctk.CTkFrame):
@@ -204,14 +210,16 @@ class FieldForm(ctk.CTkFrame):
     def __init__(self, master: Any, source: Any, sections: Iterable[Section], **kwargs: Any):
         super().__init__(master, fg_color="transparent", **kwargs)
         self.rows: dict[str, FieldRow] = {}
+        self.titles: list[tuple[ctk.CTkLabel, tuple[str, ...]]] = []
         self.grid_columnconfigure(2, weight=1)
         row = 0
         for section in sections:
             if not section.keys:
                 continue
             if section.title:
-                ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w").grid(
-                    row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+                title = ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w")
+                title.grid(row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
+                self.titles.append((title, section.keys))
                 row += 1
             for key in section.keys:
                 self.rows[key] = FieldRow(self, source, key, row)
@@ -220,6 +228,9 @@ class FieldForm(ctk.CTkFrame):
     def refresh(self) -> None:
         for field_row in self.rows.values():
             field_row.refresh()
+        for title, keys in self.titles:  # a section none of whose fields apply (VACE on a T2V base) goes too
+            if any(self.rows[key].visible for key in keys) != bool(title.winfo_manager()):
+                title.grid() if any(self.rows[key].visible for key in keys) else title.grid_remove()
 
 
 def scrollable(master: Any) -> ctk.CTkScrollableFrame:

@@ -15,6 +15,8 @@ class Window(Protocol):
 
     def refresh(self) -> None: ...  # every widget from the controllers
 
+    def schedule_refresh(self, _what: Any = None) -> None: ...  # refresh once the current event is handled
+
     def refresh_status(self) -> None: ...  # the bottom bar and the run's tabs
 
     def set_status(self, text: str) -> None: ...
