@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from modules.model.WanVariant import WanVariant
 from modules.model.detection import detect_variant
+from modules.model.registry import family_for
 from modules.modelLoader.lora_inference import check_lora_file
 from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
@@ -50,7 +51,6 @@ logger = logging.getLogger(__name__)
 DIFFUSERS = "DIFFUSERS"
 COMFY = "COMFY"
 SINGLE_FILE_DTYPE = torch.bfloat16  # what ComfyUI's own Wan files use
-I2V_PIPELINE = "WanImageToVideoPipeline"
 IMAGE_COMPONENTS = {"image_encoder": ["transformers", "CLIPVisionModel"],
                     "image_processor": ["transformers", "CLIPImageProcessor"]}
 
@@ -84,9 +84,21 @@ class MergedModel:
         return self.experts[0].config
 
     @property
+    def merged_variant(self) -> WanVariant:
+        """The variant the merged network is (an E2V-expanded T2V base: the I2V layout of its own class)."""
+        return dataclasses.replace(self.variant, in_channels=self.config["in_channels"],
+                                   has_clip_branch=self.config.get("image_dim") is not None)
+
+    @property
     def channel_concat(self) -> bool:
         """The merged network takes the I2V input layout [x_t, mask, condition]."""
-        return dataclasses.replace(self.variant, in_channels=self.config["in_channels"]).channel_concat_condition
+        return self.merged_variant.channel_concat_condition
+
+    @property
+    def i2v_pipeline(self) -> str:
+        """The diffusers pipeline class of the merged I2V layout (WanImageToVideoPipeline,
+        SkyReelsV2ImageToVideoPipeline), from the model registry."""
+        return family_for(self.merged_variant).pipeline(True).__name__
 
 
 # ------------------------------------------------------------------------------------------- merging
@@ -95,6 +107,7 @@ class MergedModel:
 def merge_model(inputs: MergeInputs) -> MergedModel:
     """Check the LoRA against the base (variant, shapes) and plan the merge; nothing is computed yet."""
     variant = detect_variant(inputs.model_dir)
+    transformer_class = family_for(variant).transformer_class  # the folder's own class: VACE, SkyReels-V2, ...
     checked = check_lora_file(inputs.lora, variant, inputs.force, "--force") if inputs.lora else None
     files = checked.files if checked else {}
     if inputs.trained is not None:
@@ -107,12 +120,12 @@ def merge_model(inputs: MergeInputs) -> MergedModel:
     experts = {}
     for expert in range(2 if variant.two_experts else 1):
         weights, _ = loras.get(expert, (LoRAWeights(), {}))
-        experts[expert] = _merge_expert(inputs, expert, weights, template, files.get(expert))
+        experts[expert] = _merge_expert(inputs, expert, transformer_class, weights, template, files.get(expert))
     return MergedModel(inputs, variant, experts, metadata)
 
 
-def _merge_expert(inputs: MergeInputs, expert: int, weights: LoRAWeights, template: dict[str, Any] | None,
-                  lora_file: Path | None) -> MergedTransformer:
+def _merge_expert(inputs: MergeInputs, expert: int, transformer_class: type, weights: LoRAWeights,
+                  template: dict[str, Any] | None, lora_file: Path | None) -> MergedTransformer:
     folder = inputs.model_dir / TRANSFORMER_FOLDERS[expert]
     base_config = read_config(folder)
     override = inputs.overrides[expert]
@@ -120,12 +133,12 @@ def _merge_expert(inputs: MergeInputs, expert: int, weights: LoRAWeights, templa
     config = base_config if template is None else expanded_config(
         base_config, template["in_channels"] - 2 * template["out_channels"], template.get("image_dim"))
     if config != base_config and not weights.full_weights:  # an expert the E2V run did not train
-        source = _expanded_source(base_config, source, config, expert)
+        source = _expanded_source(transformer_class, base_config, source, config, expert)
     if inputs.lora is not None and lora_file is None:
         logger.warning("no LoRA for the %s expert next to '%s': it is written as in the base",
                        EXPERT_NAMES[expert].replace("_", "-"), inputs.lora)
     what = f"LoRA '{lora_file}' and model '{inputs.model_dir}'" if lora_file else f"model '{inputs.model_dir}'"
-    return merge_transformer(config, source, weights, inputs.strength, dtype, what)
+    return merge_transformer(config, transformer_class, source, weights, inputs.strength, dtype, what)
 
 
 def _folder_source(folder: Path) -> tuple[WeightSource, torch.dtype]:
@@ -146,12 +159,10 @@ def _override_source(path: Path, folder: Path) -> tuple[WeightSource, torch.dtyp
     return StateDictSource(transformer.state_dict()), dtype
 
 
-def _expanded_source(base_config: dict[str, Any], source: WeightSource, config: dict[str, Any],
-                     expert: int) -> StateDictSource:
-    from diffusers import WanTransformer3DModel
-
+def _expanded_source(transformer_class: type, base_config: dict[str, Any], source: WeightSource,
+                     config: dict[str, Any], expert: int) -> StateDictSource:
     with torch.device("meta"):
-        transformer = WanTransformer3DModel.from_config(base_config)
+        transformer = transformer_class.from_config(base_config)
     transformer.load_state_dict({name: source.tensor(name) for name in source.names()}, assign=True)
     image_dim = config.get("image_dim") if base_config.get("image_dim") is None else None
     expanded, _ = expand_transformer(transformer, config["in_channels"] - 2 * config["out_channels"], image_dim,
@@ -174,7 +185,7 @@ def _progress(produce: Callable[[str], torch.Tensor], total: int, label: str) ->
 
 def _needs_i2v_index(model: MergedModel) -> bool:
     index = json.loads((model.inputs.model_dir / "model_index.json").read_text(encoding="utf-8"))
-    return model.channel_concat and index.get("_class_name") != I2V_PIPELINE
+    return model.channel_concat and index.get("_class_name") != model.i2v_pipeline
 
 
 def _image_encoder_source(model: MergedModel) -> Path | None:
@@ -196,7 +207,7 @@ def _image_encoder_source(model: MergedModel) -> Path | None:
 
 def _write_i2v_index(model: MergedModel, folder: Path, image_encoder: Path | None) -> None:
     index = json.loads((model.inputs.model_dir / "model_index.json").read_text(encoding="utf-8"))
-    index["_class_name"] = I2V_PIPELINE
+    index["_class_name"] = model.i2v_pipeline
     has_branch = model.config.get("image_dim") is not None
     for name, entry in IMAGE_COMPONENTS.items():
         index[name] = entry if has_branch else [None, None]
@@ -227,10 +238,11 @@ def write_diffusers(model: MergedModel, destination: Path, dtype: torch.dtype | 
             specs = merged.specs(dtype)
             produce = functools.partial(merged.tensor, dtype=dtype)
             with _progress(produce, len(specs), f"merging {TRANSFORMER_FOLDERS[expert]}") as counted:
-                write_transformer_folder(folder / TRANSFORMER_FOLDERS[expert], merged.config, specs, counted)
+                write_transformer_folder(folder / TRANSFORMER_FOLDERS[expert], merged.config, specs, counted,
+                                         class_name=merged.transformer_class.__name__)
         if i2v:
             _write_i2v_index(model, folder, image_encoder)
-    logger.info("merged model written to %s%s", destination, f" ({I2V_PIPELINE})" if i2v else "")
+    logger.info("merged model written to %s%s", destination, f" ({model.i2v_pipeline})" if i2v else "")
     return destination
 
 

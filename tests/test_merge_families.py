@@ -1,0 +1,184 @@
+"""merge_lora.py for every family the registry knows × every adapter type (issue #41, deliverable 3): the merged
+model is the family's own transformer class with the shapes that class has, its weights are what peft's own
+`merge()` of the same adapter gives, in both formats (diffusers folder, ComfyUI single file), and the single file's
+keys are exactly the weights of the model ComfyUI builds for it (tests/comfyui_wan.py, re-stated from ComfyUI)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import diffusers
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from modules.adapter.registry import adapter_for
+from modules.model.detection import detect_variant
+from modules.modelSaver.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge_lora_into_model
+from modules.modelSaver.original_keys import original_key
+from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
+from modules.util.config.train_config import TrainConfig
+from tests import comfyui_wan
+from tests.conftest import train_config_dict
+from tests.torch_threads import one_torch_thread
+
+FAMILIES = ("t2v", "i2v", "flf2v", "ti2v", "a14b", "a14b_i2v", "vace", "a14b_vace", "skyreels_v2", "skyreels_v2_i2v")
+ADAPTERS = {"lora": {}, "loha": {"peft_type": "LOHA"}, "lokr": {"peft_type": "LOKR"}, "dora": {"lora_decompose": True}}
+TRANSFORMERS = ("transformer", "transformer_2")
+# Names diffusers' single-file converter (convert_wan_transformer_to_diffusers) does not map but its conversion
+# scripts do: scripts/convert_wan_to_diffusers.py (FLF2V) and convert_skyreelsv2_to_diffusers.py (fps embedding).
+SCRIPT_NAMES = {"img_emb.emb_pos": "condition_embedder.image_embedder.pos_embed",
+                "fps_projection.0": "fps_projection.net.0.proj", "fps_projection.2": "fps_projection.net.2"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_torch_thread():
+        yield
+
+
+def declared_class(model_dir: Path, folder: str = "transformer") -> type:
+    """The transformer class the tiny folder declares in model_index.json (what diffusers' pipeline loads)."""
+    return getattr(diffusers, json.loads((model_dir / "model_index.json").read_text())[folder][1])
+
+
+def adapted(model_dir: Path, expert: int, adapter: str, work: Path) -> torch.nn.Module:
+    """The expert's transformer with a random adapter of the type on every Linear of its blocks (VACE's control
+    blocks too), through the spec's own peft config, as training injects it."""
+    config = TrainConfig.from_dict(train_config_dict(model_dir, work, work, lora_alpha=3, **ADAPTERS[adapter]))
+    spec = adapter_for(config.peft_type, config.lora_decompose)
+    transformer = declared_class(model_dir).from_pretrained(model_dir / TRANSFORMERS[expert])
+    targets = [name for name, module in transformer.named_modules()
+               if isinstance(module, torch.nn.Linear) and name.startswith(("blocks.", "vace_blocks."))]
+    transformer.add_adapter(spec.peft_config(config, targets), adapter_name="default")
+    generator = torch.Generator().manual_seed(10 * expert + len(adapter))
+    params = dict(transformer.named_parameters())
+    with torch.no_grad():
+        for name in sorted(spec.trainable_names(transformer, "default")):
+            noise = torch.randn(params[name].shape, generator=generator) * 0.2
+            params[name].copy_(noise + (1.0 if "magnitude" in name else 0.0))
+    return transformer
+
+
+def peft_merged(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights peft's own `merge()` of the adapter gives (the expected merge, computed without our code)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    merged = copy.deepcopy(transformer)
+    for module in merged.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.merge(adapter_names=["default"])
+    base = merged.state_dict()
+    return {key.replace(".base_layer.", "."): value for key, value in base.items()
+            if ".base_layer." in key or not any(part in key for part in ("lora_", "hada_", "lokr_"))}
+
+
+@pytest.fixture(scope="module")
+def merged_case(tiny_model, tmp_path_factory):
+    """(family, adapter) -> (model_dir, {expert: peft's merge}, DIFFUSERS folder, COMFY files in float32)."""
+    made = {}
+
+    def make(family: str, adapter: str):
+        if (family, adapter) not in made:
+            work = tmp_path_factory.mktemp(f"{family}-{adapter}")
+            model_dir = tiny_model(family)
+            variant = detect_variant(model_dir)
+            tag = f"wan-{'2.2' if variant.model_type.name == 'WAN_2_2' else '2.1'}-{variant.name.replace('_', '-')}"
+            files = [work / "lora.safetensors"] if not variant.two_experts else \
+                [Path(p) for p in expert_lora_paths(work / "lora.safetensors")]
+            expected = {}
+            for expert, file in enumerate(files):
+                transformer = adapted(model_dir, expert, adapter, work)
+                save_lora(extract_from_peft(transformer), file, COMFY_LORA, lora_metadata(tag))
+                expected[expert] = peft_merged(transformer)
+            inputs = MergeInputs(model_dir, files[0], strength=1.0)
+            folder = merge_lora_into_model(inputs, work / "merged", DIFFUSERS)[0]
+            singles = merge_lora_into_model(inputs, work / "merged.safetensors", COMFY, torch.float32)
+            made[family, adapter] = model_dir, expected, folder, singles
+        return made[family, adapter]
+
+    return make
+
+
+CASES = [pytest.param(family, adapter, marks=() if adapter == "lora" or family == "vace" else pytest.mark.slow)
+         for family in FAMILIES for adapter in ADAPTERS]
+
+
+@pytest.mark.parametrize("family, adapter", CASES)
+def test_the_merged_folder_is_the_familys_class_with_peft_merged_weights(family, adapter, merged_case):
+    model_dir, expected, folder, _ = merged_case(family, adapter)
+    assert detect_variant(folder) == detect_variant(model_dir)  # the folder says what it is: same family, same layout
+    for expert, peft in expected.items():
+        name = TRANSFORMERS[expert]
+        cls = declared_class(model_dir, name)
+        assert json.loads((folder / name / "config.json").read_text())["_class_name"] == cls.__name__
+        merged = cls.from_pretrained(folder / name).state_dict()  # diffusers builds the class and loads every weight
+        base = cls.from_pretrained(model_dir / name).state_dict()
+        assert {k: tuple(v.shape) for k, v in merged.items()} == {k: tuple(v.shape) for k, v in base.items()}
+        assert merged.keys() == peft.keys()
+        error = max(float((merged[k] - peft[k]).abs().max()) for k in peft)
+        changed = [k for k in base if not torch.equal(base[k], peft[k])]
+        print(f"{family} {adapter} {name}: max |merged - peft merge| = {error:.1e} over {len(changed)} changed weights")
+        assert error < 2e-6 and changed
+        assert all(torch.equal(merged[k], base[k]) for k in base if k not in changed)
+        if family.endswith("vace"):  # the control blocks merged too
+            assert any(k.startswith("vace_blocks.") for k in changed)
+
+
+def to_diffusers_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """diffusers' own converter, completed by its conversion scripts' names (SCRIPT_NAMES)."""
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
+    renamed = {}
+    for key, value in state.items():
+        for original, name in SCRIPT_NAMES.items():
+            key = key.replace(original, name) if key.startswith(original) else key
+        renamed[key] = value
+    return convert_wan_transformer_to_diffusers(renamed)
+
+
+@pytest.mark.parametrize("family, adapter", CASES)
+def test_the_single_file_holds_the_folders_weights_under_the_names_comfyui_loads(family, adapter, merged_case):
+    model_dir, expected, folder, singles = merged_case(family, adapter)
+    assert len(singles) == len(expected)
+    for expert, file in enumerate(singles):
+        single = load_file(str(file))
+        comfy = comfyui_wan.detect({k: tuple(v.shape) for k, v in single.items()})
+        loaded_by_comfy = comfyui_wan.model_keys(comfy)
+        extra = {k for k in single if k.startswith("fps_")}  # SkyReels-V2's fps embedding: see below
+        assert set(single) - extra == loaded_by_comfy, (sorted(set(single) ^ loaded_by_comfy))[:5]
+        config = json.loads((folder / TRANSFORMERS[expert] / "config.json").read_text())
+        assert extra == ({f"fps_{k}" for k in ("embedding.weight", "projection.0.weight", "projection.0.bias",
+                                               "projection.2.weight", "projection.2.bias")}
+                         if config.get("inject_sample_info") else set())
+        assert comfy["model"] == {"i2v": "WAN21_I2V", "flf2v": "WAN21_I2V", "skyreels_v2_i2v": "WAN21_I2V",
+                                  "a14b_i2v": "WAN21_T2V", "ti2v": "WAN22_T2V"}.get(
+            family, "WAN21_Vace" if "vace" in family else "WAN21_T2V")
+        if family == "flf2v":
+            assert comfy["flf_pos_embed_token_number"] == config["pos_embed_seq_len"]
+        if "vace" in family:  # ComfyUI places control block n at base block n·(layers // vace blocks)
+            step = comfy["num_layers"] // comfy["vace_layers"]
+            assert config["vace_layers"] == list(range(0, comfy["num_layers"], step))
+        in_folder = load_file(str(folder / TRANSFORMERS[expert] / "diffusion_pytorch_model.safetensors"))
+        converted = to_diffusers_names(single)
+        assert converted.keys() == in_folder.keys()
+        assert all(torch.equal(converted[k], in_folder[k].float()) for k in in_folder)  # float32: no rounding
+
+
+@pytest.mark.parametrize("family", ["flf2v", "vace", "skyreels_v2"])
+def test_the_default_single_file_is_bf16_and_names_every_weight(family, tiny_model, tmp_path):
+    """Without --dtype the single file is bfloat16 (what ComfyUI's own Wan files are); the keys do not change."""
+    model_dir = tiny_model(family)
+    variant = detect_variant(model_dir)
+    tag = f"wan-2.1-{variant.name.replace('_', '-')}"
+    lora = tmp_path / "lora.safetensors"
+    save_lora(extract_from_peft(adapted(model_dir, 0, "lora", tmp_path)), lora, COMFY_LORA, lora_metadata(tag))
+    (file,) = merge_lora_into_model(MergeInputs(model_dir, lora), tmp_path / "out.safetensors", COMFY)
+    with safe_open(str(file), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+        names = set(f.keys())
+    state = declared_class(model_dir).from_pretrained(model_dir / "transformer").state_dict()
+    assert names == {original_key(k) for k in state} and len(names) == len(state)
