@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
 import diffusers
@@ -169,16 +170,85 @@ def test_the_single_file_holds_the_folders_weights_under_the_names_comfyui_loads
 
 
 @pytest.mark.parametrize("family", ["flf2v", "vace", "skyreels_v2"])
-def test_the_default_single_file_is_bf16_and_names_every_weight(family, tiny_model, tmp_path):
-    """Without --dtype the single file is bfloat16 (what ComfyUI's own Wan files are); the keys do not change."""
+def test_the_default_single_file_is_bf16_and_names_every_weight(family, tiny_model, tmp_path, caplog):
+    """Without --dtype the single file is bfloat16 (what ComfyUI's own Wan files are); the keys do not change. An fps
+    embedding (SkyReels-V2 DF 1.3B's, the tiny SkyReels-V2's) is written, and the user told that ComfyUI ignores it."""
     model_dir = tiny_model(family)
     variant = detect_variant(model_dir)
     tag = f"wan-2.1-{variant.name.replace('_', '-')}"
     lora = tmp_path / "lora.safetensors"
     save_lora(extract_from_peft(adapted(model_dir, 0, "lora", tmp_path)), lora, COMFY_LORA, lora_metadata(tag))
-    (file,) = merge_lora_into_model(MergeInputs(model_dir, lora), tmp_path / "out.safetensors", COMFY)
+    with caplog.at_level(logging.WARNING, logger="modules.modelSaver.merged_model"):
+        (file,) = merge_lora_into_model(MergeInputs(model_dir, lora), tmp_path / "out.safetensors", COMFY)
+    assert ("ComfyUI loads the single file without it" in caplog.text) == (family == "skyreels_v2")
     with safe_open(str(file), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
         names = set(f.keys())
     state = declared_class(model_dir).from_pretrained(model_dir / "transformer").state_dict()
     assert names == {original_key(k) for k in state} and len(names) == len(state)
+
+
+# ------------------------------------------- the E2V export (the I2V model of a T2V-based E2V run), per family
+# E2V expands the T2V-layout bases that are not VACE (prepare_e2v_model): Wan T2V and A14B T2V
+# (tests/test_merge_lora.py runs their exports in WanImageToVideoPipeline) and SkyReels-V2 T2V, here.
+
+
+def transformer_output(transformer: torch.nn.Module, **kwargs) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(4)
+    config = transformer.config
+    hidden = torch.randn(1, config.in_channels, 2, 4, 4, generator=generator)
+    text = torch.randn(1, 8, config.text_dim, generator=generator)
+    image = torch.randn(1, 257, config.image_dim, generator=generator)
+    with torch.no_grad():
+        return transformer(hidden, torch.tensor([700.0]), text, encoder_hidden_states_image=image, return_dict=False,
+                           **kwargs)[0]
+
+
+def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(tiny_model, tmp_path):
+    """The export of an E2V LoRA (both pathways) on the SkyReels-V2 T2V base is the registry's I2V family of the same
+    class: SkyReelsV2ImageToVideoPipeline with SkyReelsV2Transformer3DModel, fps embedding kept, computing what our
+    sampler computes with the LoRA on the base; its single file is an I2V model for ComfyUI."""
+    from diffusers import DiffusionPipeline, SkyReelsV2ImageToVideoPipeline, SkyReelsV2Transformer3DModel
+
+    from modules.modelLoader.lora_inference import attach_lora_for_inference
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+    from modules.modelSaver.lora_formats import DIFFUSERS_LORA, LoRALayer, LoRAWeights
+    from modules.modelSaver.merged_model import export_e2v_as_i2v
+    from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY
+    from modules.modelSetup.e2v_expansion import expand_transformer
+
+    model_dir = tiny_model("skyreels_v2")
+    base = SkyReelsV2Transformer3DModel.from_pretrained(model_dir / "transformer")
+    expanded, full_names = expand_transformer(base, 4, 32, seed=3)
+    assert type(expanded) is SkyReelsV2Transformer3DModel and expanded.fps_embedding is not None
+    generator = torch.Generator().manual_seed(6)
+    state = expanded.state_dict()
+    full = {name: torch.randn(state[name].shape, generator=generator) * 0.3 for name in full_names}
+    module = "blocks.1.attn2.to_v"
+    layers = {module: LoRALayer(torch.randn(4, 32, generator=generator), torch.randn(32, 4, generator=generator), 2.0)}
+    config = {k: v for k, v in expanded.config.items() if not k.startswith("_")}
+    metadata = {**lora_metadata("wan-2.1-skyreels-v2-t2v"), TRANSFORMER_CONFIG_KEY: json.dumps(config)}
+    lora = tmp_path / "lora.safetensors"
+    save_lora(LoRAWeights(layers=layers, full_weights=full), lora, DIFFUSERS_LORA, metadata)
+
+    folder, single = export_e2v_as_i2v(MergeInputs(model_dir, lora, image_encoder_dir=tiny_model("i2v")),
+                                       tmp_path / "lora")
+    assert detect_variant(folder).name == "skyreels_v2_i2v"
+    pipe = DiffusionPipeline.from_pretrained(folder)
+    assert type(pipe) is SkyReelsV2ImageToVideoPipeline and type(pipe.transformer) is SkyReelsV2Transformer3DModel
+    assert pipe.image_encoder is not None and pipe.transformer.config.inject_sample_info
+
+    model = WanModelLoader().load(str(model_dir), torch.device("cpu"))
+    attach_lora_for_inference(model, lora)  # our sampler: the base expanded as the header says, the LoRA merged in
+    fps = [1]  # the 24 fps embedding (a list: diffusers makes it a tensor)
+    ours, theirs = transformer_output(model.transformer, fps=fps), transformer_output(pipe.transformer, fps=fps)
+    print(f"SkyReels-V2 E2V export vs our sampler's transformer: max abs {float((ours - theirs).abs().max()):.1e}")
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+    assert not torch.allclose(transformer_output(pipe.transformer, fps=[0]), theirs)  # fps matters
+
+    shapes = {}
+    with safe_open(str(single), "pt") as f:
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    comfy = comfyui_wan.detect(shapes)
+    assert comfy["model"] == "WAN21_I2V"
+    assert set(shapes) - comfyui_wan.model_keys(comfy) == {k for k in shapes if k.startswith("fps_")} != set()

@@ -254,6 +254,10 @@ def single_file_paths(output: Path, two_experts: bool) -> list[Path]:
 def write_single_files(model: MergedModel, output: Path, dtype: torch.dtype = SINGLE_FILE_DTYPE) -> list[Path]:
     """One file per transformer in Wan's original key names (ComfyUI's models/diffusion_models)."""
     paths = single_file_paths(output, model.variant.two_experts)
+    if model.config.get("inject_sample_info"):  # SkyReels-V2 DF 1.3B; tools/check_comfyui_merged.py shows it
+        logger.warning("this SkyReels-V2 model has an fps embedding, which ComfyUI's Wan model lacks: ComfyUI loads "
+                       "the single file without it (\"unet unexpected: fps_embedding...\") and samples without the fps "
+                       "conditioning; the diffusers folder (--format DIFFUSERS) keeps it")
     for (expert, merged), path in zip(model.experts.items(), paths):
         specs = merged.specs(dtype)
         produce = functools.partial(merged.tensor, dtype=dtype)
