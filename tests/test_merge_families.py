@@ -22,6 +22,7 @@ from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge
 from modules.modelSaver.original_keys import original_key
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
 from tests import comfyui_wan
 from tests.conftest import train_config_dict
 from tests.torch_threads import one_torch_thread
@@ -198,16 +199,19 @@ def transformer_output(transformer: torch.nn.Module, **kwargs) -> torch.Tensor:
     config = transformer.config
     hidden = torch.randn(1, config.in_channels, 2, 4, 4, generator=generator)
     text = torch.randn(1, 8, config.text_dim, generator=generator)
-    image = torch.randn(1, 257, config.image_dim, generator=generator)
+    image = torch.randn(1, 257, config.image_dim, generator=generator) if config.image_dim else None
     with torch.no_grad():
         return transformer(hidden, torch.tensor([700.0]), text, encoder_hidden_states_image=image, return_dict=False,
                            **kwargs)[0]
 
 
-def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(tiny_model, tmp_path):
-    """The export of an E2V LoRA (both pathways) on the SkyReels-V2 T2V base is the registry's I2V family of the same
-    class: SkyReelsV2ImageToVideoPipeline with SkyReelsV2Transformer3DModel, fps embedding kept, computing what our
-    sampler computes with the LoRA on the base; its single file is an I2V model for ComfyUI."""
+@pytest.mark.parametrize("clip", [True, False], ids=["dual", "vae"])
+def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(clip, tiny_model, tmp_path, caplog):
+    """The export of an E2V LoRA on the SkyReels-V2 T2V base is the registry's I2V family of the same class:
+    SkyReelsV2ImageToVideoPipeline with SkyReelsV2Transformer3DModel, fps embedding kept, computing what our sampler
+    computes with the LoRA on the base; its single file is an I2V model for ComfyUI (a 36-channel T2V one without
+    the CLIP pathway, as Wan 2.2 I2V A14B). Without CLIP there is no folder (diffusers' SkyReels-V2 I2V pipeline
+    requires a CLIP encoder), and the user is told so."""
     from diffusers import DiffusionPipeline, SkyReelsV2ImageToVideoPipeline, SkyReelsV2Transformer3DModel
 
     from modules.modelLoader.lora_inference import attach_lora_for_inference
@@ -219,7 +223,7 @@ def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(tiny_mo
 
     model_dir = tiny_model("skyreels_v2")
     base = SkyReelsV2Transformer3DModel.from_pretrained(model_dir / "transformer")
-    expanded, full_names = expand_transformer(base, 4, 32, seed=3)
+    expanded, full_names = expand_transformer(base, 4, 32 if clip else None, seed=3)
     assert type(expanded) is SkyReelsV2Transformer3DModel and expanded.fps_embedding is not None
     generator = torch.Generator().manual_seed(6)
     state = expanded.state_dict()
@@ -231,24 +235,29 @@ def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(tiny_mo
     lora = tmp_path / "lora.safetensors"
     save_lora(LoRAWeights(layers=layers, full_weights=full), lora, DIFFUSERS_LORA, metadata)
 
-    folder, single = export_e2v_as_i2v(MergeInputs(model_dir, lora, image_encoder_dir=tiny_model("i2v")),
-                                       tmp_path / "lora")
-    assert detect_variant(folder).name == "skyreels_v2_i2v"
-    pipe = DiffusionPipeline.from_pretrained(folder)
-    assert type(pipe) is SkyReelsV2ImageToVideoPipeline and type(pipe.transformer) is SkyReelsV2Transformer3DModel
-    assert pipe.image_encoder is not None and pipe.transformer.config.inject_sample_info
+    inputs = MergeInputs(model_dir, lora, image_encoder_dir=tiny_model("i2v"))
+    if not clip:  # diffusers' SkyReelsV2ImageToVideoPipeline requires a CLIP encoder: a folder would not load
+        with caplog.at_level(logging.WARNING, logger="modules.modelSaver.merged_model"):
+            (single,) = export_e2v_as_i2v(inputs, tmp_path / "lora")
+        assert "requires a CLIP image encoder" in caplog.text and "single file alone" in caplog.text
+        with pytest.raises(UserError, match="--format COMFY"):
+            merge_lora_into_model(inputs, tmp_path / "merged", DIFFUSERS)
+    else:
+        folder, single = export_e2v_as_i2v(inputs, tmp_path / "lora")
+        assert detect_variant(folder).name == "skyreels_v2_i2v"
+        pipe = DiffusionPipeline.from_pretrained(folder)
+        assert type(pipe) is SkyReelsV2ImageToVideoPipeline and type(pipe.transformer) is SkyReelsV2Transformer3DModel
+        assert pipe.image_encoder is not None and pipe.transformer.config.inject_sample_info
+        model = WanModelLoader().load(str(model_dir), torch.device("cpu"))
+        attach_lora_for_inference(model, lora)  # our sampler: the base expanded as the header says, the LoRA merged
+        fps = [1]  # the 24 fps embedding (a list: diffusers makes it a tensor)
+        ours, theirs = transformer_output(model.transformer, fps=fps), transformer_output(pipe.transformer, fps=fps)
+        print(f"SkyReels-V2 E2V export vs our sampler's transformer: max abs {float((ours - theirs).abs().max()):.1e}")
+        torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+        assert not torch.allclose(transformer_output(pipe.transformer, fps=[0]), theirs)  # fps matters
 
-    model = WanModelLoader().load(str(model_dir), torch.device("cpu"))
-    attach_lora_for_inference(model, lora)  # our sampler: the base expanded as the header says, the LoRA merged in
-    fps = [1]  # the 24 fps embedding (a list: diffusers makes it a tensor)
-    ours, theirs = transformer_output(model.transformer, fps=fps), transformer_output(pipe.transformer, fps=fps)
-    print(f"SkyReels-V2 E2V export vs our sampler's transformer: max abs {float((ours - theirs).abs().max()):.1e}")
-    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
-    assert not torch.allclose(transformer_output(pipe.transformer, fps=[0]), theirs)  # fps matters
-
-    shapes = {}
     with safe_open(str(single), "pt") as f:
         shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
     comfy = comfyui_wan.detect(shapes)
-    assert comfy["model"] == "WAN21_I2V"
+    assert (comfy["model"], comfy["in_dim"]) == ("WAN21_I2V" if clip else "WAN21_T2V", 36)
     assert set(shapes) - comfyui_wan.model_keys(comfy) == {k for k in shapes if k.startswith("fps_")} != set()

@@ -217,6 +217,14 @@ def _write_i2v_index(model: MergedModel, folder: Path, image_encoder: Path | Non
                                              encoding="utf-8")
 
 
+def _folder_problem(model: MergedModel) -> str | None:
+    """Why the merged model has no diffusers folder that its pipeline can load (None: it has one)."""
+    if _needs_i2v_index(model) and model.config.get("image_dim") is None and model.i2v_pipeline.startswith("SkyReels"):
+        return (f"diffusers' {model.i2v_pipeline} requires a CLIP image encoder, and this E2V model (trained without "
+                "the CLIP pathway) has no image cross-attention for one")
+    return None
+
+
 def _check_replaceable(destination: Path, model_dir: Path) -> None:
     """The output folder is replaced as a whole: never the base itself, nor a folder that is no model."""
     if destination.resolve() == model_dir.resolve():
@@ -229,6 +237,9 @@ def _check_replaceable(destination: Path, model_dir: Path) -> None:
 def write_diffusers(model: MergedModel, destination: Path, dtype: torch.dtype | None = None) -> Path:
     """The base folder with the merged transformer(s), atomically; `dtype` None keeps the base's."""
     _check_replaceable(destination, model.inputs.model_dir)
+    problem = _folder_problem(model)
+    if problem:
+        raise UserError(f"{problem}: write it as a ComfyUI single file instead (--format COMFY)")
     image_encoder = _image_encoder_source(model)
     i2v = _needs_i2v_index(model)
     replaced = {TRANSFORMER_FOLDERS[e] for e in model.experts} | ({"model_index.json"} if i2v else set())
@@ -296,4 +307,8 @@ def export_e2v_as_i2v(inputs: MergeInputs, stem: Path) -> list[Path]:
     `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`)."""
     model = merge_model(inputs)
     folder, single = i2v_export_paths(stem)
+    problem = _folder_problem(model)
+    if problem:
+        logger.warning("%s: the I2V export is the ComfyUI single file alone", problem)
+        return write_single_files(model, single)
     return [write_diffusers(model, folder), *write_single_files(model, single)]
