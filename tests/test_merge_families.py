@@ -205,6 +205,29 @@ def transformer_output(transformer: torch.nn.Module, **kwargs) -> torch.Tensor:
                            **kwargs)[0]
 
 
+def skyreels_e2v_lora(model_dir: Path, folder: Path, clip: bool) -> Path:
+    """What an E2V run on the SkyReels-V2 T2V base saves: a LoRA layer, every expanded or added weight in full
+    (random, so that they matter), the expanded config in the header."""
+    from diffusers import SkyReelsV2Transformer3DModel
+
+    from modules.modelSaver.lora_formats import DIFFUSERS_LORA, LoRALayer, LoRAWeights
+    from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY
+    from modules.modelSetup.e2v_expansion import expand_transformer
+
+    base = SkyReelsV2Transformer3DModel.from_pretrained(model_dir / "transformer")
+    expanded, full_names = expand_transformer(base, 4, 32 if clip else None, seed=3)
+    assert type(expanded) is SkyReelsV2Transformer3DModel and expanded.fps_embedding is not None  # class kept
+    generator = torch.Generator().manual_seed(6)
+    state = expanded.state_dict()
+    full = {name: torch.randn(state[name].shape, generator=generator) * 0.3 for name in full_names}
+    layer = LoRALayer(torch.randn(4, 32, generator=generator), torch.randn(32, 4, generator=generator), 2.0)
+    config = {k: v for k, v in expanded.config.items() if not k.startswith("_")}
+    metadata = {**lora_metadata("wan-2.1-skyreels-v2-t2v"), TRANSFORMER_CONFIG_KEY: json.dumps(config)}
+    lora = folder / "lora.safetensors"
+    save_lora(LoRAWeights(layers={"blocks.1.attn2.to_v": layer}, full_weights=full), lora, DIFFUSERS_LORA, metadata)
+    return lora
+
+
 @pytest.mark.parametrize("clip", [True, False], ids=["dual", "vae"])
 def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(clip, tiny_model, tmp_path, caplog):
     """The export of an E2V LoRA on the SkyReels-V2 T2V base is the registry's I2V family of the same class:
@@ -216,25 +239,10 @@ def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(clip, t
 
     from modules.modelLoader.lora_inference import attach_lora_for_inference
     from modules.modelLoader.WanModelLoader import WanModelLoader
-    from modules.modelSaver.lora_formats import DIFFUSERS_LORA, LoRALayer, LoRAWeights
     from modules.modelSaver.merged_model import export_e2v_as_i2v
-    from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY
-    from modules.modelSetup.e2v_expansion import expand_transformer
 
     model_dir = tiny_model("skyreels_v2")
-    base = SkyReelsV2Transformer3DModel.from_pretrained(model_dir / "transformer")
-    expanded, full_names = expand_transformer(base, 4, 32 if clip else None, seed=3)
-    assert type(expanded) is SkyReelsV2Transformer3DModel and expanded.fps_embedding is not None
-    generator = torch.Generator().manual_seed(6)
-    state = expanded.state_dict()
-    full = {name: torch.randn(state[name].shape, generator=generator) * 0.3 for name in full_names}
-    module = "blocks.1.attn2.to_v"
-    layers = {module: LoRALayer(torch.randn(4, 32, generator=generator), torch.randn(32, 4, generator=generator), 2.0)}
-    config = {k: v for k, v in expanded.config.items() if not k.startswith("_")}
-    metadata = {**lora_metadata("wan-2.1-skyreels-v2-t2v"), TRANSFORMER_CONFIG_KEY: json.dumps(config)}
-    lora = tmp_path / "lora.safetensors"
-    save_lora(LoRAWeights(layers=layers, full_weights=full), lora, DIFFUSERS_LORA, metadata)
-
+    lora = skyreels_e2v_lora(model_dir, tmp_path, clip)
     inputs = MergeInputs(model_dir, lora, image_encoder_dir=tiny_model("i2v"))
     if not clip:  # diffusers' SkyReelsV2ImageToVideoPipeline requires a CLIP encoder: a folder would not load
         with caplog.at_level(logging.WARNING, logger="modules.modelSaver.merged_model"):

@@ -6,7 +6,8 @@ detection and key names (tests/comfyui_wan.py); this checks that re-statement ag
     git clone https://github.com/Comfy-Org/ComfyUI /tmp/comfyui && pip install --target /tmp/comfydeps einops
     .venv/bin/python tools/check_comfyui_merged.py /tmp/comfyui /tmp/comfydeps
 
-For each tiny family it merges a random LoRA into the base (`--format COMFY`, float32), then runs ComfyUI's
+For each tiny family it merges a random LoRA into the base (`--format COMFY`, float32), and writes the E2V export
+(the I2V model of an E2V run on a T2V, A14B or SkyReels-V2 base, with and without CLIP), then runs ComfyUI's
 `model_detection.model_config_from_unet` on the file (the supported-model class "Load Diffusion Model" picks) and
 builds that class's model (`get_model`, comfy/ldm/wan/model.py) to compare its state-dict names with the file's:
 what `load_model_weights` would log as "unet missing" and "unet unexpected". ComfyUI derives the head count as
@@ -53,6 +54,27 @@ def merged_files(family: str, root: Path) -> list[Path]:
                                  torch.float32)
 
 
+def e2v_exports(root: Path) -> list[Path]:
+    """The single files of the E2V (I2V) export for each base that has one, with and without the CLIP pathway."""
+    from modules.modelSaver.merged_model import MergeInputs, export_e2v_as_i2v
+    from modules.synthetic.tiny_model import write_tiny_model
+    from tests.test_merge_families import skyreels_e2v_lora
+    from tests.test_merge_lora import e2v_lora
+
+    encoder = write_tiny_model("i2v", root / "e2v-i2v")
+    files = []
+    for family, two_experts in (("t2v", False), ("a14b", True), ("skyreels_v2", False)):
+        model_dir = write_tiny_model(family, root / f"e2v-{family}")
+        for clip in (True, False):
+            folder = root / f"e2v-{family}-{'dual' if clip else 'vae'}"
+            folder.mkdir()
+            lora = skyreels_e2v_lora(model_dir, folder, clip) if family == "skyreels_v2" else \
+                e2v_lora(model_dir, folder, two_experts, clip)
+            written = export_e2v_as_i2v(MergeInputs(model_dir, lora, image_encoder_dir=encoder), folder / "e2v")
+            files += [path for path in written if path.suffix == ".safetensors"]
+    return files
+
+
 def check(file: Path) -> tuple[str, list[str], list[str], list[str]]:
     """(supported-model class, missing, unexpected, shape mismatches) by ComfyUI's own code."""
     import comfy.model_detection
@@ -80,15 +102,15 @@ def main() -> None:
     from tests import comfyui_wan
 
     root = Path(tempfile.mkdtemp())
-    for family in FAMILIES:
-        for file in merged_files(family, root):
-            name, missing, unexpected, shapes = check(file)
-            state = load_file(str(file))
-            restated = comfyui_wan.detect({k: tuple(v.shape) for k, v in state.items()})
-            agree = restated["model"] == name and comfyui_wan.model_keys(restated) == set(state) - set(unexpected)
-            print(f"{file.name:34s} {name:12s} keys {len(state):4d}  unet missing {len(missing)}  unet unexpected "
-                  f"{len(unexpected)} {unexpected[:5] if unexpected else ''}  shape mismatches {len(shapes)} {shapes[:3]}  "
-                  f"re-statement agrees: {agree}")
+    files = [file for family in FAMILIES for file in merged_files(family, root)] + e2v_exports(root)
+    for file in files:
+        name, missing, unexpected, shapes = check(file)
+        state = load_file(str(file))
+        restated = comfyui_wan.detect({k: tuple(v.shape) for k, v in state.items()})
+        agree = restated["model"] == name and comfyui_wan.model_keys(restated) == set(state) - set(unexpected)
+        print(f"{file.parent.name + '/' + file.name:48s} {name:10s} in_dim {restated['in_dim']:2d} keys {len(state):3d}  "
+              f"unet missing {len(missing)}  unet unexpected {len(unexpected)} {unexpected[:5] if unexpected else ''}"
+              f"  shape mismatches {len(shapes)}  re-statement agrees: {agree}")
 
 
 if __name__ == "__main__":

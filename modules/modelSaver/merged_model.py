@@ -4,8 +4,10 @@ ComfyUI (`scripts/merge_lora.py`); and the Wan I2V export of an E2V model traine
 
 An E2V LoRA of a T2V base carries the expanded transformer config in its header
 (``wantrainer.transformer_config``) and the fully trained new weights. Merged, the network is a Wan I2V
-model (36 input channels; with the CLIP pathway also the image cross-attention), so its diffusers folder is
-a `WanImageToVideoPipeline` folder holding the CLIP image encoder the run used. A two-expert model's
+model (36 input channels; with the CLIP pathway also the image cross-attention) of the base's own class, so its
+diffusers folder is the I2V pipeline the model registry names for that layout (`WanImageToVideoPipeline`,
+`SkyReelsV2ImageToVideoPipeline`) holding the CLIP image encoder the run used. The merged model's class always
+comes from the registry (`family_for`): VACE and SkyReels-V2 bases merge into their own classes. A two-expert model's
 expert without a LoRA of such a run is expanded the way our sampler expands it (`expand_transformer`
 with seed = expert index: the new inputs start as a no-op).
 """
@@ -303,8 +305,9 @@ def i2v_export_paths(stem: Path) -> tuple[Path, Path]:
 
 
 def export_e2v_as_i2v(inputs: MergeInputs, stem: Path) -> list[Path]:
-    """An E2V model of a T2V base as a Wan I2V model: `<stem>-i2v/` (diffusers, `WanImageToVideoPipeline`) and
-    `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`)."""
+    """An E2V model of a T2V base as an I2V model: `<stem>-i2v/` (diffusers, the family's I2V pipeline) and
+    `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`); the single file alone
+    where that pipeline cannot load the model (`_folder_problem`)."""
     model = merge_model(inputs)
     folder, single = i2v_export_paths(stem)
     problem = _folder_problem(model)
