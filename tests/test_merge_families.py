@@ -269,3 +269,27 @@ def test_e2v_export_of_a_skyreels_v2_t2v_base_is_a_skyreels_v2_i2v_model(clip, t
     comfy = comfyui_wan.detect(shapes)
     assert (comfy["model"], comfy["in_dim"]) == ("WAN21_I2V" if clip else "WAN21_T2V", 36)
     assert set(shapes) - comfyui_wan.model_keys(comfy) == {k for k in shapes if k.startswith("fps_")} != set()
+
+
+@pytest.mark.slow
+def test_an_e2v_run_on_a_skyreels_v2_base_trains_its_own_class_and_exports_it(tiny_model, tmp_path):
+    """E2V training expands the SkyReels-V2 base as what it is (fps embedding and all), and the run's I2V export is a
+    SkyReelsV2ImageToVideoPipeline folder whose transformer computes what the trained model computes."""
+    from diffusers import SkyReelsV2ImageToVideoPipeline, SkyReelsV2Transformer3DModel
+
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from tests.conftest import e2v_on_t2v_config
+
+    values = e2v_on_t2v_config(tiny_model, tmp_path, max_steps=1, output_dtype="FLOAT32")
+    values["base_model_name"] = str(tiny_model("skyreels_v2"))
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()
+    trainer.train()
+    written = trainer.end()
+    out = tmp_path / "output"
+    assert written == [out / "lora.safetensors", out / "lora-i2v", out / "lora-i2v.safetensors"]
+    assert type(trainer.model.transformer) is SkyReelsV2Transformer3DModel  # (adapters are injected, not wrapped)
+    pipe = SkyReelsV2ImageToVideoPipeline.from_pretrained(written[1])
+    trainer.model.transformer.eval()
+    ours = transformer_output(trainer.model.transformer, fps=[1])
+    torch.testing.assert_close(transformer_output(pipe.transformer, fps=[1]), ours, rtol=0, atol=1e-5)
