@@ -25,7 +25,6 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests import comfyui_wan
 from tests.conftest import train_config_dict
-from tests.torch_threads import one_torch_thread
 
 FAMILIES = ("t2v", "i2v", "flf2v", "ti2v", "a14b", "a14b_i2v", "vace", "a14b_vace", "skyreels_v2", "skyreels_v2_i2v")
 ADAPTERS = {"lora": {}, "loha": {"peft_type": "LOHA"}, "lokr": {"peft_type": "LOKR"}, "dora": {"lora_decompose": True}}
@@ -34,12 +33,7 @@ TRANSFORMERS = ("transformer", "transformer_2")
 # scripts do: scripts/convert_wan_to_diffusers.py (FLF2V) and convert_skyreelsv2_to_diffusers.py (fps embedding).
 SCRIPT_NAMES = {"img_emb.emb_pos": "condition_embedder.image_embedder.pos_embed",
                 "fps_projection.0": "fps_projection.net.0.proj", "fps_projection.2": "fps_projection.net.2"}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with one_torch_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: threads only contend
 
 
 def declared_class(model_dir: Path, folder: str = "transformer") -> type:
