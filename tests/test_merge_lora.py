@@ -146,7 +146,7 @@ def test_sharded_transformer_folders_are_written_and_read_like_save_pretrained(t
     specs = {name: TensorSpec(t.dtype, tuple(t.shape)) for name, t in base.items()}
     folder = tmp_path / "sharded"
     write_transformer_folder(folder, read_config(tiny_model("t2v") / "transformer"), specs, base.__getitem__,
-                             max_shard_bytes=20_000)
+                             class_name="WanTransformer3DModel", max_shard_bytes=20_000)
     assert (folder / WEIGHTS_INDEX_NAME).is_file() and len(list(folder.glob("*-of-*.safetensors"))) > 2
     loaded = WanTransformer3DModel.from_pretrained(folder).state_dict()
     assert max_error(loaded, base) == 0.0

@@ -41,12 +41,14 @@ def _shards(specs: Mapping[str, TensorSpec], max_bytes: int) -> list[list[str]]:
 
 
 def write_transformer_folder(folder: Path, config: Mapping[str, Any], specs: Mapping[str, TensorSpec],
-                             produce: Callable[[str], torch.Tensor], max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
-    """A `WanTransformer3DModel` folder that `from_pretrained` loads; `produce` gives each tensor of `specs`."""
+                             produce: Callable[[str], torch.Tensor], *, class_name: str,
+                             max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+    """A `class_name` folder that `from_pretrained` loads; `produce` gives each tensor of `specs`. The class is
+    what detection reads first (a VACE or SkyReels-V2 folder must say so)."""
     import diffusers
 
     folder.mkdir(parents=True)
-    saved_config = {"_class_name": "WanTransformer3DModel", "_diffusers_version": diffusers.__version__, **config}
+    saved_config = {"_class_name": class_name, "_diffusers_version": diffusers.__version__, **config}
     (folder / "config.json").write_text(json.dumps(saved_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     shards = _shards(specs, max_shard_bytes)
     files = [WEIGHTS_NAME] if len(shards) == 1 else \

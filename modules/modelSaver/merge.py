@@ -128,6 +128,7 @@ class MergedTransformer:
     """One transformer's merged weights, computed a tensor at a time and cast to `dtype` on the way out."""
 
     config: dict[str, Any]  # the merged model's transformer config (E2V-expanded when the LoRA expanded it)
+    transformer_class: type  # its diffusers class, from the model registry (WanVACETransformer3DModel, ...)
     base: WeightSource
     lora: LoRAWeights
     strength: float
@@ -150,12 +151,10 @@ class MergedTransformer:
         return self.merged(name).to(dtype or self.dtype)
 
 
-def expected_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Parameter shapes of a `WanTransformer3DModel` with `config` (built on the meta device: no memory)."""
-    from diffusers import WanTransformer3DModel
-
+def expected_shapes(config: Mapping[str, Any], transformer_class: type) -> dict[str, tuple[int, ...]]:
+    """Parameter shapes of a `transformer_class` with `config` (built on the meta device: no memory)."""
     with torch.device("meta"):
-        model = WanTransformer3DModel.from_config(dict(config))
+        model = transformer_class.from_config(dict(config))
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
@@ -164,18 +163,18 @@ def model_dtype(source: WeightSource) -> torch.dtype:
     return Counter(source.spec(name).dtype for name in source.names()).most_common(1)[0][0]
 
 
-def merge_transformer(config: Mapping[str, Any], base: WeightSource, lora: LoRAWeights, strength: float,
-                      dtype: torch.dtype, what: str) -> MergedTransformer:
-    """Check that `lora` fits `base` as a model with `config`, then return the lazily merged model.
+def merge_transformer(config: Mapping[str, Any], transformer_class: type, base: WeightSource, lora: LoRAWeights,
+                      strength: float, dtype: torch.dtype, what: str) -> MergedTransformer:
+    """Check that `lora` fits `base` as a `transformer_class` with `config`, then return the lazily merged model.
 
     `what` names the pair for messages ("LoRA 'x.safetensors' and model 'models/wan'")."""
-    shapes = expected_shapes(config)
+    shapes = expected_shapes(config, transformer_class)
     problems = _fit_problems(shapes, base, lora)
     if problems:
         raise UserError(f"{what} do not fit: {problems[0]}"
                         f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
                         "use a LoRA trained on this base model")
-    return MergedTransformer(dict(config), base, lora, strength, dtype, shapes)
+    return MergedTransformer(dict(config), transformer_class, base, lora, strength, dtype, shapes)
 
 
 def _fit_problems(shapes: Mapping[str, tuple[int, ...]], base: WeightSource, lora: LoRAWeights) -> list[str]:

@@ -4,8 +4,10 @@ ComfyUI (`scripts/merge_lora.py`); and the Wan I2V export of an E2V model traine
 
 An E2V LoRA of a T2V base carries the expanded transformer config in its header
 (``wantrainer.transformer_config``) and the fully trained new weights. Merged, the network is a Wan I2V
-model (36 input channels; with the CLIP pathway also the image cross-attention), so its diffusers folder is
-a `WanImageToVideoPipeline` folder holding the CLIP image encoder the run used. A two-expert model's
+model (36 input channels; with the CLIP pathway also the image cross-attention) of the base's own class, so its
+diffusers folder is the I2V pipeline the model registry names for that layout (`WanImageToVideoPipeline`,
+`SkyReelsV2ImageToVideoPipeline`) holding the CLIP image encoder the run used. The merged model's class always
+comes from the registry (`family_for`): VACE and SkyReels-V2 bases merge into their own classes. A two-expert model's
 expert without a LoRA of such a run is expanded the way our sampler expands it (`expand_transformer`
 with seed = expert index: the new inputs start as a no-op).
 """
@@ -25,6 +27,7 @@ from tqdm import tqdm
 
 from modules.model.WanVariant import WanVariant
 from modules.model.detection import detect_variant
+from modules.model.registry import family_for
 from modules.modelLoader.lora_inference import check_lora_file
 from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
@@ -50,7 +53,6 @@ logger = logging.getLogger(__name__)
 DIFFUSERS = "DIFFUSERS"
 COMFY = "COMFY"
 SINGLE_FILE_DTYPE = torch.bfloat16  # what ComfyUI's own Wan files use
-I2V_PIPELINE = "WanImageToVideoPipeline"
 IMAGE_COMPONENTS = {"image_encoder": ["transformers", "CLIPVisionModel"],
                     "image_processor": ["transformers", "CLIPImageProcessor"]}
 
@@ -84,9 +86,21 @@ class MergedModel:
         return self.experts[0].config
 
     @property
+    def merged_variant(self) -> WanVariant:
+        """The variant the merged network is (an E2V-expanded T2V base: the I2V layout of its own class)."""
+        return dataclasses.replace(self.variant, in_channels=self.config["in_channels"],
+                                   has_clip_branch=self.config.get("image_dim") is not None)
+
+    @property
     def channel_concat(self) -> bool:
         """The merged network takes the I2V input layout [x_t, mask, condition]."""
-        return dataclasses.replace(self.variant, in_channels=self.config["in_channels"]).channel_concat_condition
+        return self.merged_variant.channel_concat_condition
+
+    @property
+    def i2v_pipeline(self) -> str:
+        """The diffusers pipeline class of the merged I2V layout (WanImageToVideoPipeline,
+        SkyReelsV2ImageToVideoPipeline), from the model registry."""
+        return family_for(self.merged_variant).pipeline(True).__name__
 
 
 # ------------------------------------------------------------------------------------------- merging
@@ -95,6 +109,7 @@ class MergedModel:
 def merge_model(inputs: MergeInputs) -> MergedModel:
     """Check the LoRA against the base (variant, shapes) and plan the merge; nothing is computed yet."""
     variant = detect_variant(inputs.model_dir)
+    transformer_class = family_for(variant).transformer_class  # the folder's own class: VACE, SkyReels-V2, ...
     checked = check_lora_file(inputs.lora, variant, inputs.force, "--force") if inputs.lora else None
     files = checked.files if checked else {}
     if inputs.trained is not None:
@@ -107,12 +122,12 @@ def merge_model(inputs: MergeInputs) -> MergedModel:
     experts = {}
     for expert in range(2 if variant.two_experts else 1):
         weights, _ = loras.get(expert, (LoRAWeights(), {}))
-        experts[expert] = _merge_expert(inputs, expert, weights, template, files.get(expert))
+        experts[expert] = _merge_expert(inputs, expert, transformer_class, weights, template, files.get(expert))
     return MergedModel(inputs, variant, experts, metadata)
 
 
-def _merge_expert(inputs: MergeInputs, expert: int, weights: LoRAWeights, template: dict[str, Any] | None,
-                  lora_file: Path | None) -> MergedTransformer:
+def _merge_expert(inputs: MergeInputs, expert: int, transformer_class: type, weights: LoRAWeights,
+                  template: dict[str, Any] | None, lora_file: Path | None) -> MergedTransformer:
     folder = inputs.model_dir / TRANSFORMER_FOLDERS[expert]
     base_config = read_config(folder)
     override = inputs.overrides[expert]
@@ -120,12 +135,12 @@ def _merge_expert(inputs: MergeInputs, expert: int, weights: LoRAWeights, templa
     config = base_config if template is None else expanded_config(
         base_config, template["in_channels"] - 2 * template["out_channels"], template.get("image_dim"))
     if config != base_config and not weights.full_weights:  # an expert the E2V run did not train
-        source = _expanded_source(base_config, source, config, expert)
+        source = _expanded_source(transformer_class, base_config, source, config, expert)
     if inputs.lora is not None and lora_file is None:
         logger.warning("no LoRA for the %s expert next to '%s': it is written as in the base",
                        EXPERT_NAMES[expert].replace("_", "-"), inputs.lora)
     what = f"LoRA '{lora_file}' and model '{inputs.model_dir}'" if lora_file else f"model '{inputs.model_dir}'"
-    return merge_transformer(config, source, weights, inputs.strength, dtype, what)
+    return merge_transformer(config, transformer_class, source, weights, inputs.strength, dtype, what)
 
 
 def _folder_source(folder: Path) -> tuple[WeightSource, torch.dtype]:
@@ -146,12 +161,10 @@ def _override_source(path: Path, folder: Path) -> tuple[WeightSource, torch.dtyp
     return StateDictSource(transformer.state_dict()), dtype
 
 
-def _expanded_source(base_config: dict[str, Any], source: WeightSource, config: dict[str, Any],
-                     expert: int) -> StateDictSource:
-    from diffusers import WanTransformer3DModel
-
+def _expanded_source(transformer_class: type, base_config: dict[str, Any], source: WeightSource,
+                     config: dict[str, Any], expert: int) -> StateDictSource:
     with torch.device("meta"):
-        transformer = WanTransformer3DModel.from_config(base_config)
+        transformer = transformer_class.from_config(base_config)
     transformer.load_state_dict({name: source.tensor(name) for name in source.names()}, assign=True)
     image_dim = config.get("image_dim") if base_config.get("image_dim") is None else None
     expanded, _ = expand_transformer(transformer, config["in_channels"] - 2 * config["out_channels"], image_dim,
@@ -174,7 +187,7 @@ def _progress(produce: Callable[[str], torch.Tensor], total: int, label: str) ->
 
 def _needs_i2v_index(model: MergedModel) -> bool:
     index = json.loads((model.inputs.model_dir / "model_index.json").read_text(encoding="utf-8"))
-    return model.channel_concat and index.get("_class_name") != I2V_PIPELINE
+    return model.channel_concat and index.get("_class_name") != model.i2v_pipeline
 
 
 def _image_encoder_source(model: MergedModel) -> Path | None:
@@ -196,7 +209,7 @@ def _image_encoder_source(model: MergedModel) -> Path | None:
 
 def _write_i2v_index(model: MergedModel, folder: Path, image_encoder: Path | None) -> None:
     index = json.loads((model.inputs.model_dir / "model_index.json").read_text(encoding="utf-8"))
-    index["_class_name"] = I2V_PIPELINE
+    index["_class_name"] = model.i2v_pipeline
     has_branch = model.config.get("image_dim") is not None
     for name, entry in IMAGE_COMPONENTS.items():
         index[name] = entry if has_branch else [None, None]
@@ -204,6 +217,14 @@ def _write_i2v_index(model: MergedModel, folder: Path, image_encoder: Path | Non
             shutil.copytree(image_encoder / name, folder / name)
     (folder / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                              encoding="utf-8")
+
+
+def _folder_problem(model: MergedModel) -> str | None:
+    """Why the merged model has no diffusers folder that its pipeline can load (None: it has one)."""
+    if _needs_i2v_index(model) and model.config.get("image_dim") is None and model.i2v_pipeline.startswith("SkyReels"):
+        return (f"diffusers' {model.i2v_pipeline} requires a CLIP image encoder, and this E2V model (trained without "
+                "the CLIP pathway) has no image cross-attention for one")
+    return None
 
 
 def _check_replaceable(destination: Path, model_dir: Path) -> None:
@@ -218,6 +239,9 @@ def _check_replaceable(destination: Path, model_dir: Path) -> None:
 def write_diffusers(model: MergedModel, destination: Path, dtype: torch.dtype | None = None) -> Path:
     """The base folder with the merged transformer(s), atomically; `dtype` None keeps the base's."""
     _check_replaceable(destination, model.inputs.model_dir)
+    problem = _folder_problem(model)
+    if problem:
+        raise UserError(f"{problem}: write it as a ComfyUI single file instead (--format COMFY)")
     image_encoder = _image_encoder_source(model)
     i2v = _needs_i2v_index(model)
     replaced = {TRANSFORMER_FOLDERS[e] for e in model.experts} | ({"model_index.json"} if i2v else set())
@@ -227,10 +251,11 @@ def write_diffusers(model: MergedModel, destination: Path, dtype: torch.dtype | 
             specs = merged.specs(dtype)
             produce = functools.partial(merged.tensor, dtype=dtype)
             with _progress(produce, len(specs), f"merging {TRANSFORMER_FOLDERS[expert]}") as counted:
-                write_transformer_folder(folder / TRANSFORMER_FOLDERS[expert], merged.config, specs, counted)
+                write_transformer_folder(folder / TRANSFORMER_FOLDERS[expert], merged.config, specs, counted,
+                                         class_name=merged.transformer_class.__name__)
         if i2v:
             _write_i2v_index(model, folder, image_encoder)
-    logger.info("merged model written to %s%s", destination, f" ({I2V_PIPELINE})" if i2v else "")
+    logger.info("merged model written to %s%s", destination, f" ({model.i2v_pipeline})" if i2v else "")
     return destination
 
 
@@ -242,6 +267,10 @@ def single_file_paths(output: Path, two_experts: bool) -> list[Path]:
 def write_single_files(model: MergedModel, output: Path, dtype: torch.dtype = SINGLE_FILE_DTYPE) -> list[Path]:
     """One file per transformer in Wan's original key names (ComfyUI's models/diffusion_models)."""
     paths = single_file_paths(output, model.variant.two_experts)
+    if model.config.get("inject_sample_info"):  # SkyReels-V2 DF 1.3B; tools/check_comfyui_merged.py shows it
+        logger.warning("this SkyReels-V2 model has an fps embedding, which ComfyUI's Wan model lacks: ComfyUI loads "
+                       "the single file without it (\"unet unexpected: fps_embedding...\") and samples without the fps "
+                       "conditioning; the diffusers folder (--format DIFFUSERS) keeps it")
     for (expert, merged), path in zip(model.experts.items(), paths):
         specs = merged.specs(dtype)
         produce = functools.partial(merged.tensor, dtype=dtype)
@@ -276,8 +305,13 @@ def i2v_export_paths(stem: Path) -> tuple[Path, Path]:
 
 
 def export_e2v_as_i2v(inputs: MergeInputs, stem: Path) -> list[Path]:
-    """An E2V model of a T2V base as a Wan I2V model: `<stem>-i2v/` (diffusers, `WanImageToVideoPipeline`) and
-    `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`)."""
+    """An E2V model of a T2V base as an I2V model: `<stem>-i2v/` (diffusers, the family's I2V pipeline) and
+    `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`); the single file alone
+    where that pipeline cannot load the model (`_folder_problem`)."""
     model = merge_model(inputs)
     folder, single = i2v_export_paths(stem)
+    problem = _folder_problem(model)
+    if problem:
+        logger.warning("%s: the I2V export is the ComfyUI single file alone", problem)
+        return write_single_files(model, single)
     return [write_diffusers(model, folder), *write_single_files(model, single)]

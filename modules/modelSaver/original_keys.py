@@ -9,8 +9,13 @@ variant, the E2V-expanded one included.
 
 ComfyUI tells the model kind from the keys (comfy/model_detection.py, `detect_unet_config`):
 ``head.modulation`` marks Wan, ``patch_embedding.weight``'s input channels give ``in_dim`` (36: image
-conditioning by channel concat) and ``img_emb.proj.0.bias`` (the image embedder's first norm) makes it an
-I2V model with the CLIP branch.
+conditioning by channel concat), ``img_emb.proj.0.bias`` (the image embedder's first norm) makes it an
+I2V model with the CLIP branch, ``img_emb.emb_pos`` (FLF2V's position embedding over the first and the last
+frame's CLIP tokens, `MLPProj.emb_pos`) sets ``flf_pos_embed_token_number`` from its shape, and
+``vace_patch_embedding.weight`` makes it a VACE model with one control block per ``vace_blocks.N``.
+SkyReels-V2's fps embedding keeps SkyReels' own names (``fps_embedding``, ``fps_projection.0`` / ``.2``, which
+diffusers' convert_skyreelsv2_to_diffusers.py reads); ComfyUI's Wan model has no such weights (only SkyReels-V2
+DF 1.3B uses them).
 """
 from __future__ import annotations
 
@@ -41,7 +46,14 @@ _GLOBAL_EXTRAS = {
     "vace_patch_embedding": "vace_patch_embedding",
     "condition_embedder.image_embedder.norm1": "img_emb.proj.0",
     "condition_embedder.image_embedder.norm2": "img_emb.proj.4",
-    "scale_shift_table": "head.modulation",  # a parameter, not a module
+    "fps_embedding": "fps_embedding",
+    "fps_projection.net.0.proj": "fps_projection.0",
+    "fps_projection.net.2": "fps_projection.2",
+}
+# weights that are parameters of their own, no module's `.weight`
+_PARAMETERS = {
+    "scale_shift_table": "head.modulation",
+    "condition_embedder.image_embedder.pos_embed": "img_emb.emb_pos",
 }
 
 
@@ -54,8 +66,10 @@ def _module_name(module: str) -> str | None:
 
 def original_key(key: str) -> str:
     """``blocks.0.attn1.to_q.weight`` -> ``blocks.0.self_attn.q.weight``; `UserError` for a weight Wan has no name for."""
+    if key in _PARAMETERS:
+        return _PARAMETERS[key]
     module, _, leaf = key.rpartition(".")
-    if leaf == "scale_shift_table":  # a parameter of its own, no module's weight
+    if leaf == "scale_shift_table":  # a block's modulation: a parameter of its own, no module's weight
         module, leaf = key, ""
     name = _module_name(module)
     if name is None:

@@ -44,8 +44,8 @@ def expand_transformer(transformer: WanTransformer3DModel, mask_channels: int, i
         return transformer, []
     dtype = transformer.patch_embedding.weight.dtype
     device = transformer.patch_embedding.weight.device
-    with torch.device("meta"):
-        expanded = WanTransformer3DModel.from_config(config)
+    with torch.device("meta"):  # the base's own class: a SkyReels-V2 base keeps its fps embedding
+        expanded = type(transformer).from_config(config)
     state = transformer.state_dict()
     old_patch = state.pop("patch_embedding.weight")
     expanded.load_state_dict(state, strict=False, assign=True)
