@@ -5,7 +5,8 @@
 
 DIFFUSERS: a diffusers folder (`DiffusionPipeline.from_pretrained(OUT)`). COMFY: a single .safetensors in Wan's
 original key names for ComfyUI's models/diffusion_models (two-expert models: OUT_high_noise / OUT_low_noise).
-An E2V LoRA of a T2V base becomes a Wan I2V model (`WanImageToVideoPipeline`, `SkyReelsV2ImageToVideoPipeline` on a SkyReels-V2 base; its folder needs --image-encoder).
+An E2V LoRA of a T2V base becomes a Wan I2V model (`WanImageToVideoPipeline`; `SkyReelsV2ImageToVideoPipeline` on a
+SkyReels-V2 base; its folder needs --image-encoder).
 """
 from __future__ import annotations
 
