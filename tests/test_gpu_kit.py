@@ -65,10 +65,11 @@ def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():
 @pytest.mark.slow
 def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path):
     out = tmp_path / "out"
+    # ~2 minutes of one core in all; the part budgets leave room for a busy machine
     env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1",
-           "PY": sys.executable}
+           "PY": sys.executable, "PART_SECONDS": "400"}
     done = subprocess.run(["bash", "benchmarks/gpu/run.sh", "--dry-run", "all"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=2700)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
     assert summary["dry_run"] is True

@@ -6,7 +6,8 @@
 #
 # PART: correct learn speed profile memory auto (or all). --dry-run: every part at tiny size on the CPU (CI runs it).
 # Environment: OUT (default out/gpu), WORK (scratch, default /tmp/wantrainer-gpu-kit), PY (default: the repo's
-# .venv if present, else python3), PART_SECONDS (each part's budget; default 510, dry run 150), WHEELS (.whl),
+# .venv if present, else python3), PART_SECONDS (each part's budget; default 510, dry run 150), BUDGET_<part>
+# (one part's budget, e.g. BUDGET_correct=330), SPEED_MODELS (speed: "13b 14b8 5b"), WHEELS (.whl),
 # DRY_INSTALL=1 (the dry run installs the wheels too, into WORK/site, as on the GPU machine).
 set -u
 cd "$(dirname "$0")/../.."
@@ -70,8 +71,10 @@ for part in "${PARTS[@]}"; do
     start=$(date +%s)
     say "== part $part"
     set -o pipefail
-    timeout -k 15 $((SECONDS_PER_PART + 45)) "$PY" benchmarks/gpu/part.py "$part" --out "$OUT" --work "$WORK" \
-        --seconds "$SECONDS_PER_PART" "${DRY[@]}" 2>&1 | tee -a "$LOG"
+    budget_name=BUDGET_$part
+    budget=${!budget_name:-$SECONDS_PER_PART}
+    timeout -k 15 $((budget + 45)) "$PY" benchmarks/gpu/part.py "$part" --out "$OUT" --work "$WORK" \
+        --seconds "$budget" "${DRY[@]}" 2>&1 | tee -a "$LOG"
     rc=$?
     set +o pipefail
     say "== part $part: exit $rc in $(( $(date +%s) - start )) s"

@@ -15,10 +15,10 @@ import torch  # noqa: E402
 from tests.cuda.device import DEVICE  # noqa: E402
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def deterministic_kernels():
-    """Deterministic kernels for the whole suite (warn only where an op has none, e.g. some attention backwards:
-    a difference from such an op shows in the test's message as a max difference, not as an error), no TF32."""
+    """Deterministic kernels and no TF32 for this package's tests, restored after them. Warn only where an op has
+    no deterministic kernel (some attention backwards): a difference from one shows as the test's max difference."""
     if DEVICE is None:
         yield
         return
