@@ -118,10 +118,14 @@ def size_mib(folder: Path) -> float:
     return round(sum(p.stat().st_size for p in folder.glob("*.whl")) / 2**20, 1)
 
 
-def tree_mib(root: Path = ROOT) -> float:
-    """What travels besides the wheels: tracked files and untracked ones git does not ignore."""
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                           capture_output=True, check=True).stdout.split(b"\0")
+def tree_mib(root: Path = ROOT) -> float | None:
+    """What travels besides the wheels: tracked files and untracked ones git does not ignore (None without git, as
+    in the copy of the tree on the GPU machine)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                               capture_output=True, check=True).stdout.split(b"\0")
+    except (OSError, subprocess.CalledProcessError):
+        return None
     return round(sum((root / n.decode()).stat().st_size for n in names if n and (root / n.decode()).is_file())
                  / 2**20, 1)
 
@@ -150,11 +154,12 @@ def main() -> int:
         download(args.folder, wanted, args.python)
     problems = check(args.folder, wanted)
     wheels, tree = size_mib(args.folder), tree_mib()
+    total = round(wheels + tree, 1) if tree is not None else None
     print(json.dumps({"folder": str(args.folder), "wheels": wanted, "wheels_mib": wheels, "tree_mib": tree,
-                      "total_mib": round(wheels + tree, 1), "limit_mib": LIMIT_MIB, "problems": problems}, indent=1))
+                      "total_mib": total, "limit_mib": LIMIT_MIB, "problems": problems}, indent=1))
     if problems:
         print("wheel folder: " + "; ".join(problems), file=sys.stderr)
-    return 1 if problems or wheels + tree > LIMIT_MIB else 0
+    return 1 if problems or (total or 0) > LIMIT_MIB else 0
 
 
 if __name__ == "__main__":

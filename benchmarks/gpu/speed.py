@@ -29,7 +29,7 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
     if dry_run:  # the first model's first job at 2 narrow blocks on the CPU: the same script, arguments and JSON
         return [Job(f"{models[0]}_NATIVE_eager", [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size",
                                                   "64x64", "--frames", "9", *common, "--attention-backend", "NATIVE",
-                                                  "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 120, needs=5)]
+                                                  "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 300, needs=5)]
     out = []
     for backend in BACKENDS:
         for model in models:
@@ -72,7 +72,7 @@ def run_profile(part: Part) -> int:
     trace = part.scratch / "profile_13b.trace.json"
     size = ["--device", "cpu", "--smoke", "--size", "64x64", "--frames", "9"] if part.dry_run else MODELS["13b"]
     job = Job("profile_13b", [STEP, *size, "--checkpointing", "--steps", "1", "--warmup", "2", "--profile",
-                              str(trace)], 120 if part.dry_run else 300, needs=5 if part.dry_run else 60)
+                              str(trace)], 300, needs=5 if part.dry_run else 60)
     row = part.add(summary(part.run(job)))
     if trace.is_file():  # gzipped: the device tool returns files of at most 16 MiB
         with open(trace, "rb") as source, gzip.open(part.out / "profile_13b.trace.json.gz", "wb") as target:
