@@ -364,14 +364,7 @@ def vram_estimate(config: dict, train, width: int, height: int, frames: int, bat
     from modules.modelSetup.memory_estimate import estimate
 
     with tempfile.TemporaryDirectory() as folder:
-        names = ["transformer", "transformer_2"][:experts]
-        for name in names:
-            (Path(folder) / name).mkdir()
-            (Path(folder) / name / "config.json").write_text(json.dumps(
-                {"_class_name": "WanTransformer3DModel", **config}))
-        if per_token_timesteps(config):  # the estimate reads the VAE's latent width for its 16x spatial factor
-            (Path(folder) / "vae").mkdir()
-            (Path(folder) / "vae" / "config.json").write_text(json.dumps({"z_dim": config["out_channels"]}))
+        write_model_configs(Path(folder), config, experts)
         run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
                                   batch_size=batch)
         try:
@@ -380,6 +373,16 @@ def vram_estimate(config: dict, train, width: int, height: int, frames: int, bat
             return {"estimate_error": str(e).splitlines()[0]}
     return {"estimate_training_gib": round(sum(v for k, v in terms.items() if k != "vae_weights"), 3),
             "estimate_terms_gib": {k: round(v, 3) for k, v in terms.items() if k != "vae_weights"}}
+
+
+def write_model_configs(folder: Path, config: dict, experts: int = 1) -> None:
+    """The model folder's JSON configs the estimate reads (transformer(s); the VAE's latent width for TI2V's 16x)."""
+    for name in ["transformer", "transformer_2"][:experts]:
+        (folder / name).mkdir()
+        (folder / name / "config.json").write_text(json.dumps({"_class_name": "WanTransformer3DModel", **config}))
+    if per_token_timesteps(config):
+        (folder / "vae").mkdir()
+        (folder / "vae" / "config.json").write_text(json.dumps({"z_dim": config["out_channels"]}))
 
 
 def host_peak_rss_gib() -> float:
@@ -420,6 +423,8 @@ def main() -> int:
                         "steps include compiling: see warmup_times)")
     parser.add_argument("--fp8-scale", choices=["NONE", "TENSOR", "CHANNEL"], default="NONE",
                         help="with --fp8: plain e4m3 cast, one scale per weight (ComfyUI fp8_scaled) or per channel")
+    parser.add_argument("--ffn-chunks", type=int, default=0, help="ffn_chunks (a block's FFN recomputed in parts)")
+    parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
     parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
                         "(Wan 2.2 A14B-like, train_expert BOTH, half the steps on each)")
     parser.add_argument("--offload-inactive-expert", action="store_true", help="with --experts 2: the idle "
@@ -477,7 +482,8 @@ def main() -> int:
                              activation_offload=args.activation_offload, dtype_name=args.dtype,
                              fp8_scale=args.fp8_scale, compile=args.compile,
                              attention_backend=(args.attention_backend or "AUTO").upper() if ours else "NATIVE",
-                             offload_inactive_expert=args.offload_inactive_expert, device=device.type)
+                             offload_inactive_expert=args.offload_inactive_expert, device=device.type,
+                             ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention)
     except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
         text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
                            "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)

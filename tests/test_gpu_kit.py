@@ -1,0 +1,91 @@
+"""The GPU kit (benchmarks/gpu/) works before a GPU is lent: the wheel plan resolves from requirements.txt and the
+lock, the folder check catches a wrong folder, the jobs cover the table, and `run.sh --dry-run` runs every part at
+tiny size on the CPU and writes every JSON."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def test_the_wheel_plan_is_what_the_gpu_machine_lacks_as_pinned():
+    from benchmarks.gpu.build_wheels import MACHINE_HAS, lock_entries, plan, requirements
+
+    wanted = plan(REPO_ROOT)
+    pins = requirements(REPO_ROOT / "requirements.txt")
+    lock = lock_entries(REPO_ROOT / "requirements.lock")
+    assert {"diffusers", "av", "ftfy", "prodigyopt", "schedulefree", "pytorch-optimizer"} <= wanted.keys()
+    assert "wcwidth" in wanted and "importlib-metadata" in wanted  # dependencies the machine lacks too
+    assert not wanted.keys() & (MACHINE_HAS | {"torch", "customtkinter"})
+    assert all(wanted[name] == pins[name] for name in wanted if name in pins)
+    assert all(wanted[name] == lock[name][0] for name in wanted)
+
+
+def test_the_folder_check_names_missing_extra_and_doubled_wheels(tmp_path):
+    from benchmarks.gpu.build_wheels import check
+
+    for name in ("av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl", "ftfy-6.3.1-py3-none-any.whl",
+                 "ftfy-6.3.0-py3-none-any.whl", "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"):
+        (tmp_path / name).write_bytes(b"")
+    problems = check(tmp_path, {"av": "18.1.0", "ftfy": "6.3.1", "diffusers": "0.42.1"})
+    assert sorted(problems) == ["missing diffusers==0.42.1", "missing ftfy==6.3.1",
+                                "not in the plan: bitsandbytes ['0.50.2']"]
+    assert check(tmp_path, {"av": "18.1.0", "bitsandbytes": "0.50.2", "ftfy": "6.3.1"}) == ["missing ftfy==6.3.1"]
+
+
+def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
+    from benchmarks.gpu.speed import BACKENDS, jobs
+
+    names = [job.name for job in jobs(["13b", "14b8", "5b"], dry_run=False)]
+    for model in ("13b", "14b8"):
+        assert {f"{model}_{b}_{mode}" for b in BACKENDS for mode in ("eager", "compiled")} <= set(names)
+    assert names[:2] == ["13b_NATIVE_eager", "13b_NATIVE_compiled"] and "5b_NATIVE_compiled" in names
+    assert all("--steps" in job.argv and int(job.argv[job.argv.index("--steps") + 1]) >= 5
+               for job in jobs(["13b"], dry_run=False))
+
+
+def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():
+    from benchmarks.gpu.memory import step_arguments
+    from benchmarks.memory_fullsize import CONFIGS
+
+    args = step_arguments(CONFIGS["a14b_light_split"])
+    assert args[args.index("--blocks-to-swap") + 1] == "30" and args[args.index("--ffn-chunks") + 1] == "8"
+    assert {"--fp8", "--activation-offload", "--offload-inactive-expert", "--checkpoint-attention",
+            "--checkpointing"} <= set(args) and args[args.index("--experts") + 1] == "2"
+    help_text = subprocess.run([sys.executable, "benchmarks/gpu_step.py", "--help"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout
+    assert all(flag in help_text for flag in args if flag.startswith("--"))
+
+
+@pytest.mark.slow
+def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path):
+    out = tmp_path / "out"
+    # ~2 minutes of one core in all; the part budgets leave room for a busy machine
+    env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "OMP_NUM_THREADS": "1",
+           "PY": sys.executable, "PART_SECONDS": "400"}
+    done = subprocess.run(["bash", "benchmarks/gpu/run.sh", "--dry-run", "all"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=2700)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "run.json").read_text())
+    assert summary["dry_run"] is True
+    parts = ["correct", "learn", "speed", "profile", "memory", "auto"]
+    assert all(summary[part]["rc"] == 0 for part in parts), summary
+    results = {part: json.loads((out / f"{part}.json").read_text()) for part in parts}
+    assert all(r["dry_run"] and r["environment"]["packages"]["torch"] and r["rows"] for r in results.values())
+    assert results["correct"]["counts"]["passed"] >= 1 and not results["correct"]["counts"]["failed"]
+    (demo,) = results["learn"]["rows"]
+    assert demo["status"] == "ok" and len(demo["verdicts"]) == 2 and demo["loss_first"] > 0
+    (step,) = results["speed"]["rows"]
+    assert step["status"] == "ok" and step["s_per_step_median"] > 0 and step["mfu_at_median"] > 0
+    assert len(results["speed"]["settings"]["planned"]) >= 16
+    assert results["profile"]["rows"][0]["profile_top"] and (out / "profile_13b.trace.json.gz").stat().st_size > 0
+    (row,) = [r for r in results["memory"]["rows"] if r["name"] == "dry_1.3b_gc"]
+    assert row["status"] == "ok" and row["fake_gib"] > 0 and row["estimate_training_gib"] > 0
+    (plan,) = results["auto"]["rows"]
+    assert plan["status"] == "ok" and plan["changes"] and plan["estimate_fits"] and len(plan["losses"]) == 3
+    assert len(list(out.iterdir())) <= 10  # the device tool returns 8 files a command: at most 3 parts a command
