@@ -43,7 +43,7 @@ class TrainerSampling:
                 except UserError:  # rank 0 logs it
                     pass
                 continue
-            output = sample_video_path(self.workspace, self.progress.global_step, index)
+            output = sample_video_path(self.run.path, self.progress.global_step, index)
             try:
                 record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
                                                           epoch=self.progress.epoch, index=index, show_progress=False)

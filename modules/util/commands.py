@@ -8,6 +8,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from modules.util.sample_record import SampleRecord
 
 
@@ -90,9 +92,11 @@ class TrainCallbacks:
     """Called from the training thread (rank 0 only for scalars and samples); a UI must marshal them to its own
     thread. `on_scalar(name, value, step)` receives every value the trainer writes to tensorboard, with
     tensorboard on or off ("loss", "lr", "loss/validation", ...); `on_sample` a `SampleRecord`
-    (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written."""
+    (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written; `on_run(name,
+    folder)` the run's name and folder (util/run_folder.py) once it is chosen, before any model loads."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
     on_scalar: Callable[[str, float, int], None] = lambda name, value, step: None
     on_sample: Callable[["SampleRecord"], None] = lambda record: None
+    on_run: Callable[[str, "Path"], None] = lambda name, folder: None

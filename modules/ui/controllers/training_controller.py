@@ -43,6 +43,8 @@ class TrainState:
     outputs: list[str] = dataclasses.field(default_factory=list)
     backup_path: str = ""
     error: str = ""
+    run_name: str = ""  # the run's folder in the workspace (util/run_folder.py), once the trainer chose it
+    run_dir: str = ""
 
     @property
     def running(self) -> bool:
@@ -51,6 +53,10 @@ class TrainState:
     @property
     def fraction(self) -> float:
         return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+
+    def shown_status(self) -> str:
+        """The status line, naming the run while one trains."""
+        return f"run {self.run_name}: {self.status}" if self.run_name and self.running else self.status
 
     def progress_text(self) -> str:
         if not self.total_steps:
@@ -67,7 +73,7 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str  # status | update | scalar | sample | finished | stopped | error | done
+    kind: str  # status | update | scalar | sample | run | finished | stopped | error | done
     payload: Any = None
 
 
@@ -108,9 +114,6 @@ class TrainingController:
         self.commands = TrainCommands()
         self.scalars.clear()
         self.sample_requested = False
-        workspace = getattr(config, "workspace_dir", "")
-        if workspace:
-            self.gallery.load_folder(samples_folder(workspace))
         gc.collect()  # on the Tk thread: a collection in the worker would run Tk objects' __del__ there
         self.thread = threading.Thread(target=self._work, args=(config, self.commands), name="training", daemon=True)
         self.thread.start()
@@ -165,6 +168,9 @@ class TrainingController:
             self.scalars.add(*event.payload)
         elif event.kind == "sample":
             self.gallery.add(event.payload)
+        elif event.kind == "run":  # the run's own samples, not another run's of the workspace
+            state.run_name, state.run_dir = event.payload
+            self.gallery.load_folder(samples_folder(state.run_dir))
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             state.status = "done: " + ", ".join(state.outputs) if state.outputs else "done"
@@ -196,7 +202,8 @@ class TrainingController:
             callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
                                        on_status=lambda text: self._put("status", text),
                                        on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
-                                       on_sample=lambda record: self._put("sample", record))
+                                       on_sample=lambda record: self._put("sample", record),
+                                       on_run=lambda name, folder: self._put("run", (name, str(folder))))
             self._put("status", "loading")
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()
