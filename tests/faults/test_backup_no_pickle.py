@@ -121,8 +121,8 @@ def backup_files(work: Path) -> list[str]:
 
 
 def test_a_backup_holds_only_safetensors_and_json(trained):
-    assert backup_files(trained) == ["config.json", "lr_scheduler.json", "optimizer.json", "optimizer.safetensors",
-                                     "progress.json", "trainable.safetensors"]
+    assert backup_files(trained) == ["config.json", "lr_scheduler.json", "manifest.json", "optimizer.json",
+                                     "optimizer.safetensors", "progress.json", "trainable.safetensors"]
 
 
 @pytest.mark.parametrize("name", ["config.json", "lr_scheduler.json", "optimizer.json", "optimizer.safetensors",
