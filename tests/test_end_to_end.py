@@ -98,7 +98,7 @@ def test_demo_makes_everything_and_runs(tmp_path, mode, name):
     result = run_script("demo.py", "--folder", tmp_path, "--steps", 6, *mode)
     assert "Demo finished." in result.stdout
     assert (tmp_path / "output" / f"{name}-lora.safetensors").is_file()
-    assert list((tmp_path / "workspace" / name / "samples").glob("*.mp4"))
+    assert list((run_dir(tmp_path / "workspace" / name) / "samples").glob("*.mp4"))
 
 
 def test_the_default_demo_is_the_shapes_one_and_prints_its_verdict_and_epochs_it_reaches(tmp_path):

@@ -19,43 +19,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from modules.trainer.backup_manifest import MANIFEST, ownership_problem, write_manifest
-from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+from modules.trainer.backup_manifest import MANIFEST, ownership_problem
 from modules.ui.controllers.curves import LOSS, ScalarHistory, read_tensorboard_scalars
 from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
 from modules.util.run_folder import list_runs, read_run
 from modules.util.sample_record import read_records
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.faults.test_lost_work import steps, train, trainer
 
 SAMPLE = {"prompt": "a red circle", "frames": 5, "height": 32, "width": 32, "steps": 2, "seed": 5}
 # 3 clips, batch 1: 3 steps an epoch; a backup after every step, the newest 2 kept; a sample every 3 steps
 RUNS = dict(epochs=2, backup_after=1, backup_after_unit="STEP", rolling_backup_count=2, tensorboard=True,
             samples=[SAMPLE], sample_after=3, sample_after_unit="STEP", sample_at_end=False)
-
-
-def trainer(tiny_model, data, work, **overrides) -> GenericTrainer:
-    return GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), data, work, **overrides)))
-
-
-def train(t: GenericTrainer, stop_at: int | None = None) -> Path | None:
-    """Start and train `t`; with `stop_at`, stop after that optimizer step. Returns the stop's backup."""
-    t.start()
-    if stop_at is not None:
-        t.callbacks.on_update = lambda update: t.commands.stop() if update.global_step == stop_at else None
-        with pytest.raises(TrainingStopped) as stopped:
-            t.train()
-        t.close()
-        return stopped.value.path
-    t.train()
-    t.end()
-    return None
-
-
-def steps(folder: Path) -> list[int]:
-    return sorted(int(p.name[5:]) for p in folder.iterdir() if p.name.startswith("step-")) if folder.is_dir() else []
 
 
 def check_three_runs(workspace: Path, outputs: list[str]) -> None:

@@ -86,8 +86,8 @@ def changed_config_refusal(backup_dir: Path, changes: list[tuple[str, object, ob
     what = "; ".join(describe_change(*c) for c in changes[:4]) + ("; ..." if len(changes) > 4 else "")
     what = what or "its config fingerprint differs"
     return (f"not resuming {backup_dir}: it was written with other training settings ({what}); set them back, set "
-            "resume_changed_config=true to resume it anyway, or train without continue_last_backup in another "
-            "workspace_dir")
+            "resume_changed_config=true to resume it anyway, set run_name to the run to resume, or train without "
+            "continue_last_backup (a new run gets its own folder)")
 
 
 def config_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

@@ -29,6 +29,8 @@ from modules.util.run_folder import (
 
 logger = logging.getLogger(__name__)
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
 
 def open_run(workspace: Path, run_name: str, output_destination: str, resume: bool,
              when: float | None = None) -> RunFolder:
@@ -77,8 +79,11 @@ def _run_to_resume(workspace: Path, run_name: str, output_destination: str, when
 def _flat_output(workspace: Path) -> str:
     """The output name the flat layout's newest backup was trained for ('' when unreadable)."""
     for backup in reversed(flat_backups(workspace)):
+        path = backup / "config.json"
         try:
-            value = json.loads((backup / "config.json").read_text(encoding="utf-8")).get("output_model_destination")
+            if path.stat().st_size > MAX_CONFIG_BYTES:  # a config is a few kB: this one is not
+                continue
+            value = json.loads(path.read_text(encoding="utf-8")).get("output_model_destination")
         except (OSError, ValueError, AttributeError):
             continue
         return value if isinstance(value, str) else ""
