@@ -228,8 +228,9 @@ def test_continue_last_backup_resumes_the_named_run_or_the_one_with_the_newest_b
         assert open_run(tmp_path, "newer", "out/lora.safetensors", resume=True).path == newer.path
         fresh = open_run(tmp_path, "later", "out/lora.safetensors", resume=True)
     assert fresh.path == tmp_path / "later" and not fresh.backup_folders()
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("continue_last_backup")]
     assert "continue_last_backup: resuming the last run 'older'" in lines[0]
+    assert lines[1].startswith("continue_last_backup: resuming run 'newer'")
     assert lines[2].startswith("continue_last_backup: no run 'later' in ")
     assert open_run(tmp_path, "", "out/lora.safetensors", resume=False).path.name.startswith("lora-")
     assert empty.path.is_dir() and not empty.backup_folders()
