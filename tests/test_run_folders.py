@@ -214,6 +214,22 @@ def test_pruning_deletes_only_the_runs_own_verified_older_backups_and_reports_th
     assert ownership_problem(run.backups / "step-00000004", run.run_id, deep=True) is None
 
 
+def test_a_backup_never_replaces_a_folder_its_run_did_not_write(tmp_path):
+    from modules.util.errors import UserError
+    from tests.run_paths import make_run
+
+    other, run = make_run(tmp_path, "other"), make_run(tmp_path, "run")
+    shutil.copytree(small_backup(other, 3), run.backups / "step-00000003")  # copied in by hand
+    before = sorted((run.backups / "step-00000003").rglob("*"))
+    with pytest.raises(UserError, match=r"^cannot write the backup to '.*step-00000003': a folder this run did not "
+                                        r"write is there \(its manifest.json names another run \(other\)\)"):
+        small_backup(run, 3)
+    assert sorted((run.backups / "step-00000003").rglob("*")) == before
+    assert ownership_problem(run.backups / "step-00000003", other.run_id, deep=True) is None
+    small_backup(run, 4)
+    small_backup(run, 4)  # its own backup of a step: replaced by the same state
+
+
 def test_continue_last_backup_resumes_the_named_run_or_the_one_with_the_newest_backup(tmp_path, caplog):
     from modules.trainer.runs import open_run
     from tests.run_paths import make_run

@@ -156,6 +156,10 @@ def _write(run: RunFolder, progress: TrainProgress, write_states: Callable[[Path
     problem = plausible_progress(progress.to_dict())
     if problem:  # a bug, not a user error: never write counters no resume would accept
         raise ValueError(f"refusing to write the backup {path}: {problem}")
+    foreign = ownership_problem(path, run.run_id, deep=False) if path.exists() else None
+    if foreign:  # the run's own backup of this step may be replaced (the same state), nothing else
+        raise UserError(f"cannot write the backup to '{path}': a folder this run did not write is there ({foreign}); "
+                        f"move it out of {root}")
 
     def write(folder: Path) -> None:
         write_states(folder)
