@@ -105,7 +105,8 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
             model, data, tmp_path / name, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
             output_model_destination=str(tmp_path / name / "output"), batch_size=4 if args is single else 2,
             epochs=10, gradient_accumulation_steps=2, max_steps=max_steps, learning_rate=1e-3, max_grad_norm=0.05,
-            data_parallel="FSDP", gradient_checkpointing=True, continue_last_backup=True, **extra)
+            data_parallel="FSDP", gradient_checkpointing=True, continue_last_backup=True,
+            overwrite_output=True, **extra)  # a resumed run's model replaces its first half's
         result = train(args, config, tmp_path / f"{name}-{max_steps}.json")
         assert "changed since it was written" not in result.stderr  # 1 GPU x 4 = 2 GPUs x 2, DDP or FSDP
         return _transformer_weights(tmp_path / name / "output")
