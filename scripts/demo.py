@@ -141,7 +141,7 @@ def main() -> int:
     config.update({
         "base_model_name": str(model_dir), "epochs": 100000, "gradient_checkpointing": False,
         "workspace_dir": str(folder / "workspace" / name), "cache_dir": str(folder / "cache"),
-        "output_model_destination": str(folder / "output" / output),
+        "output_model_destination": str(folder / "output" / output), "overwrite_output": True,  # the demo's own
         "backup_after": 100, "backup_after_unit": "STEP",
     })
     config_path = folder / f"demo-{name}.json"
@@ -162,7 +162,7 @@ def main() -> int:
     for path in trainer.sample_paths[-len(config["samples"]):]:
         what = "from held-out elements" if not (args.plain or shapes) else ""
         print(f"  sample:   {path} {what} (+ {path.with_suffix('.png').name})")
-    print(f"  logs:     {Path(config['workspace_dir']) / 'logs'}  tensorboard: {Path(config['workspace_dir']) / 'tensorboard'}")
+    print(f"  run:      {trainer.run.path}  (logs/, tensorboard/, samples/, backup/)")
     if shapes:
         print("What the samples show (colour masks and centroids of 5 seeds per prompt):")
         shapes_verdict(trainer.model, Path(args.strip) if args.strip else None)

@@ -10,6 +10,8 @@ import torch
 
 from modules.trainer.backup import DamagedBackup, TrainProgress, latest_backup, write_backup
 from modules.util.atomic import STALE_AFTER_S, atomic_write_bytes, atomic_write_dir
+from modules.util.run_folder import find_run
+from tests.run_paths import make_run
 
 
 def _age(path, seconds: float) -> None:
@@ -49,12 +51,13 @@ def test_a_folder_swap_killed_between_its_renames_is_restored_by_the_next_write(
 
 
 def _write(workspace, step: int, value: float):
+    run = find_run(workspace, "run") or make_run(workspace)
     parameter = torch.nn.Parameter(torch.full((4,), value))
     optimizer = torch.optim.AdamW([parameter])
     parameter.grad = torch.ones(4)
     optimizer.step()
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    return write_backup(workspace, TrainProgress(global_step=step), {"w": parameter.detach()}, optimizer.state_dict(),
+    return write_backup(run, TrainProgress(global_step=step), {"w": parameter.detach()}, optimizer.state_dict(),
                         scheduler.state_dict(), {"config": "c"}, {}, keep=3)
 
 
@@ -72,7 +75,7 @@ def test_a_backup_damaged_after_writing_is_refused_naming_the_file_and_kept(tmp_
     data[len(data) // 2 + 3] ^= 0x04  # a flipped bit: both files still parse
     path.write_bytes(bytes(data))
     with pytest.raises(DamagedBackup) as error:
-        latest_backup(tmp_path)
+        latest_backup(find_run(tmp_path, "run"))
     message = str(error.value)
     assert message.startswith(f"cannot resume from {newest}: {damaged} does not match the checksum")
     assert way_out in message and "\n" not in message
@@ -82,6 +85,6 @@ def test_a_backup_damaged_after_writing_is_refused_naming_the_file_and_kept(tmp_
 def test_a_damaged_optimizer_state_resumes_the_weights_with_a_fresh_optimizer_when_asked(tmp_path):
     newest = _write(tmp_path, 2, 2.0)
     (newest / "optimizer.safetensors").write_bytes(b"damaged")
-    backup = latest_backup(tmp_path, with_optimizer=False)
+    backup = latest_backup(find_run(tmp_path, "run"), with_optimizer=False)
     assert backup.progress.global_step == 2 and backup.optimizer == {}
     assert float(backup.trainable["w"].max()) > 1.5

@@ -12,6 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.run_paths import last_run, run_dir
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_mo
     assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-4
     assert max(float(v.abs().max()) for v in one.values()) > 1e-2  # the LoRA did train
     # only rank 0 wrote: one log file
-    assert len(list((tmp_path / "two" / "workspace" / "logs").iterdir())) == 1
+    assert len(list((run_dir(tmp_path / "two" / "workspace") / "logs").iterdir())) == 1
 
 
 @pytest.mark.parametrize("method", ["EMBEDDING", "LORA"])
@@ -104,7 +105,8 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
             model, data, tmp_path / name, training_method="FINE_TUNE", output_model_format="DIFFUSERS",
             output_model_destination=str(tmp_path / name / "output"), batch_size=4 if args is single else 2,
             epochs=10, gradient_accumulation_steps=2, max_steps=max_steps, learning_rate=1e-3, max_grad_norm=0.05,
-            data_parallel="FSDP", gradient_checkpointing=True, continue_last_backup=True, **extra)
+            data_parallel="FSDP", gradient_checkpointing=True, continue_last_backup=True,
+            overwrite_output=True, **extra)  # a resumed run's model replaces its first half's
         result = train(args, config, tmp_path / f"{name}-{max_steps}.json")
         assert "changed since it was written" not in result.stderr  # 1 GPU x 4 = 2 GPUs x 2, DDP or FSDP
         return _transformer_weights(tmp_path / name / "output")
@@ -128,11 +130,11 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
     assert _max_difference(first_half, initial) > 1e-4
     assert _max_difference(sharded_from_whole, halfway) > 1e-4  # the sharded ranks did train steps 3-4
     assert all(value < 1e-5 for value in differences.values()), differences
-    assert (tmp_path / "from_fsdp" / "workspace" / "backup" / "step-00000002" / "shards").is_dir()
-    logs = "".join(p.read_text() for p in (tmp_path / "to_fsdp" / "workspace" / "logs").iterdir())
+    assert (run_dir(tmp_path / "from_fsdp" / "workspace") / "backup" / "step-00000002" / "shards").is_dir()
+    logs = "".join(p.read_text() for p in (run_dir(tmp_path / "to_fsdp" / "workspace") / "logs").iterdir())
     assert all(f"validation loss at step {step}: " in logs for step in (1, 2, 3, 4))
     # the sharded run sampled on every rank; rank 0 wrote the video
-    assert len(list((tmp_path / "to_fsdp" / "workspace" / "samples").glob("*.mp4"))) == 1
+    assert len(list((run_dir(tmp_path / "to_fsdp" / "workspace") / "samples").glob("*.mp4"))) == 1
 
 
 def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resumes_exactly(tiny_model, tmp_path):
@@ -159,7 +161,7 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
                                text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         deadline = time.monotonic() + 300
-        while not list_backups(stopped["workspace_dir"]) and process.poll() is None and time.monotonic() < deadline:
+        while not list(run_dir(stopped["workspace_dir"]).glob("backup/step-*")) and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert process.poll() is None, "training ended before the signal"
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
@@ -168,7 +170,7 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert "stopping after this step" in stderr and "no backup written" not in stderr, stderr[-3000:]
-    backup = list_backups(stopped["workspace_dir"])[-1]
+    backup = list_backups(last_run(stopped["workspace_dir"]))[-1]
     assert (backup / "shards").is_dir()
     stop_step = int(backup.name.split("-")[1])
 

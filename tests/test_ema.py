@@ -104,6 +104,7 @@ def test_bad_ema_settings_are_one_line_naming_the_key(tiny_model, video_dataset,
 @pytest.mark.slow
 def test_sigkill_then_resume_with_ema_equals_an_uninterrupted_run(tiny_model, video_dataset, tmp_path):
     from modules.trainer.backup import list_backups
+    from tests.run_paths import last_run
     from tests.faults.test_kill_and_resume import RUN, Run, assert_same_tensors, lora_tensors
     from tests.faults.test_kill_and_resume import make_trainer as make_run
 
@@ -119,7 +120,7 @@ def test_sigkill_then_resume_with_ema_equals_an_uninterrupted_run(tiny_model, vi
         run.start(FAULT_STEP_DELAY="0.3")
         run.kill_when(lambda: (run.backups / "step-00000004").is_dir())
         assert not run.lora.exists()
-        assert "ema.safetensors" in {p.name for p in list_backups(run.config["workspace_dir"])[-1].iterdir()}
+        assert "ema.safetensors" in {p.name for p in list_backups(last_run(run.config["workspace_dir"]))[-1].iterdir()}
         run.start("continue_last_backup=true")
         run.finish()
     finally:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.run_paths import run_dir
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +61,8 @@ def test_cli_trains_saves_and_the_lora_loads_in_diffusers(variant, tiny_model, v
     result = run_script("train.py", "--config-path", config_path)
     written = [line.split(" to ", 1)[1] for line in result.stdout.splitlines() if line.startswith("model written")]
     assert written and all(tmp_path.joinpath(p).is_file() for p in written)
-    assert list((tmp_path / "workspace" / "samples").glob("step-*-0.mp4"))
-    assert list((tmp_path / "workspace" / "tensorboard").iterdir())
+    assert list((run_dir(tmp_path / "workspace") / "samples").glob("step-*-0.mp4"))
+    assert list((run_dir(tmp_path / "workspace") / "tensorboard").iterdir())
 
     # diffusers' own loader consumes every key and the LoRA changes the transformer's output.
     pipe = DiffusionPipeline.from_pretrained(tiny_model(variant))
@@ -97,7 +98,7 @@ def test_demo_makes_everything_and_runs(tmp_path, mode, name):
     result = run_script("demo.py", "--folder", tmp_path, "--steps", 6, *mode)
     assert "Demo finished." in result.stdout
     assert (tmp_path / "output" / f"{name}-lora.safetensors").is_file()
-    assert list((tmp_path / "workspace" / name / "samples").glob("*.mp4"))
+    assert list((run_dir(tmp_path / "workspace" / name) / "samples").glob("*.mp4"))
 
 
 def test_the_default_demo_is_the_shapes_one_and_prints_its_verdict_and_epochs_it_reaches(tmp_path):

@@ -13,6 +13,7 @@ import torch
 
 from modules.evaluation import metrics
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.run_paths import run_dir
 
 
 def moving_square(frames: int = 9, speed: int = 2, size: int = 48) -> np.ndarray:
@@ -229,7 +230,7 @@ def test_samples_during_training_log_their_metrics(tiny_model, tmp_path):
     trainer.start()
     trainer.train()
     trainer.end()
-    events = EventAccumulator(str(tmp_path / "run" / "workspace" / "tensorboard"))
+    events = EventAccumulator(str(run_dir(tmp_path / "run" / "workspace") / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"sample_metrics/0/motion", "sample_metrics/0/temporal_consistency"} <= tags

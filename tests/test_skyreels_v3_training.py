@@ -17,6 +17,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.conftest import REPO_ROOT, train_config_dict, trains_and_resumes_exactly
+from tests.run_paths import run_dir
 
 SIZE, FRAMES = 32, 17
 
@@ -58,7 +59,7 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
     assert trainer.data.appends and trainer.setup.full_train == {}  # the T2V base as it is: nothing expanded
     from modules.dataLoader.video_io import read_video_frames
 
-    sampled = sorted((tmp_path / "full" / "workspace" / "samples").rglob("*.mp4"))
+    sampled = sorted((run_dir(tmp_path / "full" / "workspace") / "samples").rglob("*.mp4"))
     assert len(sampled) == 1 and len(read_video_frames(sampled[0])[0]) == 9
     lora = tmp_path / "full" / "output" / "lora.safetensors"
     with safe_open(str(lora), "pt") as f:

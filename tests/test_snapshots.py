@@ -12,6 +12,7 @@ from modules.trainer.schedule import Schedule
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TimeUnit
 from tests.conftest import train_config_dict
+from tests.run_paths import run_dir
 
 
 def run(tiny_model, variant, video_dataset, tmp_path, **overrides) -> GenericTrainer:
@@ -36,7 +37,7 @@ def tensors(path) -> dict[str, torch.Tensor]:
 def test_snapshots_every_step_after_the_skipped_ones_keep_the_newest(tiny_model, video_dataset, tmp_path):
     trainer = run(tiny_model, "t2v", video_dataset, tmp_path, epochs=2, save_every=1, save_every_unit="STEP",
                   save_skip_first=2, rolling_save_count=3)  # 6 steps: snapshots of steps 3..6, the newest 3 kept
-    save = tmp_path / "workspace" / "save"
+    save = run_dir(tmp_path / "workspace") / "save"
     assert sorted(p.name for p in save.iterdir()) == [f"lora-step00000{s}.safetensors" for s in (4, 5, 6)]
     assert [header(save / f"lora-step00000{s}.safetensors")["wantrainer.steps"] for s in (4, 5, 6)] == ["4", "5", "6"]
     # The last snapshot holds the final weights: the same tensors as the output file.
@@ -48,7 +49,7 @@ def test_snapshots_every_step_after_the_skipped_ones_keep_the_newest(tiny_model,
 
 def test_epoch_snapshots_of_a_two_expert_model_are_one_file_per_expert(tiny_model, video_dataset, tmp_path):
     run(tiny_model, "a14b", video_dataset, tmp_path, epochs=2, save_every=1, save_every_unit="EPOCH")
-    save = tmp_path / "workspace" / "save"
+    save = run_dir(tmp_path / "workspace") / "save"
     names = sorted(p.name for p in save.iterdir())
     assert names == [f"lora-step00000{s}_{e}_noise.safetensors" for s in (3, 6) for e in ("high", "low")]
     for name in names:

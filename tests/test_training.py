@@ -16,6 +16,7 @@ from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 from tests.test_pixel_budget import huge_png
+from tests.run_paths import run_dir
 
 
 def make_trainer(model_dir, data_dir, work, **overrides) -> GenericTrainer:
@@ -120,7 +121,7 @@ def test_rolling_backups_keep_the_last_n(tiny_model, video_dataset, tmp_path):
                            backup_after_unit="STEP", rolling_backup_count=2)
     trainer.start()
     trainer.train()
-    names = sorted(p.name for p in (tmp_path / "workspace" / "backup").iterdir())
+    names = sorted(p.name for p in (run_dir(tmp_path / "workspace") / "backup").iterdir())
     assert names == ["step-00000005", "step-00000006"]
 
 

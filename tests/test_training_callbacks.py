@@ -12,6 +12,7 @@ from modules.util.commands import TrainCallbacks
 from modules.util.config.train_config import TrainConfig
 from modules.util.sample_record import SampleRecord
 from tests.conftest import train_config_dict
+from tests.run_paths import run_dir
 
 SAMPLE = {"prompt": "a red circle", "negative_prompt": "blur", "frames": 5, "height": 32, "width": 32, "steps": 2,
           "seed": 5}
@@ -35,7 +36,7 @@ def test_the_callback_gets_exactly_the_scalars_tensorboard_gets(tiny_model, vide
     assert steps == list(range(1, 7))  # 3 clips × 2 epochs, one value per optimizer step
     assert [step for name, _, step in scalars if name == "lr"] == steps
     logged = ScalarHistory()
-    assert read_tensorboard_scalars(tmp_path / "workspace" / "tensorboard", logged)
+    assert read_tensorboard_scalars(run_dir(tmp_path / "workspace") / "tensorboard", logged)
     for name in ("loss", "lr"):
         sent = [(float(step), value) for n, value, step in scalars if n == name]
         assert logged.points(name) == [(step, pytest.approx(value, rel=1e-6)) for step, value in sent]
@@ -47,7 +48,7 @@ def test_samples_are_reported_with_their_sidecar_and_scalars_without_tensorboard
                                sample_after=2, sample_after_unit="STEP", sample_at_end=True)
     scalars, samples = run(config)
     assert len([s for s in scalars if s[0] == "loss"]) == 3  # tensorboard is off: the callback still gets them
-    assert not (tmp_path / "workspace" / "tensorboard").exists()
+    assert not (run_dir(tmp_path / "workspace") / "tensorboard").exists()
     assert [record.step for record in samples] == [2, 3]  # step 2 (sample_after), then the end
     record = samples[0]
     assert record.video.is_file() and record.contact_sheet.is_file()

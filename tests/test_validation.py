@@ -16,6 +16,7 @@ from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.run_paths import run_dir
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_validation_is_exactly_constant_while_the_model_does_not_change_and_move
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     def scalars(trainer, tag):
-        events = EventAccumulator(str(tmp_path / trainer / "workspace" / "tensorboard"))
+        events = EventAccumulator(str(run_dir(tmp_path / trainer / "workspace") / "tensorboard"))
         events.Reload()
         return [(event.step, event.value) for event in events.Scalars(tag)]
 
@@ -95,7 +96,7 @@ def test_validation_is_exactly_constant_while_the_model_does_not_change_and_move
     values = [value for _, value in scalars("moving", "loss/validation/held_out")]
     assert len(values) == 4 and len(set(values)) == 4  # training on the other concept changes it
     assert values[0] == pytest.approx(scalars("still", "loss/validation")[0][1], rel=0.2)
-    log = next((tmp_path / "moving" / "workspace" / "logs").iterdir()).read_text()
+    log = next((run_dir(tmp_path / "moving" / "workspace") / "logs").iterdir()).read_text()
     assert "validation loss at step 4: " in log
 
 
@@ -148,7 +149,7 @@ def test_two_ranks_share_the_validation_and_report_what_one_process_reports(tiny
         result = subprocess.run([*args, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(path)],
                                 capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert result.returncode == 0, result.stderr[-3000:]
-        log = next((tmp_path / name / "workspace" / "logs").iterdir()).read_text()
+        log = next((run_dir(tmp_path / name / "workspace") / "logs").iterdir()).read_text()
         return float(re.search(r"validation loss at step 1: (\S+)", log).group(1))
 
     one = run([sys.executable], "one", 2)

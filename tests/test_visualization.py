@@ -12,6 +12,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.conftest import train_config_dict
+from tests.run_paths import run_dir
 
 
 def test_visualization_writes_latents_and_frames(tiny_model, tmp_path):
@@ -30,7 +31,7 @@ def test_visualization_writes_latents_and_frames(tiny_model, tmp_path):
         tiny_model("i2v"), data, tmp_path, dataset_config=str(path), concepts=[], epochs=2)))
     trainer.start()
     trainer.train()
-    (run,) = (tmp_path / "workspace" / "visualizations").iterdir()
+    (run,) = (run_dir(tmp_path / "workspace") / "visualizations").iterdir()
     assert sorted(p.name for p in run.iterdir()) == ["step-00000002", "step-00000004"]
     step = run / "step-00000002"
     names = sorted(p.name for p in step.iterdir())

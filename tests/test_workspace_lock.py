@@ -17,6 +17,7 @@ from modules.trainer.workspace_lock import LOCK_FILE, WorkspaceLock
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
+from tests.run_paths import make_run
 
 
 class ModelLoaded(Exception):
@@ -80,12 +81,13 @@ def test_a_lock_is_released_and_taken_again(tmp_path):
 
 
 def test_a_backup_write_leaves_another_runs_temp_folder_alone(tmp_path):
-    in_progress = tmp_path / "backup" / ".step-00000007.abcdefghij.tmp"  # another writer, right now
+    run = make_run(tmp_path)
+    in_progress = run.backups / ".step-00000007.abcdefghij.tmp"  # another writer, right now
     in_progress.mkdir(parents=True)
     (in_progress / "trainable.safetensors").write_bytes(b"half")
     parameter = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([parameter], lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    write_backup(tmp_path, TrainProgress(global_step=3), {"w": parameter.detach()}, optimizer.state_dict(),
+    write_backup(run, TrainProgress(global_step=3), {"w": parameter.detach()}, optimizer.state_dict(),
                  scheduler.state_dict(), {"config": "c"}, {}, keep=3)
     assert (in_progress / "trainable.safetensors").read_bytes() == b"half"

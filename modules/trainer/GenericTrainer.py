@@ -43,6 +43,8 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
+from modules.trainer.output_destination import free_destination
+from modules.trainer.runs import open_run, write_config_copy
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.modelSetup.memory_plan import apply_memory_plan
@@ -61,6 +63,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
+from modules.util.run_folder import RunFolder
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -100,6 +103,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.backup_failure: str | None = None  # the last backup write that failed (reported at the end)
         self._log_handler: logging.Handler | None = None
         self._lock: WorkspaceLock | None = None
+        self.run: RunFolder | None = None  # this run's folder in the workspace (util/run_folder.py)
+        self.kept_backups_reported: set[str] = set()  # backups pruning could not verify, each reported once
 
     # --- set-up -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,8 +118,14 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:  # one run per workspace; then no live process but this one writes backups there
             self._lock = WorkspaceLock.take(self.workspace)
+            self.run = open_run(self.workspace, config.run_name, config.output_model_destination,
+                                config.continue_last_backup)
             remove_interrupted_writes(self.workspace)
             self._start_log_file()
+            write_config_copy(self.run, config.to_dict())
+            logger.info("run '%s': its backups, samples, curves and logs go to %s", self.run.name, self.run.path)
+            self.callbacks.on_run(self.run.name, self.run.path)
+        self.run = self.dist.broadcast_object(self.run)  # every rank writes its shards into rank 0's run
         torch.manual_seed(config.seed)
         self._status("loading model")
         device = resolve_device(device_name)
@@ -162,11 +173,11 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self._resume()
         visualization = getattr(self.data, "visualization", None)
         if visualization is not None and visualization.enabled and self.dist.is_main:
-            self.visualizer = Visualizer(visualization, self.workspace, time.strftime("%Y%m%d-%H%M%S"), self.model)
+            self.visualizer = Visualizer(visualization, self.run.path, time.strftime("%Y%m%d-%H%M%S"), self.model)
         if config.tensorboard and self.dist.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(str(self.workspace / "tensorboard"))
+            self.tensorboard = SummaryWriter(str(self.run.tensorboard))
 
     def _make_ema(self) -> WeightEMA | None:
         """The moving average of the trained weights, by `{expert}.{name}` / `embedding` (its backup's keys)."""
@@ -182,7 +193,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                            keep_text=self.setup is not None and self.setup.embedding_training is not None)
 
     def _start_log_file(self) -> None:
-        log_dir = self.workspace / "logs"
+        log_dir = self.run.logs
         log_dir.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(log_dir / time.strftime("train-%Y%m%d-%H%M%S.log"), encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -363,17 +374,18 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         config = self.config
         if self.setup.sharded:
             self._status("writing backup")
-            return write_sharded_backup(self.workspace, self.progress,
+            return write_sharded_backup(self.run, self.progress,
                                         lambda folder: self.setup.save_shards(self.optimizer, folder),
                                         self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
-                                        config.rolling_backup_count, self.dist)
+                                        config.rolling_backup_count, self.dist, self.kept_backups_reported)
         if not self.dist.is_main:
             return None
         self._status("writing backup")
-        return write_backup(self.workspace, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
+        return write_backup(self.run, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
                             config.rolling_backup_count, self.dist.world_size,
-                            ema=self.ema.state_dict() if self.ema is not None else None)
+                            ema=self.ema.state_dict() if self.ema is not None else None,
+                            reported=self.kept_backups_reported)
 
     def _averaged_weights(self, sampling: bool = False):
         """A block in which the trained weights are what saves (and samples) use: the EMA when kept (for samples
@@ -386,7 +398,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         with self._averaged_weights():
             paths = self._snapshot()
         if paths and self.ema is not None and self.config.ema_save_raw:  # the raw weights beside the average
-            destination = snapshot_destination(self.workspace, self.config.output_model_destination,
+            destination = snapshot_destination(self.run.path, self.config.output_model_destination,
                                                self.progress.global_step)
             try:
                 paths += self._save_raw(destination, exports=False)
@@ -403,13 +415,13 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             raw, trained=dataclasses.replace(self._trained(), weights=""), exports=exports)
 
     def _snapshot(self) -> list[Path]:
-        """The output model as it is now, to `workspace_dir/save/` (rank 0 writes; collective with FSDP).
+        """The output model as it is now, to the run folder's `save/` (rank 0 writes; collective with FSDP).
         A failed write (a full disk) is one line and training goes on."""
         weights = self.setup.gathered_transformer_weights()
         if not self.dist.is_main:
             return []
         self._status("saving snapshot")
-        destination = snapshot_destination(self.workspace, self.config.output_model_destination,
+        destination = snapshot_destination(self.run.path, self.config.output_model_destination,
                                            self.progress.global_step)
         try:
             paths = WanModelSaver(self.model, self.setup, self.config).save(
@@ -471,12 +483,13 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self.dist.barrier()
             self.close()
             return []
+        destination = free_destination(self.config.output_model_destination, self.config.overwrite_output)
         try:
             with self._averaged_weights():
                 self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
-                    self.config.output_model_destination, transformer_weights=weights, trained=self._trained())
+                    destination, transformer_weights=weights, trained=self._trained())
             if self.ema is not None and self.config.ema_save_raw:
-                self.output_paths += self._save_raw(Path(self.config.output_model_destination))
+                self.output_paths += self._save_raw(destination)
         except Exception as e:
             if not is_write_failure(e):
                 raise
@@ -494,7 +507,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
 
     def _backup_of_this_step(self) -> Path | None:
         """The newest backup, when it holds the current step's weights."""
-        backups = list_backups(self.workspace)
+        backups = list_backups(self.run) if self.run is not None else []
         current = bool(backups) and backups[-1].name == f"step-{self.progress.global_step:08d}"
         return backups[-1] if current else None
 

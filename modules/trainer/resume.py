@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from modules.trainer.backup import Backup, latest_backup, read_backup
+from modules.trainer.backup import Backup, DamagedBackup, latest_backup, read_backup
+from modules.trainer.backup_manifest import plausible_progress
 from modules.trainer.resume_check import (
     backup_config_changes,
     changed_config_refusal,
     config_fingerprint,
     describe_change,
+    saved_config_value,
     unloadable_reason,
 )
 from modules.util.errors import UserError
@@ -28,7 +30,7 @@ class TrainerResume:
         backup, error = None, None
         if self.dist.is_main or not sharded:
             try:
-                backup = latest_backup(self.workspace, with_optimizer=not self.config.resume_fresh_optimizer)
+                backup = latest_backup(self.run, with_optimizer=not self.config.resume_fresh_optimizer)
             except UserError as e:  # under FSDP every rank must hear it, or the others wait forever
                 if not sharded:
                     raise
@@ -40,11 +42,12 @@ class TrainerResume:
             if not self.dist.is_main and path is not None:
                 backup = read_backup(path, with_states=False)
         if backup is None:
-            logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.workspace / "backup")
+            logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.run.backups)
             return
         changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
         self._refuse_unloadable(backup, changes)
         now = self._fingerprints()
+        self._refuse_implausible(backup, same_data=backup.fingerprints == now)
         if backup.fingerprints.get("config", now["config"]) != now["config"] and not self.config.resume_changed_config:
             raise UserError(changed_config_refusal(backup.path, changes))  # e.g. a new run in an old run's workspace
         for what, value in backup.fingerprints.items():
@@ -72,6 +75,16 @@ class TrainerResume:
         self.progress = backup.progress
         logger.info("resumed from %s at step %d (epoch %d, batch %d)", backup.path, self.progress.global_step,
                     self.progress.epoch, self.progress.epoch_batch)
+
+    def _refuse_implausible(self, backup: Backup, same_data: bool) -> None:
+        """A step counter no run of this data could have reached (e.g. global_step 10^30) is refused in one line:
+        it would end the run at once and go into the saved model's header."""
+        problem = plausible_progress(backup.progress.to_dict(), self._steps_per_epoch() if same_data else None,
+                                     saved_config_value(backup.path, "epochs"))
+        if problem:
+            raise DamagedBackup(f"cannot resume from {backup.path}: {problem}; it is kept as it is: move it out of "
+                                f"{backup.path.parent} to resume an older backup, or train without "
+                                "continue_last_backup")
 
     def _refuse_unloadable(self, backup: Backup, changes: list[tuple[str, object, object]]) -> None:
         """Refuse in one line naming the key, before a size-mismatch error deep in torch."""

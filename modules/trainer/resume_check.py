@@ -12,7 +12,7 @@ import torch
 from modules.util.config.train_config import E2VConfig, TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
-RESUME_NEUTRAL_KEYS = {"continue_last_backup", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
+RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
@@ -57,6 +57,15 @@ def backup_config_changes(backup_dir: Path, backup_world_size: int, config: Trai
     return config_diff(training_settings(saved, backup_world_size), training_settings(current, world_size))
 
 
+def saved_config_value(backup_dir: Path, key: str) -> int | None:
+    """An integer key of the backup's config.json (None when absent, not an integer, or unreadable)."""
+    try:
+        value = json.loads((backup_dir / "config.json").read_text(encoding="utf-8")).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def unloadable_reason(backup_dir: Path, changes: list[tuple[str, object, object]],
                       saved_shapes: dict[str, torch.Size] | None, current_shapes: dict[str, torch.Size]) -> str | None:
     """Why the backup's tensors cannot be loaded (a change of what is trained: LoRA shape, targets, optimizer), as
@@ -77,8 +86,8 @@ def changed_config_refusal(backup_dir: Path, changes: list[tuple[str, object, ob
     what = "; ".join(describe_change(*c) for c in changes[:4]) + ("; ..." if len(changes) > 4 else "")
     what = what or "its config fingerprint differs"
     return (f"not resuming {backup_dir}: it was written with other training settings ({what}); set them back, set "
-            "resume_changed_config=true to resume it anyway, or train without continue_last_backup in another "
-            "workspace_dir")
+            "resume_changed_config=true to resume it anyway, set run_name to the run to resume, or train without "
+            "continue_last_backup (a new run gets its own folder)")
 
 
 def config_diff(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

@@ -43,7 +43,7 @@ class TrainerSampling:
                 except UserError:  # rank 0 logs it
                     pass
                 continue
-            output = sample_video_path(self.workspace, self.progress.global_step, index)
+            output = sample_video_path(self.run.path, self.progress.global_step, index)
             self.samples_tried += 1
             try:
                 record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,

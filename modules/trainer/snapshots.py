@@ -1,4 +1,4 @@
-"""Snapshots: the output model written every N steps/epochs/minutes to `workspace_dir/save/`, with the
+"""Snapshots: the output model written every N steps/epochs/minutes to the run folder's `save/`, with the
 step in the name (`<stem>-step000500.safetensors`, one per expert for two-expert models), so users can
 pick the best one. Unlike backups they hold no optimizer state and cannot be resumed."""
 from __future__ import annotations
@@ -8,15 +8,15 @@ import re
 import shutil
 from pathlib import Path
 
+from modules.util.run_folder import SAVE_DIR
+
 logger = logging.getLogger(__name__)
 
-SAVE_DIR = "save"
 
-
-def snapshot_destination(workspace_dir: str | Path, output_destination: str | Path, step: int) -> Path:
-    """`save/<stem>-step000500<suffix>` for the output `<stem><suffix>` (a folder for full models)."""
+def snapshot_destination(run_dir: str | Path, output_destination: str | Path, step: int) -> Path:
+    """`<run folder>/save/<stem>-step000500<suffix>` for the output `<stem><suffix>` (a folder for full models)."""
     output = Path(output_destination)
-    return Path(workspace_dir) / SAVE_DIR / f"{output.stem}-step{step:06d}{output.suffix}"
+    return Path(run_dir) / SAVE_DIR / f"{output.stem}-step{step:06d}{output.suffix}"
 
 
 def raw_destination(destination: str | Path) -> Path:

@@ -8,6 +8,8 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from modules.util.sample_record import SampleRecord
 
 
@@ -92,7 +94,8 @@ class TrainCallbacks:
     tensorboard on or off ("loss", "lr", "loss/validation", ...); `on_sample` a `SampleRecord`
     (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written; `on_progress(what,
     done, total)` the caching phase, item by item ("caching (vae)", 3, 40); `on_warning` each thing a finished run
-    skipped (trainer/end_report.py), which a GUI shows at the end."""
+    skipped (trainer/end_report.py), which a GUI shows at the end; `on_run(name, folder)` the run's name and folder
+    (util/run_folder.py) once it is chosen, before any model loads."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
@@ -100,3 +103,4 @@ class TrainCallbacks:
     on_sample: Callable[["SampleRecord"], None] = lambda record: None
     on_progress: Callable[[str, int, int], None] = lambda what, done, total: None
     on_warning: Callable[[str], None] = lambda text: None
+    on_run: Callable[[str, "Path"], None] = lambda name, folder: None

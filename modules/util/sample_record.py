@@ -2,7 +2,7 @@
 the run it was made. One definition for the three places that meet it: the sampler writes it as a JSON sidecar
 beside the video (`step-00000010-0.json` next to `step-00000010-0.mp4` and `.png`), the trainer hands it to its
 `on_sample` callback, and the GUI's sample viewer shows it (live from the callback, earlier ones from the
-sidecars in `workspace_dir/samples`).
+sidecars in the run folder's `samples/`).
 
 The sidecar names the video and the contact sheet relative to its own folder, so a moved workspace still reads.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from modules.util.atomic import atomic_write_text
+from modules.util.run_folder import SAMPLES_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +90,14 @@ class SampleRecord:
         return cls.from_json(json.loads(path.read_text(encoding="utf-8")), path.parent)
 
 
-def samples_folder(workspace_dir: str | os.PathLike) -> Path:
-    """Where a run writes its samples: workspace_dir/samples."""
-    return Path(workspace_dir) / "samples"
+def samples_folder(run_dir: str | os.PathLike) -> Path:
+    """Where a run writes its samples: `<run folder>/samples` (util/run_folder.py)."""
+    return Path(run_dir) / SAMPLES_DIR
 
 
-def sample_video_path(workspace_dir: str | os.PathLike, step: int, index: int) -> Path:
-    """The video of sample `index` (its place in the sample list) at training step `step`."""
-    return samples_folder(workspace_dir) / f"step-{step:08d}-{index}.mp4"
+def sample_video_path(run_dir: str | os.PathLike, step: int, index: int) -> Path:
+    """The video of sample `index` (its place in the sample list) at training step `step` of the run."""
+    return samples_folder(run_dir) / f"step-{step:08d}-{index}.mp4"
 
 
 def sidecar_path(video: str | os.PathLike) -> Path:

@@ -38,7 +38,10 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
 from modules.util.enum import LearningRateScheduler
 from modules.util.errors import UserError
+from modules.trainer.backup_manifest import MANIFEST, write_manifest
+from modules.util.run_folder import RunFolder, find_run
 from tests.conftest import train_config_dict
+from tests.run_paths import last_run, make_run
 
 # What safetensors' Rust writer raises on a full disk (not an OSError).
 DISK_FULL = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
@@ -57,7 +60,8 @@ class Planted:
 
 
 def plant(backup: Path, name: str, marker: Path) -> None:
-    """Replace (or add) `name` with a pickle and make progress.json's checksum match, as an attacker would.
+    """Replace (or add) `name` with a pickle and make progress.json's checksum and the manifest match, as an
+    attacker would.
     A .pt file gets torch.save's zip format (what torch.load reads, also with mmap=True), others a bare pickle."""
     target = backup / name
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -65,11 +69,23 @@ def plant(backup: Path, name: str, marker: Path) -> None:
         torch.save(Planted(marker), target)
     else:
         target.write_bytes(pickle.dumps(Planted(marker)))
-    if name == "progress.json":
-        return
-    meta = json.loads((backup / "progress.json").read_text())
-    meta["sha256"][name] = hashlib.sha256(target.read_bytes()).hexdigest()
-    (backup / "progress.json").write_text(json.dumps(meta))
+    if name != "progress.json":
+        meta = json.loads((backup / "progress.json").read_text())
+        meta["sha256"][name] = hashlib.sha256(target.read_bytes()).hexdigest()
+        (backup / "progress.json").write_text(json.dumps(meta))
+    rewrite_manifest(backup)
+
+
+def rewrite_manifest(backup: Path) -> None:
+    """The manifest recomputed over the backup's files as they are now (what an attacker can do)."""
+    manifest = json.loads((backup / MANIFEST).read_text())
+    (backup / MANIFEST).unlink()
+    write_manifest(backup, manifest["run_id"], manifest["run_name"], manifest["step"], {})
+
+
+def ws_run(workspace: Path) -> RunFolder:
+    """The run folder "run" of `workspace`, made on first use."""
+    return find_run(workspace, "run") or make_run(workspace)
 
 
 def one_line_warnings(caplog) -> list[str]:
@@ -95,18 +111,18 @@ def trained(tiny_model, video_dataset, tmp_path_factory) -> Path:
     trainer.start()
     trainer.train()
     trainer.close()
-    assert [p.name for p in list_backups(work / "workspace")] == ["step-00000001", "step-00000002", "step-00000003"]
+    assert [p.name for p in list_backups(last_run(work / "workspace"))] == ["step-00000001", "step-00000002", "step-00000003"]
     return work
 
 
 def backup_files(work: Path) -> list[str]:
-    newest = list_backups(work / "workspace")[-1]
+    newest = list_backups(last_run(work / "workspace"))[-1]
     return sorted(p.relative_to(newest).as_posix() for p in newest.rglob("*") if p.is_file())
 
 
 def test_a_backup_holds_only_safetensors_and_json(trained):
-    assert backup_files(trained) == ["config.json", "lr_scheduler.json", "optimizer.json", "optimizer.safetensors",
-                                     "progress.json", "trainable.safetensors"]
+    assert backup_files(trained) == ["config.json", "lr_scheduler.json", "manifest.json", "optimizer.json",
+                                     "optimizer.safetensors", "progress.json", "trainable.safetensors"]
 
 
 @pytest.mark.parametrize("name", ["config.json", "lr_scheduler.json", "optimizer.json", "optimizer.safetensors",
@@ -115,7 +131,7 @@ def test_a_pickle_planted_in_a_backup_runs_no_code_on_resume(trained, tiny_model
                                                              name):
     work = tmp_path / "work"
     shutil.copytree(trained, work)
-    newest = list_backups(work / "workspace")[-1]
+    newest = list_backups(last_run(work / "workspace"))[-1]
     marker = tmp_path / "marker"
     plant(newest, name, marker)
     trainer = make_trainer(tiny_model, video_dataset, work, continue_last_backup=True)
@@ -176,7 +192,7 @@ def assert_same_state(actual: dict, expected: dict) -> None:
 def test_adamw_state_comes_back_bit_for_bit_and_keeps_training_identically(tmp_path, dtype):
     params, optimizer = trained_adamw(dtype)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    path = write_backup(tmp_path, TrainProgress(global_step=3), {"w": params[0].detach()}, optimizer.state_dict(),
+    path = write_backup(ws_run(tmp_path), TrainProgress(global_step=3), {"w": params[0].detach()}, optimizer.state_dict(),
                         scheduler.state_dict(), {}, {}, keep=1)
     restored_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
     restored = torch.optim.AdamW([{"params": restored_params[:1]}, {"params": restored_params[1:]}], lr=1.0)
@@ -196,7 +212,7 @@ def test_every_shipped_lr_schedule_resumes_exactly(tmp_path, schedule):
     scheduler = create_lr_scheduler(optimizer, config, total_steps=10)
     for _ in range(4):
         scheduler.step()
-    path = write_backup(tmp_path, TrainProgress(global_step=4), {}, optimizer.state_dict(), scheduler.state_dict(),
+    path = write_backup(ws_run(tmp_path), TrainProgress(global_step=4), {}, optimizer.state_dict(), scheduler.state_dict(),
                         {}, {}, keep=1)
     resumed = create_lr_scheduler(trained_adamw(torch.float32)[1], config, total_steps=10)
     resumed.load_state_dict(read_backup(path).lr_scheduler)
@@ -245,7 +261,7 @@ def test_state_io_refuses_what_json_cannot_hold():
 def write_small_backup(workspace: Path, step_number: int) -> Path:
     params, optimizer = trained_adamw(torch.float32)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    return write_backup(workspace, TrainProgress(global_step=step_number), {"w": params[0].detach()},
+    return write_backup(ws_run(workspace), TrainProgress(global_step=step_number), {"w": params[0].detach()},
                         optimizer.state_dict(), scheduler.state_dict(), {}, {}, keep=5)
 
 
@@ -265,7 +281,7 @@ def test_an_old_format_backup_is_refused_in_one_line_without_unpickling(tmp_path
     path = write_small_backup(tmp_path / "ws", 5)
     make_old_format(path, marker)
     with pytest.raises(OldFormatBackup) as refused:
-        latest_backup(tmp_path / "ws")
+        latest_backup(ws_run(tmp_path / "ws"))
     message = str(refused.value)
     assert isinstance(refused.value, UserError) and "\n" not in message
     assert str(path) in message and "older WanTrainer" in message and "unpickling" in message
@@ -278,7 +294,7 @@ def test_an_older_new_format_backup_behind_an_old_format_one_is_used(tmp_path, c
     write_small_backup(tmp_path / "ws", 1)
     make_old_format(write_small_backup(tmp_path / "ws", 2), marker)
     with caplog.at_level(logging.WARNING):
-        backup = latest_backup(tmp_path / "ws")
+        backup = latest_backup(ws_run(tmp_path / "ws"))
     assert backup.progress.global_step == 1 and not marker.exists()
     (warning,) = one_line_warnings(caplog)
     assert "step-00000002" in warning and "older WanTrainer" in warning
@@ -296,10 +312,10 @@ def test_a_full_disk_during_a_backup_is_one_line_and_keeps_the_previous_backups(
     monkeypatch.setattr(backup_module, "save_file", disk_full)
     with pytest.raises(UserError) as error:
         write_small_backup(tmp_path, 2)
-    assert str(error.value) == (f"cannot write the backup to '{tmp_path / 'backup'}' (the disk is full): free space "
+    assert str(error.value) == (f"cannot write the backup to '{ws_run(tmp_path).backups}' (the disk is full): free space "
                                 "there or lower rolling_backup_count; the previous backups are intact")
-    assert list_backups(tmp_path) == [previous] and read_backup(previous).progress.global_step == 1
-    assert [p.name for p in (tmp_path / "backup").iterdir()] == ["step-00000001"]  # no temp folder left
+    assert list_backups(ws_run(tmp_path)) == [previous] and read_backup(previous).progress.global_step == 1
+    assert [p.name for p in ws_run(tmp_path).backups.iterdir()] == ["step-00000001"]  # no temp folder left
 
 
 # --- FSDP (sharded) backups, one gloo process ----------------------------------------------------------
@@ -345,7 +361,7 @@ def train_step(root: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 def sharded_backup(workspace: Path, root, optimizer, step_number: int) -> Path:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    return write_sharded_backup(workspace, TrainProgress(global_step=step_number),
+    return write_sharded_backup(ws_run(workspace), TrainProgress(global_step=step_number),
                                 lambda folder: sharding.save_shards(root, optimizer, folder), scheduler.state_dict(),
                                 {}, {}, keep=5, dist=DistributedContext())
 
@@ -361,7 +377,7 @@ def test_a_sharded_backup_resumes_exactly(process_group, tmp_path, shard_resumed
     path = sharded_backup(tmp_path, root, optimizer, 1)
     assert sorted(p.name for p in (path / "shards").iterdir()) == ["rank-00000.safetensors", "state.json"]
     resumed_root, resumed = fsdp_setup(1, shard=shard_resumed)
-    sharding.load_shards(resumed_root, resumed, latest_backup(tmp_path).shards)
+    sharding.load_shards(resumed_root, resumed, latest_backup(ws_run(tmp_path)).shards)
     assert resumed.param_groups[0]["betas"] == (0.8, 0.9)
     for _ in range(2):
         train_step(root, optimizer)
@@ -382,11 +398,11 @@ def test_a_pickle_planted_in_a_sharded_backup_runs_no_code(process_group, tmp_pa
     plant(newest, name, marker)
     if name != "shards/.metadata":  # damaged, not old: refused naming the file (and kept, never overwritten)
         with pytest.raises(DamagedBackup, match=rf"cannot resume from {newest}: .*{name.split('/')[-1]}"):
-            latest_backup(tmp_path)
+            latest_backup(ws_run(tmp_path))
         assert not marker.exists()
         return
     with caplog.at_level(logging.WARNING):
-        backup = latest_backup(tmp_path)
+        backup = latest_backup(ws_run(tmp_path))
         sharding.load_shards(*fsdp_setup(1), backup.shards)
     assert not marker.exists()
     assert backup.progress.global_step == 1
@@ -401,4 +417,4 @@ def test_a_full_disk_while_writing_shards_is_one_line(process_group, tmp_path, m
     monkeypatch.setattr(sharding, "save_file", lambda *args, **kwargs: (_ for _ in ()).throw(DISK_FULL))
     with pytest.raises(UserError, match=r"\(the disk is full\).*the previous backups are intact$"):
         sharded_backup(tmp_path, root, optimizer, 2)
-    assert list_backups(tmp_path) == [previous]
+    assert list_backups(ws_run(tmp_path)) == [previous]

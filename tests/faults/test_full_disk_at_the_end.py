@@ -18,6 +18,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.run_paths import run_dir
 
 # What safetensors' Rust writer raises on a full disk (not an OSError).
 DISK_FULL = SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
@@ -72,7 +73,7 @@ def test_a_failed_final_save_names_the_backup_and_how_to_resume(tiny_model, vide
     with pytest.raises(UserError) as error:
         trainer.end()
     trainer.close()
-    backup = tmp_path / "workspace" / "backup" / "step-00000003"
+    backup = run_dir(tmp_path / "workspace") / "backup" / "step-00000003"
     assert str(error.value) == (
         f"cannot write the model to '{tmp_path / 'output' / 'lora.safetensors'}' (the disk is full): the backup "
         f"{backup} holds the trained weights: free space or change output_model_destination, then run again with "

@@ -24,6 +24,7 @@ from modules.trainer.backup import list_backups, read_backup
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
+from tests.run_paths import last_run, run_dir
 from tests.torch_threads import one_torch_thread
 
 RUNNER = Path(__file__).with_name("_faulty_train.py")
@@ -46,7 +47,7 @@ class Run:
 
     @property
     def backups(self) -> Path:
-        return Path(self.config["workspace_dir"]) / "backup"
+        return run_dir(self.config["workspace_dir"]) / "backup"
 
     @property
     def lora(self) -> Path:
@@ -139,7 +140,7 @@ def test_sigkill_after_a_backup_then_resume_equals_an_uninterrupted_run(referenc
         run.start(FAULT_STEP_DELAY="0.3")  # room to kill between steps; changes nothing computed
         run.kill_when(lambda: (run.backups / "step-00000004").is_dir())
         assert not run.lora.exists()  # killed mid-training: no final save happened
-        last = list_backups(run.config["workspace_dir"])[-1]  # step 4, or a little later on a busy machine
+        last = list_backups(last_run(run.config["workspace_dir"]))[-1]  # step 4, or a little later on a busy machine
         assert 4 <= read_backup(last).progress.global_step == int(last.name[5:]) < 9
 
         run.start("continue_last_backup=true")
@@ -167,7 +168,7 @@ def test_a_kill_during_a_write_keeps_the_previous_backup_and_lora(reference, tin
             load_file(str(temp / "trainable.safetensors"))
         previous = read_backup(run.backups / "step-00000002")  # the previous backup is whole and loads
         assert previous.progress.global_step == 2 and previous.trainable
-        assert [p.name for p in list_backups(run.config["workspace_dir"])] == ["step-00000001", "step-00000002"]
+        assert [p.name for p in list_backups(last_run(run.config["workspace_dir"]))] == ["step-00000001", "step-00000002"]
 
         # 2. The resume starts from step 2 and trains to the end; killed while writing the final LoRA.
         marker.unlink()
@@ -179,11 +180,13 @@ def test_a_kill_during_a_write_keeps_the_previous_backup_and_lora(reference, tin
     assert visible(run.backups) == ["step-00000007", "step-00000008", "step-00000009"]
     assert not [p.name for p in run.backups.iterdir() if p.name.startswith(".")]  # the stale temp folder is gone
     assert_same_tensors(read_backup(run.backups / "step-00000009").trainable, reference.trainable)
-    # The LoRA under the final name is still the earlier one, whole; the half-written new one is a dot file.
+    # The LoRA under the final name is still the earlier one, whole (the new one goes beside it, numbered: it
+    # never replaces an earlier file); the half-written new one is a dot file.
+    assert "the model is written to " + str(run.lora.with_name("lora-2.safetensors")) in run.log()
     assert run.lora.read_bytes() == previous_lora
     assert_same_tensors(lora_tensors(run.lora), reference.lora)
     assert visible(run.lora.parent) == ["lora.safetensors"]
-    (temp,) = [p for p in run.lora.parent.iterdir() if p.name.startswith(".lora.safetensors.")]
+    (temp,) = [p for p in run.lora.parent.iterdir() if p.name.startswith(".lora-2.safetensors.")]
     assert 0 < temp.stat().st_size < len(previous_lora)
 
 

@@ -10,6 +10,7 @@ from modules.trainer.resume_check import tensor_mismatch
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
+from tests.run_paths import run_dir
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_the_only_backup_with_a_damaged_optimizer_is_refused_and_kept_then_resum
 
     work = tmp_path / "copy"
     shutil.copytree(backed_up, work)
-    backup = work / "workspace" / "backup" / "step-00000001"
+    backup = run_dir(work / "workspace") / "backup" / "step-00000001"
     damaged = backup / "optimizer.safetensors"
     data = bytearray(damaged.read_bytes())
     data[-5] ^= 0x01

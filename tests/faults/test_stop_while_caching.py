@@ -8,6 +8,7 @@ from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
 from modules.util.commands import TrainCommands
 from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
+from tests.run_paths import run_dir
 
 
 class StopAfterReads(TrainCommands):
@@ -34,7 +35,7 @@ def test_a_stop_while_caching_ends_the_run_before_any_step_or_backup(tiny_model,
     assert stopped.value.reason.startswith("caching stopped after 1 of 3 samples")
     assert trainer.data.encoder_calls == 1  # the first caption (captions go first, issue #24); nothing after the stop
     assert trainer.progress.global_step == 0
-    assert not (tmp_path / "workspace" / "backup").exists()
+    assert not (run_dir(tmp_path / "workspace") / "backup").exists()
     assert not (tmp_path / "output").exists()
 
     again = GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path,

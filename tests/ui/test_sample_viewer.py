@@ -16,6 +16,7 @@ from modules.util.sample_record import SampleRecord, sample_video_path
 from modules.util.video_write import write_png_strip, write_video
 from modules.ui.views.screenshots import pump_until as pump
 from tests.ui.test_gui_training import configure
+from tests.run_paths import run_dir
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,9 @@ def test_a_gui_run_shows_its_samples_and_loss_curve_while_it_trains(make_ui, tin
     assert record == SampleRecord.read(record.sidecar)  # what the trainer wrote beside the video
     # the newest sample: step 2's, or a later one when the run wrote another before the window polled (a loaded CI)
     assert record.step >= 2 and record.step % 2 == 0
-    assert record.video == sample_video_path(tmp_path / "workspace", record.step, 0)
+    assert record.video == sample_video_path(run_dir(tmp_path / "workspace"), record.step, 0)  # the run's folder
+    assert ui.app.training.state.run_dir == str(run_dir(tmp_path / "workspace"))
+    assert ui.bottom_bar.status_text.startswith(f"run {ui.app.training.state.run_name}: ")
     assert record.prompt == "a red square drifting" and "a red square drifting" in samples.prompt_label.cget("text")
     assert samples.title_label.cget("text").startswith(f"step {record.step} · epoch ")
     assert samples.step_menu.get() == f"step {record.step}"

@@ -18,6 +18,7 @@ from modules.ui.controllers.vram_controller import VramEstimate
 from modules.trainer.preflight import check_base_model
 from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
+from modules.util.run_folder import find_run, last_started_run
 from modules.util.sample_record import samples_folder
 
 APP_NAME = "WanTrainer"
@@ -42,16 +43,30 @@ class AppController:
     def workspace(self) -> Path:
         return Path(str(self.config.value("workspace_dir") or "."))
 
+    def run_folder(self) -> Path:
+        """The run whose results the views show (util/run_folder.py): the run this window started, while it is
+        in the workspace set; else the run named run_name, else the workspace's last started run; a workspace of
+        an older WanTrainer without run folders shows its flat layout (the workspace itself)."""
+        workspace = self.workspace()
+        started = self.training.state.run_dir
+        if started and Path(started).parent == workspace:
+            return Path(started)
+        run = find_run(workspace, str(self.config.value("run_name") or "")) or last_started_run(workspace)
+        return run.path if run is not None else workspace
+
+    def samples_folder(self) -> Path:
+        return samples_folder(self.run_folder())
+
     def load_run_results(self) -> None:
-        """Outside a run: the samples already in workspace_dir/samples and the newest run's curves from its
-        tensorboard log (a finished run shows what it logged). During a run the live values are kept."""
-        self.gallery.load_folder(samples_folder(self.workspace()))
+        """Outside a run: the samples already in the shown run's folder and its curves from its tensorboard logs
+        (a finished run shows what it logged). During a run the live values are kept."""
+        self.gallery.load_folder(self.samples_folder())
         if not self.training.running:
-            read_tensorboard_scalars(self.workspace() / "tensorboard", self.curves)
+            read_tensorboard_scalars(self.run_folder() / "tensorboard", self.curves)
 
     def open_tensorboard(self) -> str:
-        """TensorBoard on the run's tensorboard folder (workspace_dir/tensorboard), in the browser; its URL."""
-        return self.tensorboard.open(Path(str(self.config.value("workspace_dir"))) / "tensorboard")
+        """TensorBoard on the shown run's tensorboard folder, in the browser; its URL."""
+        return self.tensorboard.open(self.run_folder() / "tensorboard")
 
     # --- what blocks Start ------------------------------------------------------------------------
     def uses_dataset(self) -> bool:
@@ -153,6 +168,6 @@ class AppController:
 
     # --- backups -------------------------------------------------------------------------------------
     def latest_backup(self) -> str:
-        root = Path(str(self.config.value("workspace_dir"))) / "backup"
+        root = self.run_folder() / "backup"
         backups = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         return str(backups[-1]) if backups else ""

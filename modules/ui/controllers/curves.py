@@ -229,9 +229,10 @@ def lr_chart(history: ScalarHistory, width: int, height: int) -> Chart:
 
 
 def read_tensorboard_scalars(logdir: str | os.PathLike, history: ScalarHistory) -> bool:
-    """Replace `history` with the scalars of the newest event file in `logdir` (the last run's log; a new run
-    in the same workspace starts a new file). False, leaving `history` as it is, when there is none or
-    tensorboard is not installed."""
+    """Replace `history` with the scalars of a run's event files in `logdir` (its tensorboard folder), oldest
+    file first: each start of the run (a resume) begins a new file, and its values replace those the earlier
+    file holds from the resumed step on. False, leaving `history` as it is, when there is none or tensorboard is
+    not installed."""
     files = sorted(Path(logdir).glob("events.out.tfevents.*"), key=lambda p: (p.stat().st_mtime, p.name)) \
         if Path(logdir).is_dir() else []
     if not files:
@@ -242,15 +243,16 @@ def read_tensorboard_scalars(logdir: str | os.PathLike, history: ScalarHistory) 
     except ImportError:
         return False
     values: list[tuple[str, float, int]] = []
-    try:
-        for event in EventFileLoader(str(files[-1])).Load():
-            for value in event.summary.value:  # the loader turns add_scalar's simple values into scalar tensors
-                if value.HasField("simple_value"):
-                    values.append((value.tag, float(value.simple_value), int(event.step)))
-                elif value.metadata.plugin_data.plugin_name == "scalars" and value.HasField("tensor"):
-                    values.append((value.tag, float(make_ndarray(value.tensor)), int(event.step)))
-    except Exception:  # noqa: BLE001 - a log being written or cut short: show what was read
-        pass
+    for file in files:
+        try:
+            for event in EventFileLoader(str(file)).Load():
+                for value in event.summary.value:  # the loader turns add_scalar's simple values into scalar tensors
+                    if value.HasField("simple_value"):
+                        values.append((value.tag, float(value.simple_value), int(event.step)))
+                    elif value.metadata.plugin_data.plugin_name == "scalars" and value.HasField("tensor"):
+                        values.append((value.tag, float(make_ndarray(value.tensor)), int(event.step)))
+        except Exception:  # noqa: BLE001 - a log being written or cut short: show what was read
+            continue
     history.clear()
     for name, value, step in values:
         history.add(name, value, step)

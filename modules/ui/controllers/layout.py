@@ -72,7 +72,7 @@ SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V
 
 TABS: tuple[Tab, ...] = (
     _tab("general",
-         ("Workspace", ("workspace_dir", "cache_dir", "tensorboard")),
+         ("Workspace", ("workspace_dir", "run_name", "cache_dir", "tensorboard")),
          ("Devices", ("train_device", "train_dtype")),
          ("Reproducibility", ("seed",))),
     _tab("model",
@@ -80,7 +80,7 @@ TABS: tuple[Tab, ...] = (
                          "text_encoder_override", "image_encoder_override")),
          ("Weight dtypes", ("transformer_dtype", "text_encoder_dtype", "vae_dtype", "image_encoder_dtype",
                             "text_encoder_fp8")),
-         ("Output", ("output_model_format", "output_model_destination", "output_dtype"))),
+         ("Output", ("output_model_format", "output_model_destination", "overwrite_output", "output_dtype"))),
     _tab("data",
          ("Clips", ("resolution", "frames", "fps", "aspect_bucketing", "transparent_background", "max_frame_pixels")),
          ("Frame windows", ("frame_sample_strategy", "frame_stride", "frame_windows", "max_frames")),
@@ -119,7 +119,7 @@ TABS: tuple[Tab, ...] = (
     _tab("backup",
          ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
          ("Resume", ("continue_last_backup", "resume_changed_config", "resume_fresh_optimizer")),
-         ("Snapshots (workspace_dir/save)", ("save_every", "save_every_unit", "save_skip_first", "rolling_save_count"))),
+         ("Snapshots (the run folder's save/)", ("save_every", "save_every_unit", "save_skip_first", "rolling_save_count"))),
     _tab("LoRA",
          ("Adapter", ("peft_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_decompose", "lokr_factor",
                       "lora_plus_ratio", "lora_weight_path")),

@@ -46,6 +46,8 @@ class TrainState:
     warnings: list[str] = dataclasses.field(default_factory=list)  # what the finished run skipped
     backup_path: str = ""
     error: str = ""
+    run_name: str = ""  # the run's folder in the workspace (util/run_folder.py), once the trainer chose it
+    run_dir: str = ""
 
     @property
     def running(self) -> bool:
@@ -56,6 +58,10 @@ class TrainState:
         if not self.total_steps and self.task[2]:  # caching: its own progress until the first step
             return min(1.0, self.task[1] / self.task[2])
         return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+
+    def shown_status(self) -> str:
+        """The status line, naming the run while one trains."""
+        return f"run {self.run_name}: {self.status}" if self.run_name and self.running else self.status
 
     def progress_text(self) -> str:
         if not self.total_steps and self.task[2]:
@@ -74,7 +80,7 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    kind: str  # status | update | scalar | sample | progress | warning | finished | stopped | error | done
+    kind: str  # status | update | scalar | sample | progress | warning | run | finished | stopped | error | done
     payload: Any = None
 
 
@@ -121,9 +127,6 @@ class TrainingController:
         self.scalars.clear()
         self.sample_requested = False
         self._update_status = ""
-        workspace = getattr(config, "workspace_dir", "")
-        if workspace:
-            self.gallery.load_folder(samples_folder(workspace))
         gc.collect()  # on the Tk thread: a collection in the worker would run Tk objects' __del__ there
         self.thread = threading.Thread(target=self._work, args=(config, self.commands), name="training", daemon=True)
         self.thread.start()
@@ -184,6 +187,9 @@ class TrainingController:
             state.task = event.payload
         elif event.kind == "warning":
             state.warnings.append(event.payload)
+        elif event.kind == "run":  # the run's own samples, not another run's of the workspace
+            state.run_name, state.run_dir = event.payload
+            self.gallery.load_folder(samples_folder(state.run_dir))
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
@@ -220,7 +226,8 @@ class TrainingController:
                                        on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
                                        on_sample=lambda record: self._put("sample", record),
                                        on_progress=lambda what, done, total: self._put("progress", (what, done, total)),
-                                       on_warning=lambda text: self._put("warning", text))
+                                       on_warning=lambda text: self._put("warning", text),
+                                       on_run=lambda name, folder: self._put("run", (name, str(folder))))
             self._put("status", "loading")
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()

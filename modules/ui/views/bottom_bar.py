@@ -56,7 +56,7 @@ class BottomBar(ctk.CTkFrame):
         state = self.app.training.state
         can_start, reason = self.app.can_start()
         if state.running:
-            status, color = state.status, RED if state.status_is_error else GRAY
+            status, color = state.shown_status(), RED if state.status_is_error else GRAY
         elif not can_start:  # a message of the last action (export, preset saved) stays above the reason
             told = state.status if state.status and state.status != "ready" else ""
             status, color = "\n".join(filter(None, (told, f"cannot start: {reason}"))), RED

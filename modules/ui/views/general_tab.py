@@ -9,5 +9,5 @@ class GeneralTab(BaseTab):
 
     def build(self) -> None:
         self.config_form()
-        self.note("Logs, tensorboard files, samples and backups go to the workspace folder; "
-                  "run `tensorboard --logdir <workspace>/tensorboard` to watch a run.")
+        self.note("Each run writes its logs, tensorboard files, samples and backups to its own folder, "
+                  "<workspace>/<run name>; run `tensorboard --logdir <workspace>` to compare the runs.")

@@ -28,7 +28,7 @@ from modules.ui.controllers.sample_gallery import (
 )
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.widgets import GRAY, RED, bold_font, button, small_button, small_font
-from modules.util.sample_record import SampleRecord, samples_folder
+from modules.util.sample_record import SampleRecord
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class SamplesTab(BaseTab):
 
     # --- drawing -----------------------------------------------------------------------------------------
     def refresh(self) -> None:
-        folder = samples_folder(self.app.workspace())
+        folder = self.app.samples_folder()
         if folder != self.gallery.folder and not self.app.training.running:  # another workspace
             self.app.load_run_results()
         if self.gallery.version == self._shown_version:

@@ -216,7 +216,7 @@ class VisualizationProcessorConfig(BaseConfig):
 @dataclasses.dataclass
 class VisualizationConfig(BaseConfig):
     enabled: bool = option(False, "Save intermediate tensors during training.")
-    output_dir: str = option("visualizations/{run_id}", "Output folder; {run_id} is replaced by the run's id.")
+    output_dir: str = option("visualizations/{run_id}", "Output folder (a relative one is inside the run folder, workspace_dir/<run_name>); {run_id} is replaced by the start's date and time.")
     frequency: int = option(100, "Every N steps.")
     processors: list[VisualizationProcessorConfig] = option([], "What to save and how.")
 

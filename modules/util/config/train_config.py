@@ -16,6 +16,7 @@ from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
+from modules.util.run_folder import run_name_problem
 from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
@@ -331,9 +332,11 @@ class TrainConfig(BaseConfig):
     train_device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
 
     # --- paths -------------------------------------------------------------------------------
-    workspace_dir: str = option("workspace/run", "Run folder: logs, tensorboard, samples, backups.")
+    workspace_dir: str = option("workspace/run", "Folder of the runs: each run writes its backups, samples, tensorboard curves, logs, snapshots and a copy of its config to its own folder <workspace_dir>/<run_name>/.")
+    run_name: str = option("", "The run's folder name in workspace_dir ('' = the output's name and the start's date and time, e.g. lora-20260301-142530). A new run never writes into another run's folder: a name that is taken gets <name>-2, <name>-3, ... With continue_last_backup: the run to resume ('' = the run with the workspace's newest backup).")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
-    output_model_destination: str = option("output/lora.safetensors", "Where the final model is written.")
+    output_model_destination: str = option("output/lora.safetensors", "Where the final model is written; when a file it would write exists already, the run writes <name>-2 (then -3, ...) instead and says so, unless overwrite_output is true.")
+    overwrite_output: bool = option(False, "Replace existing files at output_model_destination instead of writing a numbered name beside them.")
     output_model_format: ModelFormat = option(ModelFormat.COMFY_LORA, "COMFY_LORA (loads in ComfyUI, diffusers and SkyReels-A2), DIFFUSERS_LORA (diffusers/PEFT key names: diffusers only) or DIFFUSERS (full model folder). EMBEDDING runs always write the embedding file (key umt5xxl).")
     output_dtype: DataType = option(DataType.BFLOAT16, "Tensor dtype of written LoRA files and snapshots: BFLOAT16 (half the size of FLOAT32, what ComfyUI computes in), FLOAT16 or FLOAT32 (exact).")
 
@@ -444,7 +447,7 @@ class TrainConfig(BaseConfig):
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
     sample_metrics: bool = option(False, "Log each sample's metrics to tensorboard (sample_metrics/<index>/...): motion, and with the checkpoint's CLIP image encoder temporal consistency and E2V element fidelity (docs/evaluation.md).")
-    save_every: int = option(0, "Write a snapshot of the output model to workspace_dir/save/ every N units (0 = never); separate from resumable backups.")
+    save_every: int = option(0, "Write a snapshot of the output model to the run folder's save/ every N units (0 = never); separate from resumable backups.")
     save_every_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     save_skip_first: int = option(0, "No snapshot during the first N units (of save_every_unit).")
     rolling_save_count: int = option(0, "How many of the newest snapshots are kept (0 = keep every snapshot).")
@@ -452,10 +455,10 @@ class TrainConfig(BaseConfig):
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
     backup_before_save: bool = option(True, "Write a backup when training ends.")
-    continue_last_backup: bool = option(False, "Resume from the newest backup in workspace_dir/backup.")
+    continue_last_backup: bool = option(False, "Resume the newest backup of the run named run_name, or of the workspace's last run (the one with the newest backup) when run_name is empty; the log names the run. Workspaces of older WanTrainers (workspace_dir/backup/step-*) are moved into a run folder, nothing deleted.")
     resume_changed_config: bool = option(False, "With continue_last_backup: resume the newest backup although training settings changed since it was written (a warning names them). Without it such a resume is refused, naming the backup and the changes.")
     resume_fresh_optimizer: bool = option(False, "With continue_last_backup: resume the newest backup's weights, EMA, LR schedule and position but start the optimizer state fresh; the way out when its optimizer files are damaged.")
-    tensorboard: bool = option(True, "Write tensorboard scalars to workspace_dir/tensorboard.")
+    tensorboard: bool = option(True, "Write tensorboard scalars to the run folder's tensorboard/.")
     validate_after: int = option(1, "With concepts of type VALIDATION: measure their loss every N units (0 = never).")
     validate_after_unit: TimeUnit = option(TimeUnit.EPOCH, "STEP, EPOCH, MINUTE or NEVER.")
     validation_sigma_count: int = option(4, "Validation: how many fixed σ values each sample's loss is measured at (evenly spaced over the trained σ range; one forward pass each).")
@@ -472,6 +475,8 @@ class TrainConfig(BaseConfig):
             raise ConfigError(f"config key '{key}' {message}")
 
         check_clip_options("", self)
+        if run_name_problem(self.run_name):
+            fail("run_name", run_name_problem(self.run_name))
         missing = spec_of(self.optimizer).missing()
         if missing:  # before any model loads, not at the first step
             fail("optimizer", f"is {self.optimizer.name}, which {missing}")
