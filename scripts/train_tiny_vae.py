@@ -14,9 +14,10 @@ def main() -> int:
     from modules.synthetic.tiny_vae import FIXTURE, held_out_psnr, save_fixture, train_tiny_vae
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=9000)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the weights and the training clips (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=9000, help="training steps (default %(default)s)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
     parser.add_argument("--output", default=str(FIXTURE), help="folder to write (diffusers layout)")
     args = parser.parse_args()
     import torch
