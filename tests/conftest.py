@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,9 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_name] = "1"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: torchrun with two processes, its rendezvous on a free port (--standalone): tests on two xdist workers, or two test
+#: runs on one machine, never ask for the same one
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
 def _private_home() -> None:
