@@ -13,10 +13,11 @@ import argparse
 
 
 from _bootstrap import run_main  # first: import path, offline mode
+from _sample_options import add_e2v_pathway_options, add_schedule_and_device_options, add_video_options
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
@@ -49,12 +50,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
     parser.add_argument("--dataset-config", help="E2V dataset JSON whose element layout (repeats, preprocessing) "
                                                  "to use; default: A2's (repeats 1/4/4)")
-    parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"],
-                        help="E2V models: which conditioning pathways the elements take (CLIP, VAE or both); auto: "
-                             "what the model has")
-    parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"],
-                        help="E2V models (a2 reference layout): the reference frames before the video (separate) or "
-                             "within it (joint), as the model was trained")
+    add_e2v_pathway_options(parser)
     parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
                         help="E2V: where the references enter (the training config's e2v.reference_layout): a2 "
                              "(SkyReels-A2's condition channels and CLIP) or skyreels_v3 (one latent frame each, "
@@ -65,21 +61,11 @@ def parse_args() -> argparse.Namespace:
                                  f"as the config key {component.replace('-', '_')}_override")
     parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for bases without "
                                                 "them (E2V LoRAs trained on T2V bases with the CLIP pathway)")
-    parser.add_argument("--frames", type=int, default=81, help="frame count, 4k+1 (default %(default)s)")
-    parser.add_argument("--height", type=int, default=480, help="height in pixels (default %(default)s)")
-    parser.add_argument("--width", type=int, default=832, help="width in pixels (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=30, help="sampling steps (default %(default)s)")
-    parser.add_argument("--cfg-scale", type=float, default=5.0,
-                        help="classifier-free guidance scale; 1 = no guidance (default %(default)s)")
+    add_video_options(parser, frames=81)
     parser.add_argument("--image-guidance-scale", type=float, default=1.0,
                         help="--reference-layout skyreels_v3: image guidance against all-zero references "
                              "(SkyReels-V3's dual guidance; 1 = off)")
     parser.add_argument("--seed", type=int, default=42, help="random seed of the noise (default %(default)s)")
-    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
-                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++; "
-                             "unipc_a2: UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on")
-    parser.add_argument("--shift", type=float, default=0.0,
-                        help="flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's")
     parser.add_argument("--e2v-posterior", default="mode", choices=E2V_POSTERIORS,
                         help="E2V condition: the VAE posterior's mode, or a sample drawn with the seed right after "
                              "the noise (SkyReels-A2)")
@@ -87,8 +73,7 @@ def parse_args() -> argparse.Namespace:
                         choices=["AUTO", "NATIVE", "FLASH", "CUDNN", "FLEX", "SAGE"],
                         help="attention kernel (diffusers' dispatcher); AUTO: the first available of FLASH, CUDNN, "
                              "NATIVE on a GPU")
-    parser.add_argument("--device", default="auto",
-                        help="auto (a CUDA/ROCm GPU if one is visible, else the CPU), cpu, cuda or cuda:N")
+    add_schedule_and_device_options(parser)
     parser.add_argument("--output", required=True, help="output .mp4, .gif or .webp (a .png strip is written beside it)")
     return parser.parse_args()
 
