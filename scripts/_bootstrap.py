@@ -16,6 +16,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its torchvision notice on every start
 
 
+def one_cpu_thread() -> None:
+    """torch on one CPU thread, unless OMP_NUM_THREADS says otherwise: the runs on tiny models (the demo, the tiny VAE)
+    gain nothing from a second thread, and on a busy machine its OpenMP workers spin while they wait
+    (benchmarks/demo_threads.py). Must run before torch is imported: OpenMP sizes its pool once."""
+    if "torch" in sys.modules:
+        raise RuntimeError("one_cpu_thread() must run before torch is imported")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """Bad command-line arguments end with one line and exit code 1, like every other user error."""
 

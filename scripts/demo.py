@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 
-from _bootstrap import REPO_ROOT, OneLineArgumentParser, run_main
+from _bootstrap import REPO_ROOT, OneLineArgumentParser, one_cpu_thread, run_main
 
 from modules.synthetic.shapes_training import STEPS as SHAPES_STEPS  # (a plain dict module: --help stays instant)
 
@@ -121,6 +121,7 @@ def main() -> int:
     if args.variant and shapes:
         parser.error("--variant applies to the LoRA demos (--e2v, --plain); the shapes demo trains the tiny T2V")
     steps = args.steps or (SHAPES_STEPS if shapes else 300)
+    one_cpu_thread()
 
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.config.loading import load_train_config

@@ -15,15 +15,17 @@ import argparse
 from pathlib import Path
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
+from _sample_options import add_e2v_pathway_options, add_schedule_and_device_options, add_video_options
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.sampling_choices import REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
     parser.add_argument("--lora", help="the trained LoRA file (for two-expert models either expert's file)")
-    parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--lora-scale", type=float, default=1.0,
+                        help="strength the LoRA is applied with (default %(default)s)")
     parser.add_argument("--base-lora", action="append", default=[], metavar="FILE[:STRENGTH[:EXPERT]]",
                         help="a LoRA merged into the base of every run (e.g. a Lightning speed LoRA); repeat for a "
                              "stack. Default: the stack --lora's header records, where the files are found")
@@ -43,8 +45,7 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
     parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for E2V on bases "
                                                 "without them")
-    parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
-    parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    add_e2v_pathway_options(parser)
     parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
                         help="E2V: a2 (SkyReels-A2's) or skyreels_v3 (up to 4 references appended as latent frames); "
                              "auto: what --lora's header names, else a2")
@@ -52,16 +53,10 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--output", required=True, help="report folder")
     parser.add_argument("--clip-model", help="local CLIP folder (vision + text): text alignment")
     parser.add_argument("--dino-model", help="local DINOv2 folder: element fidelity on DINO features")
-    parser.add_argument("--frames", type=int, default=33)
-    parser.add_argument("--height", type=int, default=480)
-    parser.add_argument("--width", type=int, default=832)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--cfg-scale", type=float, default=5.0)
+    add_video_options(parser, frames=33)
     parser.add_argument("--image-guidance-scale", type=float, default=1.0,
                         help="--reference-layout skyreels_v3: image guidance against all-zero references (1 = off)")
-    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS)
-    parser.add_argument("--shift", type=float, default=0.0)
-    parser.add_argument("--device", default="auto")
+    add_schedule_and_device_options(parser)
     return parser.parse_args(argv)
 
 

@@ -19,11 +19,25 @@ done
 requirements=requirements.txt
 [ "$locked" = 1 ] && requirements=requirements.lock
 PYTHON=${PYTHON:-python3}
+# The pins need Python 3.11 or newer (diffusers, transformers, numpy, pillow and av each require it).
+needs_python_3_11() {  # $1: an interpreter; $2: what to do when it is older
+  local version major minor
+  version=$("$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || version=""
+  major=${version%%.*}
+  minor=${version#*.}
+  minor=${minor%%.*}
+  if ! [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] || ((major < 3 || (major == 3 && minor < 11))); then
+    echo "install.sh: WanTrainer needs Python 3.11 or newer, and $1 is ${version:-not a Python that runs}: $2" >&2
+    exit 1
+  fi
+}
 if [ ! -x .venv/bin/python ]; then
+  needs_python_3_11 "$PYTHON" "install one and run PYTHON=python3.11 bash scripts/install.sh (or a newer one)"
   echo "creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
 VENV_PY=.venv/bin/python
+needs_python_3_11 "$VENV_PY" "delete .venv and run again with PYTHON=python3.11 bash scripts/install.sh (or newer)"
 # The stamp holds one "<sha256> <file>" line per requirements file the venv satisfies. The lock is generated from
 # requirements.txt and pins all it pins, so a locked install satisfies both files: start-ui.sh / demo.sh (which
 # ask for requirements.txt) then start at once after test.sh (the lock), and test.sh after them installs the lock

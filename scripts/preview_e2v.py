@@ -31,9 +31,10 @@ def mask_strip(mask, frame_size: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config-path", required=True)
-    parser.add_argument("--preset-path")
-    parser.add_argument("--config-value", action="append", default=[])
+    parser.add_argument("--config-path", required=True, help="the training config JSON (as scripts/train.py reads it)")
+    parser.add_argument("--preset-path", help="a preset file or the name of a shipped preset, layered under the config")
+    parser.add_argument("--config-value", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key (JSON value), e.g. frames=17; repeatable")
     parser.add_argument("--sample", required=True, help="sample id (base name, e.g. 001)")
     parser.add_argument("--output", required=True, help="output folder")
     args = parser.parse_args()

@@ -13,16 +13,18 @@ import argparse
 
 
 from _bootstrap import run_main  # first: import path, offline mode
+from _sample_options import add_e2v_pathway_options, add_schedule_and_device_options, add_video_options
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
     parser.add_argument("--lora", help="LoRA file (diffusers, ComfyUI or musubi format); for two-expert models "
                                        "either expert's file, its sibling is found by name")
-    parser.add_argument("--lora-scale", type=float, default=1.0)
+    parser.add_argument("--lora-scale", type=float, default=1.0,
+                        help="strength the LoRA is applied with (default %(default)s)")
     parser.add_argument("--base-lora", action="append", default=[], metavar="FILE[:STRENGTH[:EXPERT]]",
                         help="a LoRA merged into the base before --lora (e.g. a Lightning speed LoRA; EXPERT high, low "
                              "or both for two-expert models); repeat for a stack. Default: the stack --lora's header "
@@ -34,8 +36,8 @@ def parse_args() -> argparse.Namespace:
                              "holding its placeholder (the file's, e.g. <sks>; else <file stem>) use its vectors")
     parser.add_argument("--force", action="store_true",
                         help="apply a LoRA whose metadata names another Wan variant (with a warning) instead of refusing it")
-    parser.add_argument("--prompt", required=True)
-    parser.add_argument("--negative-prompt", default="")
+    parser.add_argument("--prompt", required=True, help="what the video shows")
+    parser.add_argument("--negative-prompt", default="", help="what it should not show (used with --cfg-scale above 1)")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
     parser.add_argument("--last-image", help="last frame (first-last-frame: FLF2V models, or I2V models trained with "
                         "last_frame_condition)")
@@ -48,8 +50,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
     parser.add_argument("--dataset-config", help="E2V dataset JSON whose element layout (repeats, preprocessing) "
                                                  "to use; default: A2's (repeats 1/4/4)")
-    parser.add_argument("--e2v-type", default="auto", choices=["auto", "dual", "vae", "clip"])
-    parser.add_argument("--target-layout", default="separate", choices=["separate", "joint"])
+    add_e2v_pathway_options(parser)
     parser.add_argument("--reference-layout", default="auto", choices=("auto", *REFERENCE_LAYOUTS),
                         help="E2V: where the references enter (the training config's e2v.reference_layout): a2 "
                              "(SkyReels-A2's condition channels and CLIP) or skyreels_v3 (one latent frame each, "
@@ -60,20 +61,11 @@ def parse_args() -> argparse.Namespace:
                                  f"as the config key {component.replace('-', '_')}_override")
     parser.add_argument("--image-encoder", help="folder with image_encoder/ + image_processor/ for bases without "
                                                 "them (E2V LoRAs trained on T2V bases with the CLIP pathway)")
-    parser.add_argument("--frames", type=int, default=81)
-    parser.add_argument("--height", type=int, default=480)
-    parser.add_argument("--width", type=int, default=832)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--cfg-scale", type=float, default=5.0)
+    add_video_options(parser, frames=81)
     parser.add_argument("--image-guidance-scale", type=float, default=1.0,
                         help="--reference-layout skyreels_v3: image guidance against all-zero references "
                              "(SkyReels-V3's dual guidance; 1 = off)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
-                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++; "
-                             "unipc_a2: UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on")
-    parser.add_argument("--shift", type=float, default=0.0,
-                        help="flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's")
+    parser.add_argument("--seed", type=int, default=42, help="random seed of the noise (default %(default)s)")
     parser.add_argument("--e2v-posterior", default="mode", choices=E2V_POSTERIORS,
                         help="E2V condition: the VAE posterior's mode, or a sample drawn with the seed right after "
                              "the noise (SkyReels-A2)")
@@ -81,7 +73,7 @@ def parse_args() -> argparse.Namespace:
                         choices=["AUTO", "NATIVE", "FLASH", "CUDNN", "FLEX", "SAGE"],
                         help="attention kernel (diffusers' dispatcher); AUTO: the first available of FLASH, CUDNN, "
                              "NATIVE on a GPU")
-    parser.add_argument("--device", default="auto")
+    add_schedule_and_device_options(parser)
     parser.add_argument("--output", required=True, help="output .mp4, .gif or .webp (a .png strip is written beside it)")
     return parser.parse_args()
 

@@ -7,21 +7,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _bootstrap import OneLineArgumentParser, run_main
+from _bootstrap import OneLineArgumentParser, one_cpu_thread, run_main
 
 
 def main() -> int:
+    one_cpu_thread()
     from modules.synthetic.tiny_vae import FIXTURE, held_out_psnr, save_fixture, train_tiny_vae
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=9000)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the weights and the training clips (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=9000, help="training steps (default %(default)s)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
     parser.add_argument("--output", default=str(FIXTURE), help="folder to write (diffusers layout)")
     args = parser.parse_args()
     import torch
 
-    torch.set_num_threads(1)  # the same arithmetic everywhere (and no OpenMP spinning on a busy machine)
+    torch.set_num_threads(1)  # the same arithmetic everywhere, whatever OMP_NUM_THREADS says
     vae = train_tiny_vae(args.seed, args.steps, lr=args.lr, checkpoint=lambda vae: save_fixture(vae, Path(args.output)))
     folder = save_fixture(vae, Path(args.output))
     print(f"wrote {folder}; held-out PSNR {held_out_psnr(vae):.2f} dB")

@@ -1,15 +1,51 @@
 """Shared fixtures: tiny random Wan models and tiny synthetic datasets, made once per test session."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One CPU thread in every test process and the programs it starts: scripts/test.sh runs one xdist worker per core,
+# tiny models gain nothing from a second thread (two on a busy 2-core machine wait on each other), and runs
+# compared bit for bit or against measured thresholds sum in one order. Set before torch loads: OpenMP reads it once.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_name] = "1"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: torchrun with two processes, its rendezvous on a free port (--standalone): tests on two xdist workers, or two test
+#: runs on one machine, never ask for the same one
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def _private_home() -> None:
+    """HOME is a fresh folder per test process (each xdist worker, and the programs it starts): customtkinter copies
+    its fonts into ~/.fonts on import, and a Tk window with those fonts mapped dies of SIGBUS when another process
+    rewrites them, so neither the user's open GUI nor another worker's window may share the tests' font folder.
+    Built things worth keeping stay in the real cache (the fake-CUDA extension, ~30 s to build)."""
+    os.environ.setdefault("WANTRAINER_FAKE_CUDA_DIR", str(Path.home() / ".cache" / "wantrainer" / "fake_cuda"))
+    home = tempfile.mkdtemp(prefix="wantrainer-tests-home-")
+    os.environ["HOME"] = home
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+
+
+_private_home()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest work first, so that xdist (`--dist loadgroup`) starts it at once and the short tests fill in
+    around it: the learning runs (one `xdist_group` per trained model: its tests share one worker and one
+    training), then the other slow tests, then the rest, each in collection order."""
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="module", name="one_torch_thread")

@@ -11,7 +11,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import REPO_ROOT, train_config_dict
+from tests.conftest import REPO_ROOT, TORCHRUN, train_config_dict
 from tests.run_paths import last_run, run_dir
 
 pytestmark = pytest.mark.slow
@@ -34,8 +34,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tiny_mo
     single = train_config_dict(tiny_model("t2v"), data, tmp_path / "one", batch_size=4, **common)
     double = train_config_dict(tiny_model("t2v"), data, tmp_path / "two", batch_size=2, **common)
     train([sys.executable], single, tmp_path / "one.json")
-    train([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"],
-          double, tmp_path / "two.json")
+    train(TORCHRUN, double, tmp_path / "two.json")
     one = load_file(single["output_model_destination"])
     two = load_file(double["output_model_destination"])
     assert one.keys() == two.keys()
@@ -59,8 +58,7 @@ def test_an_embedding_trains_alike_on_two_gloo_processes_and_one(tiny_model, tmp
     single = train_config_dict(tiny_model("t2v"), data, tmp_path / "one", batch_size=4, **common)
     double = train_config_dict(tiny_model("t2v"), data, tmp_path / "two", batch_size=2, **common)
     train([sys.executable], single, tmp_path / "one.json")
-    train([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"],
-          double, tmp_path / "two.json")
+    train(TORCHRUN, double, tmp_path / "two.json")
     name = "lora.safetensors" if method == "EMBEDDING" else "lora_embedding.safetensors"
     one = load_file(str(tmp_path / "one" / "output" / name))["umt5xxl"]
     two = load_file(str(tmp_path / "two" / "output" / name))["umt5xxl"]
@@ -98,7 +96,7 @@ def test_fsdp_full_fine_tune_matches_one_process_and_backups_move_between_strate
     data = write_video_dataset(tmp_path / "data", count=8, frames=9, height=32, width=32)
     model = tiny_model("t2v")
     single = [sys.executable]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518"]
+    torchrun = TORCHRUN
 
     def run(args: list[str], name: str, max_steps: int, **extra) -> dict:
         config = train_config_dict(
@@ -155,8 +153,7 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
 
     stopped = config("stopped", 2, 10_000, backup_after=1, backup_after_unit="STEP", rolling_backup_count=2)
     (tmp_path / "stopped.json").write_text(json.dumps(stopped))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
-               str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(tmp_path / "stopped.json")]
+    command = [*TORCHRUN, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(tmp_path / "stopped.json")]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
@@ -174,7 +171,7 @@ def test_ctrl_c_under_torchrun_stops_fsdp_ranks_together_and_their_backup_resume
     assert (backup / "shards").is_dir()
     stop_step = int(backup.name.split("-")[1])
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
+    torchrun = TORCHRUN
     result = train(torchrun, config("stopped", 2, stop_step + 2, continue_last_backup=True), tmp_path / "resume.json")
     assert f"resumed from {backup}" in result.stderr
     train(torchrun, config("reference", 2, stop_step + 2), tmp_path / "reference.json")
@@ -202,8 +199,7 @@ def test_compiled_blocks_train_under_fsdp_as_the_eager_ones(tiny_model, tmp_path
     wrapper = tmp_path / "train_aot_eager.py"
     wrapper.write_text(COMPILE_ON_THE_CPU.format(root=str(REPO_ROOT), scripts=str(REPO_ROOT / "scripts"),
                                                  train=str(REPO_ROOT / "scripts" / "train.py")))
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29520",
-                str(wrapper)]
+    torchrun = [*TORCHRUN, str(wrapper)]
 
     def run(name: str, **extra):
         config = train_config_dict(

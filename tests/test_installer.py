@@ -67,6 +67,7 @@ FAKE_PYTHON = """#!/bin/sh
 # a venv's python that installs nothing: it logs pip's arguments, and imports what pip "installed"
 d=$(dirname "$0")/..
 if [ "$1" = -c ]; then
+  case "$2" in *version_info*) echo "${FAKE_PYTHON_VERSION:-3.11.7}"; exit 0 ;; esac
   case "$2" in *torch*) [ -f "$d/has-torch" ] || exit 1 ;; esac
   case "$2" in *diffusers*) [ -f "$d/has-diffusers" ] || exit 1 ;; esac
   case "$2" in *print*) echo 2.13.0 ;; esac
@@ -77,7 +78,7 @@ case "$*" in *"install torch=="*) touch "$d/has-torch" ;; *" -r requirements"*) 
 """
 
 
-def install(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def install(tmp_path, *args: str, ok: bool = True, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """scripts/install.sh in a copy of the repository whose .venv has a fake python, on a machine with no GPU
     tools (PATH holds only the shell tools the scripts use): what it says and what it asks pip for."""
     repo = tmp_path / "repo"
@@ -94,10 +95,10 @@ def install(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str
             (bin_dir / tool).symlink_to(shutil.which(tool))
     log = repo / ".venv" / "pip.log"
     log.unlink(missing_ok=True)
-    env = {"PATH": str(tmp_path / "bin"), "ROCM_ROOT": str(tmp_path / "no-rocm")}
+    env = {"PATH": str(tmp_path / "bin"), "ROCM_ROOT": str(tmp_path / "no-rocm"), **env}
     result = subprocess.run([shutil.which("bash"), str(repo / "scripts" / "install.sh"), *args], capture_output=True,
                             text=True, env=env, timeout=30)
-    assert result.returncode == 0, result.stderr
+    assert (result.returncode == 0) == ok, result.stderr
     return result, (log.read_text().splitlines() if log.exists() else [])
 
 
@@ -139,3 +140,23 @@ def test_install_sh_refuses_other_options_and_ci_takes_the_locked_path():
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown option '--frozen'" in bad.stderr
     assert "install.sh --locked" in (REPO_ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")  # CI's path
+
+
+def test_install_sh_needs_python_3_11_and_says_so_in_one_line(tmp_path):
+    """The pins need Python 3.11+ (diffusers, transformers, numpy, pillow, av): an older one ends at once with one
+    line naming the interpreter, its version and what to do, before pip runs or a .venv is made."""
+    result, pip = install(tmp_path, ok=False, FAKE_PYTHON_VERSION="3.10.12")  # an existing .venv of 3.10
+    assert result.returncode == 1 and pip == []
+    assert result.stderr.splitlines() == [
+        "install.sh: WanTrainer needs Python 3.11 or newer, and .venv/bin/python is 3.10.12: delete .venv and run "
+        "again with PYTHON=python3.11 bash scripts/install.sh (or newer)"]
+    shutil.rmtree(tmp_path / "repo" / ".venv")  # no venv yet: the interpreter that would make it is checked
+    old = tmp_path / "bin" / "python3.10"
+    old.write_text(FAKE_PYTHON)
+    old.chmod(0o755)
+    result, _ = install(tmp_path, ok=False, PYTHON=str(old), FAKE_PYTHON_VERSION="3.10.12")
+    assert len(result.stderr.splitlines()) == 1 and f"{old} is 3.10.12: install one" in result.stderr
+    assert not (tmp_path / "repo" / ".venv").exists()
+    result, _ = install(tmp_path, ok=False, PYTHON=str(tmp_path / "bin" / "no-such-python"))
+    assert "no-such-python is not a Python that runs" in result.stderr
+    assert install(tmp_path / "new", FAKE_PYTHON_VERSION="3.12.1")[1][0] == "-m pip install --quiet --upgrade pip"

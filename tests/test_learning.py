@@ -17,6 +17,11 @@ from tests.learning_runs import (A14B_BOUNDARY, FRAMES, I2V_FIRST_FRAMES, SIZE, 
 pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
+def same_run(name: str) -> pytest.MarkDecorator:
+    """The tests of one trained model run on one xdist worker (`--dist loadgroup`), which trains it once."""
+    return pytest.mark.xdist_group(f"learning-{name}")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _a_vae_that_reconstructs():
     # Measuring samples needs a VAE that draws what the latents say (tests/test_tiny_vae.py checks the same).
@@ -36,6 +41,7 @@ def t2v_learned(tmp_path_factory):
     return t2v_run(write_tiny_model("t2v", work / "base", trained_vae=True), work)
 
 
+@same_run("t2v")
 @pytest.mark.parametrize("motif", T2V_MOTIFS, ids=lambda m: m.prompt)
 def test_t2v_each_prompt_shows_its_colour_shape_and_motion(t2v_learned, motif):
     # metric: fraction of 5 sampling seeds whose sample shows the prompt's colour (>= 2 % of pixels, twice any
@@ -53,6 +59,7 @@ def _diffusers_frames(pipe, prompt: str, seed: int) -> np.ndarray:
     return (np.clip(video, 0, 1) * 255).round().astype(np.uint8)
 
 
+@same_run("t2v")
 def test_t2v_the_exported_diffusers_folder_gives_the_same_verdict(t2v_learned):
     # the saved DIFFUSERS folder sampled by diffusers' own WanPipeline (not our sampler); metric and threshold
     # as above, for both prompts
@@ -78,6 +85,7 @@ def i2v_learned(tmp_path_factory):
     return model, images
 
 
+@same_run("i2v")
 @pytest.mark.parametrize("index", range(len(I2V_FIRST_FRAMES)), ids=lambda i: I2V_FIRST_FRAMES[i].colour)
 def test_i2v_the_first_frame_decides_colour_and_start(i2v_learned, index):
     # trained on circles of three colours moving right, all captioned alike: only the first frame tells the
@@ -97,6 +105,7 @@ def a14b_learned(tmp_path_factory):
     return a14b_run(write_a14b_base(work / "base"), work), work / "output"
 
 
+@same_run("a14b")
 def test_a14b_sampling_with_both_trained_experts_beats_either_expert_alone(a14b_learned):
     # metric: the T2V match rate (above) averaged over both prompts, sampling with both trained experts (switching
     # at A14B_BOUNDARY, see tests/learning_runs.py) and with each expert alone at every step; threshold: both >= 0.8
@@ -106,6 +115,7 @@ def test_a14b_sampling_with_both_trained_experts_beats_either_expert_alone(a14b_
     assert scores.both_beat_each_alone, scores
 
 
+@same_run("a14b")
 def test_a14b_the_exported_folder_gives_the_same_verdict_in_diffusers(a14b_learned):
     # the saved two-expert DIFFUSERS folder in diffusers' own WanPipeline (its boundary_ratio routes the experts)
     from diffusers import WanPipeline
@@ -117,7 +127,7 @@ def test_a14b_the_exported_folder_gives_the_same_verdict_in_diffusers(a14b_learn
     assert np.mean(rates) >= 0.8, rates
 
 
-@pytest.fixture(scope="session", params=["i2v", "t2v"])
+@pytest.fixture(scope="session", params=[pytest.param(base, marks=same_run(f"e2v-{base}")) for base in ("i2v", "t2v")])
 def e2v_learned(request, tmp_path_factory):
     """E2V in A2's layout on an I2V base (dual: CLIP + VAE) and on a T2V base (expanded to the I2V layout; the
     VAE pathway, as the tiny T2V has no image encoder); each held-out element written once."""

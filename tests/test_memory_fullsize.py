@@ -108,6 +108,7 @@ def block_bytes(config: dict, layers_swapped: int) -> float:
     return layers_swapped * size / GIB
 
 
+@pytest.mark.slow  # two child processes of full-width 1.3B blocks on the fake device
 def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase():
     """Device bytes after setup, forward, backward and the optimizer step, with 6 of 8 blocks swapped and without:
     after setup and backward the 6 swapped blocks are all on the CPU; after the forward only the last one (kept for
@@ -127,6 +128,7 @@ def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase():
     assert swapped["measured"]["peak_gib"] <= plain["measured"]["peak_gib"] - 4 * block + tolerance
 
 
+@pytest.mark.slow  # two child processes of full-width 1.3B blocks on the fake device
 def test_expert_offload_holds_one_experts_frozen_weights_at_a_time():
     """Two experts trained BOTH, one step on each: with offload_inactive_expert the device holds the frozen weights of
     one expert after each phase (the routed one); without it, both."""

@@ -15,7 +15,7 @@ from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import write_video_dataset
-from tests.conftest import REPO_ROOT, train_config_dict
+from tests.conftest import REPO_ROOT, TORCHRUN, train_config_dict
 from tests.run_paths import run_dir
 
 
@@ -153,7 +153,7 @@ def test_two_ranks_share_the_validation_and_report_what_one_process_reports(tiny
         return float(re.search(r"validation loss at step 1: (\S+)", log).group(1))
 
     one = run([sys.executable], "one", 2)
-    two = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29521"], "two", 1)
+    two = run(TORCHRUN, "two", 1)
     assert one == pytest.approx(two, rel=1e-5)
 
 
