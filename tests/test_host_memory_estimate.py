@@ -70,3 +70,17 @@ def test_estimate_vram_json_on_the_8_gib_plan_with_umt5_on_the_cpu(tmp_path):
     text = subprocess.run([sys.executable, script, "--config-path", str(config), "--gpu-gib", "8"],
                           capture_output=True, text=True, timeout=120)
     assert text.returncode == 0 and "\nhost RAM ≈ " in text.stdout and "text_encoder" in text.stdout
+
+
+def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path):
+    from modules.ui.controllers.app_controller import AppController
+
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    app = AppController(tmp_path / "presets")
+    app.vram.detect = False
+    app.vram.gpu_gib = 24.0
+    app.config.set("base_model_name", str(folder))
+    app.config.set("frames", "81")
+    app.config.set("resolution", "480, 832")
+    vram, ram = app.vram.wait().split("\n")
+    assert vram.startswith("VRAM ≈ ") and ram.startswith("RAM ≈ ") and "offloaded_activations" in ram
