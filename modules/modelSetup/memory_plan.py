@@ -5,6 +5,7 @@ Starting from the config as set, savers are added in order of what they cost in 
   vae_tiling              caching only: the VAE encodes in tiles (when caching is the peak phase)
   text_encoder_caching_device CPU
                           caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
+  vae_dtype BFLOAT16      caching only: the VAE (float32 by default) encodes in bf16 (then vae_tiling is tried again)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
   ffn_chunks + checkpoint_attention
                           a block's recompute in parts: about one more forward of each part (~20 % per step)
@@ -26,7 +27,7 @@ from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
 from modules.util.errors import UserError
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import EncoderDevice, MemoryPreset, TrainingMethod
+from modules.util.enum import DataType, EncoderDevice, MemoryPreset, TrainingMethod
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
     frozen = _frozen_base(config)
     savers = [("caching", {"vae_tiling": True}),
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
+              ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
               ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
               ("training", {"ffn_chunks": 8, "checkpoint_attention": True} if config.gradient_checkpointing else {}),
               ("training", {"fp8_base_weights": True} if frozen else {}),
@@ -103,8 +105,10 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
     if not gpu:
         return MemoryPlan(config, {}, None, None)
     current, result, changes = config, estimate(config, gpu), {}
-    for phase, saver in _savers(config, result.both_experts):
-        if not _over(result, phase):
+    savers = _savers(config, result.both_experts)
+    # caching's savers once more: VAE tiling saves nothing while UMT5 is the phase's peak, and may once it left
+    for phase, saver in savers + [(phase, saver) for phase, saver in savers if phase == "caching"]:
+        if not _over(result, phase) or saver.keys() <= changes.keys():
             continue
         candidate = dataclasses.replace(current, **saver)
         candidate_result = estimate(candidate, gpu)
