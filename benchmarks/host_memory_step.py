@@ -5,7 +5,8 @@ peak resident set of a real step.
 pinned (default): the project's own setup and step (benchmarks/memory_fullsize.py's `measure`, fake CUDA device, no
 memory allocated) of `14b_light` or `a14b_light`. Block swap's and expert offload's host arenas are made at full size
 (setup only: the weights are known up front); activation offload's arena is measured in a real step of a `--layers`
-block model (full width and 832x480x81 tokens) and scaled to the model's blocks (one saved input per block). Without
+block model and one of half as many (full width and 832x480x81 tokens): the fixed part and the per-block part
+give the model's full depth. Without
 a GPU the pinned bytes are counted by torch's rule (CachingHostAllocator rounds each request up to a power of two:
 pinned_arena.rounded_bytes) over the arenas' requests; beside it, what one pinned tensor per weight / per saved
 activation (the code before the arenas, and torch's save_on_cpu) held by the same rule. Goal (issue #34): the swapped
@@ -33,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.host_memory import _status_kib  # noqa: E402 - /proc/self/status fields
+
 GOAL = 1.1
 GIB = 2 ** 30
 
@@ -50,13 +53,6 @@ def pinned_host_bytes() -> dict:
                 "peak": stats.get("allocated_bytes.peak", 0), "requested": TALLY.pinned_requested}
     return {"source": "torch's rule over the arenas' requests", "held": TALLY.pinned_held,
             "peak": TALLY.pinned_held, "requested": TALLY.pinned_requested}
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def _per_tensor(views) -> int:
@@ -98,16 +94,11 @@ def weight_arenas(name: str) -> dict:
     return out
 
 
-def activation_arena(name: str, layers: int) -> dict:
-    """A real (fake-device) step of a `layers`-block model: the saved activations' bytes per step, the arena's pinned
-    bytes, and what one pinned tensor per saved activation held; scaled to the model's blocks."""
-    from benchmarks import gpu_step
-    from benchmarks.memory_fullsize import CONFIGS, measure
-    from modules.modelSetup import memory
-    from modules.modelSetup.pinned_arena import ActivationArena, rounded_bytes, tensor_bytes
+def _saved_per_step(spec, layers: int, full: int) -> tuple[dict, list[int]]:
+    """One fake-device step of a `layers`-block model of `spec`: its result and the bytes of each tensor it saved."""
+    from benchmarks.memory_fullsize import measure
+    from modules.modelSetup.pinned_arena import ActivationArena, tensor_bytes
 
-    spec = CONFIGS[name]
-    full = gpu_step.transformer_config(spec.model, None)["num_layers"]
     small = dataclasses.replace(spec, layers=layers, blocks_to_swap=max(1, layers * spec.blocks_to_swap // full))
     sizes: list[int] = []
     pack = ActivationArena.pack
@@ -121,19 +112,39 @@ def activation_arena(name: str, layers: int) -> dict:
         result = measure(small)
     finally:
         ActivationArena.pack = pack
-    steps = len(result["steps"])
-    arena = sum(a.held for a in memory._ACTIVATION_ARENAS.values())
-    per_step = sum(sizes) / steps
-    per_tensor = sum(rounded_bytes(s) for s in sizes) / steps  # save_on_cpu: freed blocks reused the next step
-    scale = full / layers
-    return {"layers": layers, "blocks_to_swap": small.blocks_to_swap, "steps": steps,
-            "saved_gib_per_step": round(per_step / GIB, 3), "pinned_gib": round(arena / GIB, 3),
-            "pinned_over_bytes": round(arena / per_step, 3), "per_tensor_pinned_gib": round(per_tensor / GIB, 3),
-            "per_tensor_over_bytes": round(per_tensor / per_step, 3),
-            f"scaled_to_{full}_blocks": {"saved_gib": round(per_step * scale / GIB, 2),
-                                         "pinned_gib": round(arena * scale / GIB, 2),
-                                         "per_tensor_pinned_gib": round(per_tensor * scale / GIB, 2)},
-            "device_peak_gib": result["measured"]["peak_gib"]}
+    return result, sizes
+
+
+def activation_arena(name: str, layers: int) -> dict:
+    """Fake-device steps of `layers` and `layers / 2` block models (full width, 832x480x81 tokens): the tensors saved
+    per step, the arena's host bytes and what one pinned tensor per saved tensor held (save_on_cpu, which reuses a
+    freed block the next step); the per-block part from the difference, so the model's full depth is the fixed part
+    plus its blocks' (the arena's slabs by its own rule)."""
+    from benchmarks import gpu_step
+    from benchmarks.memory_fullsize import CONFIGS
+    from modules.modelSetup import memory
+    from modules.modelSetup.pinned_arena import ACTIVATION_SLAB, rounded_bytes
+
+    spec = CONFIGS[name]
+    full = gpu_step.transformer_config(spec.model, None)["num_layers"]
+    runs = {}
+    for count in (layers // 2, layers):
+        result, sizes = _saved_per_step(spec, count, full)
+        steps = len(result["steps"])
+        runs[count] = (sum(sizes) / steps, sum(rounded_bytes(s) for s in sizes) / steps)
+    (small_saved, small_rounded), (saved, rounded) = runs[layers // 2], runs[layers]
+    per_block = (saved - small_saved) / (layers - layers // 2)
+    per_block_rounded = (rounded - small_rounded) / (layers - layers // 2)
+    full_saved = saved + (full - layers) * per_block
+    full_rounded = rounded + (full - layers) * per_block_rounded
+    arena = max(a.held for a in memory._ACTIVATION_ARENAS.values())
+    full_arena = -(-full_saved // ACTIVATION_SLAB) * ACTIVATION_SLAB
+    return {"layers": layers, "saved_gib_per_step": round(saved / GIB, 3), "arena_gib": round(arena / GIB, 3),
+            "per_tensor_pinned_gib": round(rounded / GIB, 3), "saved_gib_per_block": round(per_block / GIB, 3),
+            f"at_{full}_blocks": {"saved_gib": round(full_saved / GIB, 2), "arena_gib": round(full_arena / GIB, 2),
+                                  "arena_over_bytes": round(full_arena / full_saved, 3),
+                                  "per_tensor_pinned_gib": round(full_rounded / GIB, 2),
+                                  "per_tensor_over_bytes": round(full_rounded / full_saved, 3)}}
 
 
 def rss_step(layers: int) -> dict:
@@ -178,9 +189,9 @@ def main() -> int:
 
         fake_cuda.preload()
         weights = weight_arenas(args.config)
-        result = {"mode": "pinned", "config": args.config, **weights,
-                  "activations": activation_arena(args.config, args.layers), "pinned_host_bytes": pinned_host_bytes(),
-                  "goal_swapped_pinned_over_bytes": GOAL}
+        held = pinned_host_bytes()  # the full-size setup's weight arenas
+        result = {"mode": "pinned", "config": args.config, **weights, "setup_pinned_host_bytes": held,
+                  "activations": activation_arena(args.config, args.layers), "goal_swapped_pinned_over_bytes": GOAL}
         result["meets_goal"] = weights["swapped_weights"]["pinned_over_bytes"] <= GOAL
     text = json.dumps(result, indent=1)
     print(text)

@@ -18,8 +18,8 @@ def main() -> int:
     parser.add_argument("--preset-path", help="a preset layered under the config")
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"peak_gib", "terms", "fits", "suggestions", "memory_plan", "ram_gib", "ram_terms", '
-                             '"machine_ram_gib", "ram_fits", "refusal"}')
+                        help='print {"peak_gib", "terms", "fits", "suggestions", "memory_plan", "ram_gib", '
+                             '"ram_terms", "machine_ram_gib", "ram_fits", "refusal"}')
     args = parser.parse_args()
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")

@@ -65,7 +65,8 @@ class HostEstimate:
 
 
 _CHANGE = {
-    "offloaded_activations": "lower resolution or frames, or a GPU that holds the block inputs (activation_offload false)",
+    "offloaded_activations": "lower resolution or frames, or a GPU that holds the block inputs "
+                             "(activation_offload false)",
     "swapped_blocks": "fewer blocks_to_swap (a larger GPU), or fp8_base_weights true (half the bytes)",
     "idle_expert": "train_expert HIGH or LOW (one expert), or fp8_base_weights true",
     "text_encoder": "text_encoder_fp8 true, or text_encoder_dtype BFLOAT16",
@@ -80,12 +81,6 @@ def machine_ram_gib() -> float | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     except (AttributeError, ValueError, OSError):  # Windows has no sysconf
         return None
-
-
-def _bytes(dtype, default: int = 2) -> int:
-    from modules.util.enum import DataType
-
-    return {DataType.FLOAT32: 4, DataType.BFLOAT16: 2, DataType.FLOAT16: 2}.get(dtype, default)
 
 
 @functools.lru_cache(maxsize=8)
@@ -128,7 +123,7 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     clip_parameters = vram._clip_parameters(vram._config(folder, "image_encoder"))
     frozen = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
     trained = len(configs) if len(configs) < 2 or train.train_expert == WanExpert.BOTH else 1
-    other = _bytes(train.transformer_dtype)
+    other = vram._bytes(train.transformer_dtype)
     linear = 1 if frozen and train.fp8_base_weights else other
     terms = {"process": PROCESS_GIB, "swapped_blocks": 0.0, "idle_expert": 0.0, "offloaded_activations": 0.0}
     if frozen:
@@ -140,11 +135,12 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     if train.activation_offload and train.gradient_checkpointing:
         saved = tokens * dim * 2 * layers * train.batch_size
         terms["offloaded_activations"] = -(-saved // ACTIVATION_SLAB) * ACTIVATION_SLAB / GIB
-    text_bytes = _bytes(train.text_encoder_dtype) // (2 if train.text_encoder_fp8 else 1) or 1
+    text_bytes = vram._bytes(train.text_encoder_dtype) // (2 if train.text_encoder_fp8 else 1) or 1
     keep_text = train.latent_caching and not train.trains_embedding() or \
         train.text_encoder_caching_device == EncoderDevice.CPU
     terms["text_encoder"] = text_parameters * text_bytes / GIB if keep_text else 0.0
-    terms["image_encoder"] = clip_parameters * _bytes(train.image_encoder_dtype) / GIB if train.latent_caching else 0.0
+    clip_bytes = vram._bytes(train.image_encoder_dtype)
+    terms["image_encoder"] = clip_parameters * clip_bytes / GIB if train.latent_caching else 0.0
     if train.ema == EmaMode.CPU:
         trainable = (sum(vram.adapter_parameters(c, train) for c in configs[:trained])
                      if train.training_method == TrainingMethod.LORA else 0) if frozen else \

@@ -1,4 +1,5 @@
-"""The VRAM estimate beside Start, with the host RAM estimate on a second line, kept current as fields change: each new config is estimated on a worker
+"""The VRAM estimate beside Start (the host RAM estimate on a second line), kept current as fields change: each new
+config is estimated on a worker
 thread (the first estimate of a model folder takes a few seconds; later ones are cached), and the view polls
 `text()`."""
 from __future__ import annotations
