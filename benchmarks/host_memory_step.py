@@ -82,7 +82,7 @@ def weight_arenas(name: str) -> dict:
         swapped = [s.arena for s in setup.swappers]
         experts = setup.offloader.arenas if setup.offloader else []
     out = {}
-    for label, arenas in (("swapped_weights", swapped), ("idle_expert", experts)):
+    for label, arenas in (("swapped_weights", swapped), ("expert_offload", experts)):
         if arenas:
             nbytes = sum(a.nbytes for a in arenas)
             held = sum(a.held for a in arenas)

@@ -7,7 +7,8 @@ Terms, in GiB, at the training phase (the host's peak: everything below is held 
   encodes on the CPU (`text_encoder_caching_device: CPU`);
 - swapped_blocks: the frozen weights of the `blocks_to_swap` blocks of each trained expert, in the host arena's
   power-of-two slabs (modelSetup/pinned_arena.py: `plan_slabs`, what torch's pinned allocator holds for them);
-- idle_expert: `offload_inactive_expert`: one expert's other frozen weights, in its own arena;
+- expert_offload: `offload_inactive_expert`: each expert's frozen weights outside the swapped blocks, in one arena
+  per expert (the active expert's device copy is made from its host copy);
 - offloaded_activations: `activation_offload`: each block's saved input (tokens x width x 2 bytes x layers), in
   slabs of ACTIVATION_SLAB;
 - ema: `ema: CPU`, a float32 copy of the trained parameters.
@@ -68,7 +69,7 @@ _CHANGE = {
     "offloaded_activations": "lower resolution or frames, or a GPU that holds the block inputs "
                              "(activation_offload false)",
     "swapped_blocks": "fewer blocks_to_swap (a larger GPU), or fp8_base_weights true (half the bytes)",
-    "idle_expert": "train_expert HIGH or LOW (one expert), or fp8_base_weights true",
+    "expert_offload": "train_expert HIGH or LOW (one expert), or fp8_base_weights true",
     "text_encoder": "text_encoder_fp8 true, or text_encoder_dtype BFLOAT16",
     "image_encoder": "image_encoder_dtype BFLOAT16",
     "ema": "ema GPU or OFF",
@@ -125,13 +126,14 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     trained = len(configs) if len(configs) < 2 or train.train_expert == WanExpert.BOTH else 1
     other = vram._bytes(train.transformer_dtype)
     linear = 1 if frozen and train.fp8_base_weights else other
-    terms = {"process": PROCESS_GIB, "swapped_blocks": 0.0, "idle_expert": 0.0, "offloaded_activations": 0.0}
+    terms = {"process": PROCESS_GIB, "swapped_blocks": 0.0, "expert_offload": 0.0, "offloaded_activations": 0.0}
     if frozen:
         block, rest = _frozen_sizes(json.dumps(configs[0], sort_keys=True), linear, other)
         swap = min(train.blocks_to_swap, layers - 1) if train.blocks_to_swap else 0
         terms["swapped_blocks"] = trained * _slab_bytes(list(block) * swap) / GIB
         if train.offload_inactive_expert and trained == 2:
-            terms["idle_expert"] = _slab_bytes(list(block) * (layers - swap) + list(rest)) / GIB
+            # the offloader keeps both experts' host copies (the active one's device copy is made from it)
+            terms["expert_offload"] = 2 * _slab_bytes(list(block) * (layers - swap) + list(rest)) / GIB
     if train.activation_offload and train.gradient_checkpointing:
         saved = tokens * dim * 2 * layers * train.batch_size
         terms["offloaded_activations"] = -(-saved // ACTIVATION_SLAB) * ACTIVATION_SLAB / GIB
