@@ -149,7 +149,7 @@ def activation_arena(name: str, layers: int) -> dict:
 
 def rss_step(layers: int) -> dict:
     """A real CPU step of a 14B-width model of `layers` blocks (fp8, all but one block swapped, activation offload)
-    at 256x256x17: the process's peak resident set after the imports, the setup and the step."""
+    at 128x128x5: the process's peak resident set after the imports, the setup and the step."""
     import torch
 
     from benchmarks import gpu_step
@@ -164,7 +164,7 @@ def rss_step(layers: int) -> dict:
     loaded = _status_kib("VmHWM")
     setup, params, optimizer = gpu_step.prepare(transformer, config, train, torch.device("cpu"), torch.bfloat16)
     after_setup = _status_kib("VmRSS")
-    inputs = gpu_step.make_inputs(config, gpu_step.latent_shape(config, 256, 256, 17), 1, torch.device("cpu"))
+    inputs = gpu_step.make_inputs(config, gpu_step.latent_shape(config, 128, 128, 5), 1, torch.device("cpu"))
     started = time.perf_counter()
     gpu_step.train_step(setup, params, optimizer, inputs, 0)
     arena = setup.swappers[0].arena
