@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Estimate the peak GPU memory of a training config before starting it, from the model folder's JSON configs
-alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [--gpu-gib N] [--json]
+"""Estimate the peak GPU memory and the host RAM of a training config before starting it, from the model folder's JSON
+configs alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [--gpu-gib N] [--json]
 
-The model behind the figures is in modules/modelSetup/memory_estimate.py and docs/performance.md."""
+The models behind the figures are in modules/modelSetup/memory_estimate.py, host_memory_estimate.py and
+docs/performance.md."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ def main() -> int:
     parser.add_argument("--config-path", required=True, help="training config JSON")
     parser.add_argument("--preset-path", help="a preset layered under the config")
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
-    parser.add_argument("--json", action="store_true", help='print {"peak_gib", "terms", "fits", "suggestions"}')
+    parser.add_argument("--json", action="store_true",
+                        help='print {"peak_gib", "terms", "fits", "suggestions", "memory_plan", "ram_gib", '
+                             '"ram_terms", "machine_ram_gib", "ram_fits", "refusal"}')
     args = parser.parse_args()
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
@@ -29,7 +32,8 @@ def main() -> int:
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     result, plan = planned_estimate(config, gpu)
     if args.json:
-        print(json.dumps({**result.to_json(), "memory_plan": {k: v for k, v in plan.changes.items()}}, indent=2))
+        print(json.dumps({**result.to_json(), "memory_plan": plan.changes_json(), **plan.host.to_json(),
+                          "refusal": plan.refusal}, indent=2))
         return 0
     if plan.estimate is not None:
         print(plan.summary())
@@ -42,6 +46,12 @@ def main() -> int:
     print(f"peak: {result.peak_gib:.2f} GiB in the {result.peak_phase} phase (with {0.5:g} GiB headroom){verdict}")
     for line in result.suggestions:
         print(f"  to fit: {line}")
+    print(f"host {plan.host.line()}")
+    for name, gib in plan.host.terms.items():
+        if gib:
+            print(f"  {name:<28} {gib:8.2f} GiB")
+    if plan.refusal:
+        print(f"AUTO will not start: {plan.refusal}")
     return 0
 
 

@@ -161,10 +161,11 @@ def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent(
     caching = results.pop("caching_umt5_cpu")  # AUTO's caching for 8 GiB: UMT5 on the CPU, the VAE alone
     from modules.modelSetup.vae_memory import vae_encode_bytes
 
-    vae_estimate = vae_encode_bytes({}, 81, 480, 832, torch.bfloat16) / GIB  # {}: the Wan 2.1 VAE's defaults
+    vae_estimate = vae_encode_bytes({}, 81, 480, 832, torch.float32) / GIB  # {}: the Wan 2.1 VAE's defaults, float32
     assert caching["measured"]["phase"] == "vae"
     assert abs(vae_estimate / caching["measured"]["peak_gib"] - 1) <= 0.10, (vae_estimate, caching["measured"])
-    # the whole 1.3B run AUTO plans for an 8 GiB card: its training step and its caching phase under the goal
+    # the whole 1.3B run AUTO plans for an 8 GiB card, as it runs (the float32 VAE encoding, then resident beside the
+    # step): its training step and its caching phase under the goal
     assert max(results["1.3b_auto8"]["measured"]["peak_gib"], caching["measured"]["peak_gib"]) <= 7.5
     for name, result in results.items():
         spec, measured = CONFIGS[name], result["measured"]["peak_gib"]

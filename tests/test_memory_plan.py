@@ -60,10 +60,13 @@ def test_manual_or_no_gpu_size_changes_nothing(folder_14b):
     assert plan.config is cpu and plan.changes == {} and "no GPU size" in plan.summary()
 
 
-def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog):
+def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog, monkeypatch):
     import logging
 
+    from modules.modelSetup import host_memory_estimate
     from modules.modelSetup.memory_plan import apply_memory_plan
+
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 64.0)  # the plan's RAM fits, on any machine
 
     run = config(folder_14b, gpu_memory_gib=24)
     with caplog.at_level(logging.INFO, logger="modules.modelSetup.memory_plan"):
@@ -71,3 +74,18 @@ def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog):
     assert planned.fp8_base_weights and planned.activation_offload and planned.ffn_chunks == 8
     assert (planned.resolution, planned.frames, planned.blocks_to_swap) == (run.resolution, run.frames, 0)
     assert "memory_preset AUTO for 24.0 GiB" in caplog.text and "fits" in caplog.text
+
+
+def test_the_vae_encodes_in_float32_unless_the_caching_phase_would_not_fit(folder_14b):
+    """The VAE's float32 default stays while its encode fits; on a small card AUTO tiles it, then takes bf16, and says
+    so in the plan."""
+    roomy = plan_memory(config(folder_14b, text_encoder_caching_device="CPU"), gpu_gib=80)
+    assert "vae_dtype" not in roomy.changes and "vae_tiling" not in roomy.changes
+    frames = dict(resolution=[720, 1280], frames=121, text_encoder_caching_device="CPU")
+    fp32 = estimate(config(folder_14b, **frames), 12).phases["caching"]
+    assert sum(fp32.values()) + 0.5 > 12  # an untiled float32 encode of 1280x720x121 does not fit 12 GiB
+    tight = plan_memory(config(folder_14b, **frames), gpu_gib=12)
+    assert tight.changes.get("vae_tiling") is True and sum(tight.estimate.phases["caching"].values()) + 0.5 <= 12
+    assert "vae_tiling=True" in tight.summary()
+    tiny = plan_memory(config(folder_14b, **frames, vae_tiling=False, memory_preset="AUTO"), gpu_gib=2.5)
+    assert tiny.changes.get("vae_dtype").name == "BFLOAT16" and "vae_dtype=BFLOAT16" in tiny.summary()

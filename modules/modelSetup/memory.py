@@ -13,6 +13,7 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from modules.modelSetup.fp8_storage import store_linears_in_fp8
+from modules.modelSetup.pinned_arena import ActivationArena, HostArena
 from modules.util.device_memory import release_from_device  # noqa: F401 - re-exported: the trainer's import
 from modules.util.enum import Fp8Scale
 from modules.util.errors import UserError
@@ -34,13 +35,19 @@ def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.
     logger.info("fp8 storage (%s scale): %d Linear weights in float8_e4m3fn", scale.name, count)
 
 
+_ACTIVATION_ARENAS: dict[bool, ActivationArena] = {}  # one per process and kind (pinned or not): reused every step
+
+
 @contextlib.contextmanager
 def activation_offload(enabled: bool, device: torch.device):
-    """Keep the activations saved for backward in (pinned) CPU memory instead of on the GPU."""
+    """Keep the activations saved for backward in (pinned) host memory instead of on the GPU: in one arena of
+    power-of-two slabs that every step reuses (pinned_arena.py), not one pinned tensor per saved activation."""
     if not enabled:
         yield
         return
-    with torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda"):
+    pin = can_pin_memory(device)
+    arena = _ACTIVATION_ARENAS.setdefault(pin, ActivationArena(pin))
+    with arena.hooks():
         yield
 
 
@@ -84,19 +91,18 @@ class BlockSwapper:
         self.on_device: set[int] = set()  # blocks whose parameters point at a device copy now
         self.demand_loads = 0  # copies a block had to wait for (not prefetched): ideally one per pass
         self.handles = []
+        frozen = [[p for p in block.parameters() if not p.requires_grad] for block in self.blocks]
+        # every swapped block's frozen weights in one host arena, made once; each loaded tensor is freed as it is copied
+        self.arena = _host_arena([p for params in frozen for p in params], self.cuda)
+        views = iter(self.arena.views)
         for index, block in enumerate(self.blocks):
-            pairs = []
-            for param in block.parameters():
-                if param.requires_grad:
-                    continue
-                host = _host_copy(param.data, self.cuda)  # made once; the loaded tensor is freed
-                param.data = host
-                pairs.append((param, host))
-            self.host.append(pairs)
+            self.host.append([(param, next(views)) for param in frozen[index]])
             self.handles.append(block.register_forward_pre_hook(lambda m, a, i=index: self._before(i)))
             self.handles.append(block.register_forward_hook(lambda m, a, o, i=index: self._after(i)))
         mark_placement_managed(transformer)
-        logger.info("block swap: %d of %d blocks keep their frozen weights on the CPU", count, len(blocks))
+        logger.info("block swap: %d of %d blocks keep their frozen weights on the CPU (%.2f GiB in %.2f GiB of %s host "
+                    "memory)", count, len(blocks), self.arena.nbytes / 2**30, self.arena.held / 2**30,
+                    "pinned" if self.cuda else "plain")
 
     def swapped_parameters(self) -> set[int]:
         """ids of the Parameters this swapper places (other placement code must leave them alone)."""
@@ -179,9 +185,13 @@ def is_placement_managed(module: torch.nn.Module) -> bool:
     return bool(getattr(module, "_wan_placement_managed", False))
 
 
-def _host_copy(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
-    data = tensor.to("cpu")
-    return data.pin_memory() if pin else data
+def _host_arena(params: list[torch.nn.Parameter], pin: bool) -> HostArena:
+    """`params`' values in one host arena, each parameter pointed at its view as it is copied (so the loaded tensor is
+    freed then, and the host never holds the set twice)."""
+    def point(index: int, view: torch.Tensor) -> None:
+        params[index].data = view
+
+    return HostArena([p.data for p in params], pin, release=point)
 
 
 def can_pin_memory(device: torch.device) -> bool:
@@ -211,14 +221,11 @@ class ExpertOffloader:
         self.active: int | None = None
         self.transfers = 0  # times an expert was brought in (the first one included)
         self.handles = []
+        self.arenas: list[HostArena] = []
         for index, transformer in enumerate(transformers):
-            pairs = []
-            for param in transformer.parameters():
-                if param.requires_grad or id(param) in swapped:
-                    continue
-                host = _host_copy(param.data, self.pin)
-                param.data = host
-                pairs.append((param, host))
+            frozen = [p for p in transformer.parameters() if not p.requires_grad and id(p) not in swapped]
+            self.arenas.append(_host_arena(frozen, self.pin))  # one arena per expert
+            pairs = list(zip(frozen, self.arenas[-1].views))
             self.host.append(pairs)
             offloaded = {id(param) for param, _ in pairs} | swapped
             for param in transformer.parameters():  # by identity: param.data is a new object on every access

@@ -5,6 +5,7 @@ Starting from the config as set, savers are added in order of what they cost in 
   vae_tiling              caching only: the VAE encodes in tiles (when caching is the peak phase)
   text_encoder_caching_device CPU
                           caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
+  vae_dtype BFLOAT16      caching only: the VAE (float32 by default) encodes in bf16 (then vae_tiling is tried again)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
   ffn_chunks + checkpoint_attention
                           a block's recompute in parts: about one more forward of each part (~20 % per step)
@@ -13,7 +14,8 @@ Starting from the config as set, savers are added in order of what they cost in 
   blocks_to_swap N        the fewest blocks whose frozen weights stream from host memory (slower the more)
 A key the user set away from its default is theirs: no saver touches it. Savers that do not apply to the run
 (fp8 and swap to full fine-tunes, expert offload to one expert) are skipped. Without a GPU size (no `gpu_memory_gib`,
-no CUDA device) nothing changes.
+no CUDA device) nothing changes. The plan's host RAM (host_memory_estimate.py: swapped blocks, the idle expert,
+offloaded activations, the encoders) must fit the machine's RAM, or AUTO refuses to start and says what to change.
 """
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ import dataclasses
 import enum
 import logging
 
+from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
+from modules.util.errors import UserError
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import EncoderDevice, MemoryPreset, TrainingMethod
+from modules.util.enum import DataType, EncoderDevice, MemoryPreset, TrainingMethod
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +40,16 @@ class MemoryPlan:
     changes: dict[str, object]  # key -> value AUTO set
     estimate: Estimate | None
     gpu_gib: float | None
+    host: HostEstimate | None = None  # the planned run's host RAM (AUTO refuses a plan over the machine's RAM)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why AUTO will not start this plan, in one line (None: it may start)."""
+        return None if self.host is None or self.estimate is None else self.host.refusal()
+
+    def changes_json(self) -> dict[str, object]:
+        """The changes with enums by name (what --json prints)."""
+        return {key: value.name if isinstance(value, enum.Enum) else value for key, value in self.changes.items()}
 
     def short(self) -> str:
         """The changes in a few words (the GUI's line beside Start)."""
@@ -47,7 +61,7 @@ class MemoryPlan:
         fits = "fits" if self.estimate.fits else "does NOT fit"
         what = ", ".join(f"{k}={_text(v)}" for k, v in self.changes.items()) or "nothing to add"
         return (f"memory_preset AUTO for {self.gpu_gib:.1f} GiB: {what}; estimate {self.estimate.peak_gib:.1f} GiB "
-                f"({self.estimate.peak_phase}), {fits}")
+                f"({self.estimate.peak_phase}), {fits}" + (f"; {self.host.line()}" if self.host else ""))
 
 
 def _text(value: object) -> str:
@@ -69,6 +83,7 @@ def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
     frozen = _frozen_base(config)
     savers = [("caching", {"vae_tiling": True}),
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
+              ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
               ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
               ("training", {"ffn_chunks": 8, "checkpoint_attention": True} if config.gradient_checkpointing else {}),
               ("training", {"fp8_base_weights": True} if frozen else {}),
@@ -81,16 +96,19 @@ def _over(result: Estimate, phase: str) -> bool:
     return sum(result.phases[phase].values()) + HEADROOM_GIB > result.gpu_gib
 
 
-def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan:
-    """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU)."""
+def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: float | None = None) -> MemoryPlan:
+    """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU) on a
+    machine of `ram_gib` (default: its RAM), with that run's host estimate."""
     if config.memory_preset != MemoryPreset.AUTO:
         return MemoryPlan(config, {}, None, None)
     gpu = gpu_gib if gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     if not gpu:
         return MemoryPlan(config, {}, None, None)
     current, result, changes = config, estimate(config, gpu), {}
-    for phase, saver in _savers(config, result.both_experts):
-        if not _over(result, phase):
+    savers = _savers(config, result.both_experts)
+    # caching's savers once more: VAE tiling saves nothing while UMT5 is the phase's peak, and may once it left
+    for phase, saver in savers + [(phase, saver) for phase, saver in savers if phase == "caching"]:
+        if not _over(result, phase) or saver.keys() <= changes.keys():
             continue
         candidate = dataclasses.replace(current, **saver)
         candidate_result = estimate(candidate, gpu)
@@ -108,13 +126,16 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None) -> MemoryPlan
                 current, result = candidate, candidate_result
                 changes["blocks_to_swap"] = count
                 break
-    return MemoryPlan(current, changes, result, gpu)
+    return MemoryPlan(current, changes, result, gpu, host_estimate(current, ram_gib))
 
 
-def planned_estimate(config: TrainConfig, gpu_gib: float | None) -> tuple[Estimate, MemoryPlan]:
-    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib`), and the plan: what
-    estimate_vram.py and the GUI show before Start."""
-    plan = plan_memory(config, gpu_gib)
+def planned_estimate(config: TrainConfig, gpu_gib: float | None,
+                     ram_gib: float | None = None) -> tuple[Estimate, MemoryPlan]:
+    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib`), and the plan (its host RAM
+    estimate always there): what estimate_vram.py and the GUI show before Start."""
+    plan = plan_memory(config, gpu_gib, ram_gib)
+    if plan.host is None:
+        plan.host = host_estimate(plan.config, ram_gib)
     return (plan.estimate if plan.estimate is not None else estimate(plan.config, gpu_gib)), plan
 
 
@@ -126,6 +147,8 @@ def apply_memory_plan(config: TrainConfig) -> TrainConfig:
     plan = plan_memory(with_dataset_shapes(config))
     if plan.estimate is None:
         return config
+    if plan.refusal:
+        raise UserError(f"memory_preset AUTO: {plan.refusal}")
     log = logger.info if plan.estimate.fits else logger.warning
     log("%s", plan.summary())
     return dataclasses.replace(config, **plan.changes)

@@ -220,10 +220,11 @@ def test_the_vram_estimate_is_shown_beside_start(make_ui, tmp_path):
     ui = make_ui()
     ui.app.vram.detect = False
     ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "wan", TRANSFORMER_1_3B)))
-    ui.app.vram.gpu_gib = 4.0  # over it: the estimate's longest text, with a suggestion
+    ui.app.vram.gpu_gib = 2.0  # over it even after AUTO's plan: the estimate's longest text, with a suggestion
     label = ui.bottom_bar.vram_label
     pump(ui, lambda: label.cget("text").startswith("VRAM ≈"), 60, f"the VRAM estimate ({ui.app.vram.text()!r})")
-    assert "GiB" in label.cget("text") and "over 4 GiB: " in label.cget("text")
+    assert "GiB" in label.cget("text") and "over 2 GiB: " in label.cget("text")
+    assert "\nRAM ≈ " in label.cget("text")  # the host RAM estimate on the line under it
     ui.update()
     # whole at the default window width (beside the step counters it had no room and was cut off to nothing)
     assert ui.winfo_width() == 1280

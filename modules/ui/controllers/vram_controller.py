@@ -1,4 +1,5 @@
-"""The VRAM estimate beside Start, kept current as fields change: each new config is estimated on a worker
+"""The VRAM estimate beside Start (the host RAM estimate on a second line), kept current as fields change: each new
+config is estimated on a worker
 thread (the first estimate of a model folder takes a few seconds; later ones are cached), and the view polls
 `text()`."""
 from __future__ import annotations
@@ -80,6 +81,7 @@ class VramEstimate:
             if plan.estimate is not None:
                 text += f"; {plan.short()}"
                 changes = dict(plan.changes)
+            text += f"\n{plan.host.line()}" + (f" — AUTO will not start: {plan.refusal}" if plan.refusal else "")
         except UserError as e:  # e.g. a base_model_name without configs
             text = f"VRAM: no estimate ({e})"
         except Exception as e:  # noqa: BLE001 - a config the model cannot read must not leave it "estimating"

@@ -1,0 +1,86 @@
+"""Host RAM: the estimate's terms for the real 14B config, AUTO's refusal of a plan over the machine's RAM, and
+estimate_vram.py's host line and --json on the 8 GiB plan (UMT5 encoding on the CPU: it crashed on the enum)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from modules.modelSetup import host_memory_estimate, memory_plan
+from modules.modelSetup.host_memory_estimate import GIB, host_estimate
+from modules.modelSetup.memory_plan import apply_memory_plan, plan_memory
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+from tests.conftest import REPO_ROOT
+from tests.fixtures.wan_configs import TRANSFORMER_1_3B, TRANSFORMER_14B, write_config_folder
+
+TOKENS_832x480x81 = 21 * 30 * 52
+
+
+def _light(folder, **extra) -> TrainConfig:
+    return TrainConfig.from_dict({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832],
+                                  "memory_preset": "MANUAL", "fp8_base_weights": True, "blocks_to_swap": 30,
+                                  "activation_offload": True, **extra})
+
+
+def test_14b_light_holds_its_swapped_fp8_blocks_and_offloaded_inputs(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    result = host_estimate(_light(folder), ram_gib=64)
+    terms = result.terms
+    dim, ffn = 5120, 13824
+    linear = 8 * dim * dim + 2 * dim * ffn  # a block's Linear weights, one byte each in fp8
+    assert linear * 30 / GIB < terms["swapped_blocks"] < 1.1 * linear * 30 / GIB  # the arena's power-of-two slabs
+    inputs = TOKENS_832x480x81 * dim * 2 * 40 / GIB  # each block's saved input in bf16
+    assert inputs <= terms["offloaded_activations"] < inputs + 0.25
+    assert terms["text_encoder"] == pytest.approx(5_680_910_336 * 2 / GIB)  # UMT5 in bf16, kept after caching
+    assert result.fits and "RAM ≈ " in result.line() and result.refusal() is None
+
+
+def test_auto_refuses_a_plan_over_the_machines_ram_and_says_what_to_change(tmp_path, monkeypatch):
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    config = TrainConfig.from_dict({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832],
+                                    "gpu_memory_gib": 16})
+    plan = plan_memory(config, ram_gib=16)
+    assert plan.changes.get("blocks_to_swap") and plan.host.total_gib > 16
+    assert plan.refusal.startswith("host RAM: the run needs about ") and "\n" not in plan.refusal
+    roomy = plan_memory(config, ram_gib=256)
+    assert roomy.refusal is None and roomy.changes == plan.changes  # the VRAM plan is the same; only RAM decides
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 16.0)
+    with pytest.raises(UserError, match="memory_preset AUTO: host RAM: .* holds .* GiB: "):
+        apply_memory_plan(config)
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 256.0)
+    assert apply_memory_plan(config).blocks_to_swap == plan.changes["blocks_to_swap"]
+    assert memory_plan.plan_memory(TrainConfig.from_dict({"base_model_name": str(folder)}), None).host is None
+
+
+def test_estimate_vram_json_on_the_8_gib_plan_with_umt5_on_the_cpu(tmp_path):
+    folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832]}))
+    script = str(REPO_ROOT / "scripts" / "estimate_vram.py")
+    result = subprocess.run([sys.executable, script, "--config-path", str(config), "--gpu-gib", "8", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["memory_plan"]["text_encoder_caching_device"] == "CPU"  # the enum, by name
+    assert report["ram_terms"]["text_encoder"] > 10 and report["ram_gib"] > report["ram_terms"]["text_encoder"]
+    assert "refusal" in report and "machine_ram_gib" in report
+    text = subprocess.run([sys.executable, script, "--config-path", str(config), "--gpu-gib", "8"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "\nhost RAM ≈ " in text.stdout and "text_encoder" in text.stdout
+
+
+def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path):
+    from modules.ui.controllers.app_controller import AppController
+
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    app = AppController(tmp_path / "presets")
+    app.vram.detect = False
+    app.vram.gpu_gib = 24.0
+    app.config.set("base_model_name", str(folder))
+    app.config.set("frames", "81")
+    app.config.set("resolution", "480, 832")
+    vram, ram = app.vram.wait().split("\n")
+    assert vram.startswith("VRAM ≈ ") and ram.startswith("RAM ≈ ") and "offloaded_activations" in ram
