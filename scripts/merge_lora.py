@@ -10,7 +10,6 @@ An E2V LoRA of a T2V base becomes a Wan I2V model (`WanImageToVideoPipeline`; it
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
@@ -38,6 +37,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge_lora_into_model
+    from modules.util.config.limits import check_lora_strength
     from modules.util.dtypes import torch_dtype
     from modules.util.enum import DataType
     from modules.util.errors import UserError
@@ -48,8 +48,7 @@ def main() -> int:
     # everything that can be checked before the weights are read is
     check_input_folder("--model", args.model, "the diffusers Wan folder the LoRA was trained on")
     check_input_file("--lora", args.lora, "a LoRA .safetensors file")
-    if not math.isfinite(args.strength):
-        raise UserError(f"--strength must be a finite number, got {args.strength}")
+    check_lora_strength("--strength", args.strength)
     if fmt == COMFY and output.suffix != ".safetensors":
         raise UserError(f"--output '{output}': a COMFY model is a .safetensors file: give a path ending in .safetensors")
     (check_writable_file if fmt == COMFY else check_writable_folder)("--output", output)

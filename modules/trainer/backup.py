@@ -17,7 +17,6 @@ skipped for the previous one. Backups of older WanTrainers (`optimizer.pt`, `lr_
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import shutil
@@ -33,6 +32,7 @@ from modules.util import state_io
 from modules.util.atomic import atomic_write_dir
 from modules.util.distributed import DistributedContext
 from modules.util.errors import UserError
+from modules.util.file_hash import file_sha256
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -57,15 +57,10 @@ class DamagedBackup(UserError):
 OPTIMIZER_FILES = ("optimizer.safetensors", "optimizer.json")
 
 
-def _file_sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _verify(path: Path, names: list[str], checksums: dict[str, str]) -> None:
     """Damage a loader would not notice (a flipped bit keeps a valid file) makes the backup unreadable."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
-        digests = list(pool.map(lambda name: _file_sha256(path / name), names))
+        digests = list(pool.map(lambda name: file_sha256(path / name), names))
     for name, digest in zip(names, digests):
         if digest != checksums[name]:
             raise ValueError(f"{name} does not match the checksum written with it")
@@ -161,7 +156,7 @@ def _write(workspace_dir: str | Path, progress: TrainProgress, write_states: Cal
         (folder / LR_SCHEDULER_FILE).write_text(state_io.to_json(lr_scheduler), encoding="utf-8")
         files = sorted(f for f in folder.rglob("*") if f.is_file())
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:  # hashlib releases the GIL
-            digests = pool.map(_file_sha256, files)
+            digests = pool.map(file_sha256, files)
         checksums = {f.relative_to(folder).as_posix(): digest for f, digest in zip(files, digests)}
         (folder / "config.json").write_text(json.dumps(config_dict, indent=4))
         (folder / "progress.json").write_text(json.dumps({"progress": progress.to_dict(), "fingerprints": fingerprints,

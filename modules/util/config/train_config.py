@@ -181,6 +181,9 @@ class BaseLoRAConfig(BaseConfig):
     def validate(self, path: str) -> None:
         if not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
+        from modules.util.config.limits import check_lora_strength
+
+        check_lora_strength(f"config key '{path}.strength'", self.strength)
 
 
 @dataclasses.dataclass
