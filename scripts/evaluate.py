@@ -100,6 +100,11 @@ def main() -> int:
 
     # then the model folders and files, by their configs and headers: still no weights
     variant = detect_variant(args.model)
+    if variant.vace_layers:  # no more references than training takes
+        from modules.model.vace_e2v import check_vace_references
+
+        for index, prompt in enumerate(prompts):
+            check_vace_references(len(prompt.elements), f"--prompts '{args.prompts}' prompt {index} (or --elements)")
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     check_not_an_input("--output", [output], [

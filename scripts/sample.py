@@ -105,6 +105,7 @@ def main() -> int:
     check_video_output(args.output)
 
     from modules.model.detection import detect_variant
+    from modules.model.vace_e2v import check_vace_references
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
@@ -118,6 +119,8 @@ def main() -> int:
 
     # everything else that can be checked without the weights is, before they load
     variant = detect_variant(args.model)
+    if variant.vace_layers:  # no more references than training takes
+        check_vace_references(len(args.elements or []), "--elements")
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     overrides = {f"{name}_override": getattr(args, f"{name}_file") or ""

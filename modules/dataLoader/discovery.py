@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
+from modules.util.config.base_config import ConfigError
+from modules.util.config.loading import check_regular_file, loads_json
 from modules.util.text_io import bom_encoding
 
 logger = logging.getLogger(__name__)
@@ -17,6 +20,8 @@ logger = logging.getLogger(__name__)
 FOLDER_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
 MANIFEST_SUFFIX = ".jsonl"
 _MAX_NAMES_IN_WARNING = 5
+MAX_CAPTION_BYTES = 1 << 20  # a prompt is a few KiB (UMT5 reads 512 tokens); 1 MiB is no caption
+MAX_MANIFEST_BYTES = 256 << 20  # a million lines of paths and prompts; a bigger file is a wrong path
 # Byte order marks and the encodings they announce; UTF-32 first, since its LE mark starts like UTF-16's.
 
 
@@ -89,6 +94,14 @@ def read_caption(path: Path) -> str:
     folder named like a caption, no permission) is "" with a warning: the sample trains uncaptioned, and the
     concept's missing-caption warning counts it."""
     try:
+        st = path.stat()
+        reason = None if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) else \
+            "is not a regular file (a device, pipe or socket)"
+        if reason is None and st.st_size > MAX_CAPTION_BYTES:
+            reason = f"is {st.st_size} bytes, more than a caption can be ({MAX_CAPTION_BYTES})"
+        if reason is not None:  # checked before reading: a pipe's read never returns, a huge file fills memory
+            logger.warning("caption %s %s: its sample trains without a caption", path, reason)
+            return ""
         data = path.read_bytes()
     except FileNotFoundError:
         return ""
@@ -127,6 +140,10 @@ def read_jsonl_manifest(path: str | os.PathLike, prompt_field: str = "prompt") -
     """
     path = Path(path)
     try:
+        check_regular_file(path, "manifest", MAX_MANIFEST_BYTES)
+    except ConfigError as e:
+        raise DataError(path, str(e).split(f"'{path}' ", 1)[-1], BAD_MANIFEST) from None
+    try:
         data = path.read_bytes()
         text = decode_bom(data, path)
         if text is None:
@@ -149,9 +166,11 @@ def _parse_manifest_line(manifest: Path, number: int, line: str, prompt_field: s
         return DataError(manifest, f"line {number}: {reason}", BAD_MANIFEST)
 
     try:
-        entry = json.loads(line)
+        entry = loads_json(line, "this line")  # the depth guard and integer limits of every JSON reader
     except json.JSONDecodeError as e:
         raise fail(f"invalid JSON ({e.msg} at column {e.colno})") from e
+    except ConfigError as e:
+        raise fail(str(e).removeprefix("this line ")) from None
     if not isinstance(entry, dict):
         raise fail('expected an object like {"path": ..., "prompt": ...}')
     media = entry.get("path")

@@ -17,7 +17,8 @@ from modules.util.write_errors import write_failure
 
 def _label(key: str) -> str:
     """A config key is named as such; anything else ('--output', 'sample output') is shown as given."""
-    return f"config key '{key}'" if key.replace(".", "").replace("_", "").isalnum() else key
+    plain = key.replace(".", "").replace("_", "").replace("[", "").replace("]", "")
+    return f"config key '{key}'" if plain.isalnum() else key
 
 
 def path_kind(path: Path) -> str:
