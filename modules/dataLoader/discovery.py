@@ -36,7 +36,8 @@ class RawSample:
 
 
 def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
-                     prompt_field: str = "prompt", warn_missing_captions: bool = True) -> list[RawSample]:
+                     prompt_field: str = "prompt", warn_missing_captions: bool = True,
+                     vace: bool = False) -> list[RawSample]:
     """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
 
     Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
@@ -44,7 +45,7 @@ def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
     """
     path = Path(path)
     if path.is_dir():
-        samples = _scan_folder(path, include_subdirectories)
+        samples = _scan_folder(path, include_subdirectories, vace)
     elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
         samples = read_jsonl_manifest(path, prompt_field)
     elif not path.exists():
@@ -61,17 +62,38 @@ def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
-    """Media files of a folder with same-stem .txt captions, sorted by relative path."""
-    candidates = folder.rglob("*") if include_subdirectories else folder.iterdir()
-    media = [
-        p
-        for p in candidates
-        if p.suffix.lower() in FOLDER_EXTENSIONS and not _is_hidden(p.relative_to(folder)) and p.is_file()
-        and not is_mask_file(p) and not is_control_file(p)  # a sample's mask or VACE control is no sample of its own
-    ]
+def _scan_folder(folder: Path, include_subdirectories: bool, vace: bool = False) -> list[RawSample]:
+    """Media files of a folder with same-stem .txt captions, sorted by relative path. A sample's mask is no sample
+    of its own, nor are its VACE control files on a VACE base (`vace`; elsewhere `x_control.mp4` is a clip). What is
+    left out otherwise — hidden files, entries that are no regular file (a link to a device, a pipe), symlinked
+    sub-folders, which are not followed (a loop, or data outside the concept) — is one warning, counted by kind."""
+    left_out: dict[str, list[str]] = {}
+    media = []
+    for root, dirs, names in os.walk(folder) if include_subdirectories else [(folder, [], _names(folder))]:
+        root = Path(root)
+        for name in [d for d in dirs if (root / d).is_symlink()]:
+            left_out.setdefault("symlinked sub-folders not followed", []).append(str((root / name).relative_to(folder)))
+        for name in names:
+            path = root / name
+            relative = path.relative_to(folder)
+            if path.suffix.lower() not in FOLDER_EXTENSIONS or is_mask_file(path) or (vace and is_control_file(path)):
+                continue
+            why = "hidden" if _is_hidden(relative) else None if path.is_file() else "not a regular file"
+            if why:
+                left_out.setdefault(why, []).append(str(relative))
+            else:
+                media.append(path)
+    if left_out:
+        logger.warning("concept %s: %s left out", folder, "; ".join(
+            f"{len(items)} {why} ({', '.join(items[:_MAX_NAMES_IN_WARNING])}"
+            f"{', ...' if len(items) > _MAX_NAMES_IN_WARNING else ''})" for why, items in left_out.items()))
     media.sort(key=lambda p: p.relative_to(folder).as_posix())
     return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder), mask_path_for(p)) for p in media]
+
+
+def _names(folder: Path) -> list[str]:
+    """The folder's own entries that are not folders (sub-folders are only read with include_subdirectories)."""
+    return [entry.name for entry in os.scandir(folder) if not entry.is_dir()]
 
 
 def decode_bom(data: bytes, path: Path) -> str | None:

@@ -15,3 +15,13 @@ def check_lora_strength(label: str, strength: float) -> None:
     if not math.isfinite(strength) or abs(strength) > MAX_LORA_STRENGTH:
         raise ConfigError(f"{label} is {strength:g}: a LoRA strength must be a number from -{MAX_LORA_STRENGTH:g} to "
                           f"{MAX_LORA_STRENGTH:g} (as ComfyUI's LoraLoader); Lightning-style LoRAs use about 1")
+
+# Wan trains at 480p-720p; 4096 px a side (a 4K frame) is far beyond any GPU's memory for video and keeps a typo
+# (480000) from becoming an allocation error or an int overflow in the latent shape.
+MAX_RESOLUTION_SIDE = 4096
+
+
+def check_resolution_side(label: str, value: int) -> None:
+    if value > MAX_RESOLUTION_SIDE:
+        raise ConfigError(f"{label} has a side of {value} px, more than {MAX_RESOLUTION_SIDE} (a 4K frame): Wan trains "
+                          "at 480p-720p; give [height, width] such as [480, 832]")

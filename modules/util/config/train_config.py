@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.limits import check_lora_strength, check_resolution_side
 from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 from modules.util.enum import (
     AttentionBackend,
@@ -101,6 +102,8 @@ def check_clip_options(path: str, config) -> None:
         if not pairs or any(len(p) != 2 or any(v < 16 or v % 16 for v in p) for p in pairs):
             raise ConfigError(f"config key '{key('resolution')}' must be [height, width] (or a list of them), "
                               f"multiples of 16, got {config.resolution}")
+        for side in (v for pair in pairs for v in pair):
+            check_resolution_side(f"config key '{key('resolution')}'", side)
     for name in ("fps", "frame_stride"):
         value = getattr(config, name)
         if value is not None and value < 0:
@@ -181,8 +184,6 @@ class BaseLoRAConfig(BaseConfig):
     def validate(self, path: str) -> None:
         if not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
-        from modules.util.config.limits import check_lora_strength
-
         check_lora_strength(f"config key '{path}.strength'", self.strength)
 
 
@@ -236,6 +237,7 @@ class SampleConfig(BaseConfig):
         for key in ("height", "width"):
             if getattr(self, key) < 16 or getattr(self, key) % 16:
                 raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
+            check_resolution_side(f"config key '{path}.{key}'", getattr(self, key))
 
 
 @dataclasses.dataclass
