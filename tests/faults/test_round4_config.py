@@ -198,3 +198,9 @@ def test_more_vace_references_than_training_takes_are_refused(tiny_model, video_
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode != 0 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "--elements gives 6 reference images" in errors[0]
+
+
+@pytest.mark.parametrize("override", ["resolution=[480000, 832]", "samples.0.height=99984"])
+def test_a_resolution_beyond_4096_px_a_side_is_refused(tmp_path, override):
+    with pytest.raises(ConfigError, match=r"has a side of \d+ px, more than 4096"):
+        load_train_config(write(tmp_path, "{}"), overrides=[override])

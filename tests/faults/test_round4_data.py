@@ -119,3 +119,11 @@ def test_a_transformer_config_that_contradicts_its_weights_is_refused_before_bui
     config_file.write_text(json.dumps(config))
     with pytest.raises(UserError, match=f"config.json': {named}"):
         WanModelLoader().load(str(model), torch.device("cpu"))
+
+
+def test_a_control_video_changing_size_is_one_line_for_sample_py(tmp_path):
+    from modules.modelSampler.vace_sampling import _control_frames
+
+    clip = size_changing_clip(tmp_path / "control.mp4")
+    with pytest.raises(UserError, match=r"^control video '.*control.mp4' cannot be read \(its frame size changes"):
+        _control_frames(str(clip), 16.0, 17, 64, 64)

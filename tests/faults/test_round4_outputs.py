@@ -15,7 +15,6 @@ import torch
 from modules.modelSaver.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.util.errors import UserError
-from modules.util.path_checks import check_not_an_input
 from tests.conftest import REPO_ROOT
 from tests.test_merge_lora import write_lora
 
@@ -48,6 +47,8 @@ def digest(path: Path) -> bytes:
 
 
 def test_same_path_symlink_and_hard_link_are_all_the_same_file(tmp_path):
+    from modules.util.path_checks import check_not_an_input
+
     lora = tmp_path / "lora.safetensors"
     lora.write_bytes(b"x")
     (tmp_path / "link.safetensors").symlink_to(lora)
@@ -60,6 +61,8 @@ def test_same_path_symlink_and_hard_link_are_all_the_same_file(tmp_path):
 
 
 def test_a_file_inside_an_input_folder_and_a_folder_holding_an_input_are_refused(tmp_path):
+    from modules.util.path_checks import check_not_an_input
+
     model = tmp_path / "model"
     (model / "transformer").mkdir(parents=True)
     (model / TRANSFORMER_FILE).write_bytes(b"w")

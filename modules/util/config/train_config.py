@@ -178,7 +178,7 @@ class BaseLoRAConfig(BaseConfig):
     """A LoRA merged into the frozen base before training (a distilled "Lightning" / lightx2v / CausVid speed LoRA)."""
 
     path: str = option("", "A LoRA .safetensors file: ComfyUI (diffusion_model.*), musubi / sd-scripts (lora_unet_*), diffusers / PEFT (transformer.*) keys; LoRA, LoHa, LoKr or DoRA.")
-    strength: float = option(1.0, "Its strength (ComfyUI's strength_model): W + strength · ΔW.")
+    strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
 
     def validate(self, path: str) -> None:
@@ -345,7 +345,7 @@ class TrainConfig(BaseConfig):
     # --- data --------------------------------------------------------------------------------
     concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")
     dataset_config: str = option("", "An E2V dataset JSON (seed format: datasets[].elements[] ...).")
-    resolution: list[int] | list[list[int]] = option([480, 832], "Target [height, width], or a list of them (e.g. [[480, 832], [720, 1280]]: each clip trains at every one); with aspect bucketing each one's area is kept.")
+    resolution: list[int] | list[list[int]] = option([480, 832], "Target [height, width] (multiples of 16, at most 4096), or a list of them (e.g. [[480, 832], [720, 1280]]: each clip trains at every one); with aspect bucketing each one's area is kept.")
     aspect_bucketing: bool = option(True, "Group samples by aspect ratio instead of cropping all to one shape.")
     frames: int | list[int] = option(81, "Frames per training window (4k+1), or a list of lengths (e.g. [17, 33, 81]): each clip gives its windows at every length it holds. Clips shorter than a length train on the largest 4k+1 they hold.")
     frame_sample_strategy: FrameSampleStrategy = option(FrameSampleStrategy.HEAD, "Which windows of each clip train: HEAD (the first frames), SLIDE (every frame_stride frames), UNIFORM (frame_windows spread evenly), RANDOM (a new window each epoch; cache_variations of them cached), KEYFRAME (from each scene cut; none: UNIFORM) or FULL (the whole clip up to max_frames).")
