@@ -4,6 +4,7 @@ before any model loads, instead of a silent no-op or a failure an hour into the 
 from __future__ import annotations
 
 from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
 _SAMPLE_FILES = {"image": "an image file", "last_image": "an image file", "control_video": "a video file",
@@ -18,7 +19,7 @@ def check_against_base(config: TrainConfig) -> None:
     where = f"base_model_name '{config.base_model_name}'"
     vace = is_vace_folder(config.base_model_name)
     if not vace and config.vace_context_scale != TrainConfig().vace_context_scale:
-        raise _refusal(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "
+        raise UserError(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "
                        f"models and {where} has no VACE control blocks: remove it")
     for index, sample in enumerate(config.samples):
         if sample.enabled and vace:
@@ -28,7 +29,7 @@ def check_against_base(config: TrainConfig) -> None:
 
         variant = detect_variant(config.base_model_name)
         if not variant.channel_concat_condition:
-            raise _refusal(f"config key 'last_frame_condition' needs an I2V-layout base, but {where} is "
+            raise UserError(f"config key 'last_frame_condition' needs an I2V-layout base, but {where} is "
                            f"{variant.name} (no condition channels): set it false or use an I2V / FLF2V model")
 
 
@@ -49,12 +50,6 @@ def check_input_files(config: TrainConfig) -> None:
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
         try:
             read_lora_header(config.lora_weight_path)
-        except Exception as e:  # noqa: BLE001 - a damaged file is the user's to replace, whatever the reader says
-            raise _refusal(f"config key 'lora_weight_path': {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                           "; give an intact LoRA file (or clear the key to start a new LoRA)") from None
-
-
-def _refusal(message: str):
-    from modules.util.errors import UserError
-
-    return UserError(message)
+        except UserError as e:  # the reader names the file and what is wrong with it
+            raise UserError(f"config key 'lora_weight_path': {e}; give an intact LoRA file (or clear the key to start "
+                            "a new LoRA)") from None
