@@ -28,12 +28,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", required=True, type=str.upper, choices=FORMATS, help="format of the output")
     args = parser.parse_args(argv)
 
+    from modules.util.errors import UserError
+    from modules.util.path_checks import check_not_an_input
+
+    try:  # before torch imports: the output is never the input (by path, symlink or hard link)
+        check_not_an_input("--output", [args.output], [("--input", args.input)])
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     from modules.modelLoader.WanLoRALoader import load_lora_file
     from modules.modelSaver.WanLoRASaver import EXPERT_KEY, VARIANT_KEY, save_lora
-    from modules.util.errors import UserError
 
     try:
         weights, metadata = load_lora_file(args.input)
+        bad = weights.non_finite()
+        if bad is not None:
+            raise UserError(f"--input '{args.input}' holds NaN or inf values (in '{bad}'): converting it would write "
+                            "a broken LoRA; use an intact file (nothing was written)")
         save_lora(weights, args.output, args.format, metadata)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

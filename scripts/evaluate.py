@@ -64,7 +64,7 @@ def main() -> int:
     args = parse_args()
     from modules.evaluation.prompts import Settings, read_prompts
     from modules.util.errors import UserError
-    from modules.util.path_checks import check_input_file, check_writable_folder
+    from modules.util.path_checks import check_input_file, check_not_an_input, check_writable_folder
 
     # the prompts, settings and paths first, before torch imports (seconds) and any model loads (minutes)
     if args.seeds < 1:
@@ -95,8 +95,19 @@ def main() -> int:
 
     # then the model folders and files, by their configs and headers: still no weights
     variant = detect_variant(args.model)
+    if variant.vace_layers:  # no more references than training takes
+        from modules.model.vace_e2v import check_vace_references
+
+        for index, prompt in enumerate(prompts):
+            check_vace_references(len(prompt.elements), f"--prompts '{args.prompts}' prompt {index} (or --elements)")
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
+    check_not_an_input("--output", [output], [
+        ("--model", args.model), ("--base-model", args.base_model), ("--prompts", args.prompts),
+        ("--embedding", args.embedding), ("--image-encoder", args.image_encoder), ("--lora", args.lora),
+        ("--control-video", args.control_video), ("--control-mask", args.control_mask),
+        *(("--elements", e) for e in args.elements or []), *(("--base-lora", entry.path) for entry in base_loras),
+        *(("--lora", file) for file in (lora.files.values() if lora is not None else ()))])
     reference_layout = reference_layout_of(args.reference_layout, lora.metadata if lora else None)
     if args.base_model:
         detect_variant(args.base_model)

@@ -11,7 +11,6 @@ SkyReels-V2 base; its folder needs --image-encoder).
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from _bootstrap import OneLineArgumentParser, run_main  # first: import path, offline mode
@@ -39,6 +38,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge_lora_into_model
+    from modules.util.config.limits import check_lora_strength
     from modules.util.dtypes import torch_dtype
     from modules.util.enum import DataType
     from modules.util.errors import UserError
@@ -49,8 +49,7 @@ def main() -> int:
     # everything that can be checked before the weights are read is
     check_input_folder("--model", args.model, "the diffusers Wan folder the LoRA was trained on")
     check_input_file("--lora", args.lora, "a LoRA .safetensors file")
-    if not math.isfinite(args.strength):
-        raise UserError(f"--strength must be a finite number, got {args.strength}")
+    check_lora_strength("--strength", args.strength)
     if fmt == COMFY and output.suffix != ".safetensors":
         raise UserError(f"--output '{output}': a COMFY model is a .safetensors file: give a path ending in .safetensors")
     (check_writable_file if fmt == COMFY else check_writable_folder)("--output", output)

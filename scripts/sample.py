@@ -10,6 +10,7 @@ SkyReels-V3's reference-to-video layout (read from --lora's header, or --referen
 from __future__ import annotations
 
 import argparse
+import os
 
 
 from _bootstrap import run_main  # first: import path, offline mode
@@ -96,6 +97,7 @@ def main() -> int:
     check_video_output(args.output)
 
     from modules.model.detection import detect_variant
+    from modules.model.vace_e2v import check_vace_references
     from modules.modelLoader.base_loras import sampling_stack
     from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
@@ -105,10 +107,12 @@ def main() -> int:
     from modules.util.attention_backends import apply_attention_backend, unavailable
     from modules.util.enum import AttentionBackend
     from modules.util.errors import UserError
-    from modules.util.path_checks import check_input_file
+    from modules.util.path_checks import check_input_file, check_not_an_input
 
     # everything else that can be checked without the weights is, before they load
     variant = detect_variant(args.model)
+    if variant.vace_layers:  # no more references than training takes
+        check_vace_references(len(args.elements or []), "--elements")
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     overrides = {f"{name}_override": getattr(args, f"{name}_file") or ""
@@ -118,6 +122,15 @@ def main() -> int:
             check_input_file(f"--{key.removesuffix('_override').replace('_', '-')}-file", file, "a .safetensors file")
     if args.embedding:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
+    inputs = [("--model", args.model), ("--lora", args.lora), ("--embedding", args.embedding),
+              ("--image", args.image), ("--last-image", args.last_image), ("--control-video", args.control_video),
+              ("--control-mask", args.control_mask), ("--dataset-config", args.dataset_config),
+              ("--image-encoder", args.image_encoder), *(("--elements", e) for e in args.elements or []),
+              *(("--base-lora", entry.path) for entry in base_loras),
+              *(("--lora", file) for file in (lora.files.values() if lora is not None else ())),
+              *((f"--{key.removesuffix('_override').replace('_', '-')}-file", f) for key, f in overrides.items())]
+    strip = os.path.splitext(args.output)[0] + ".png"  # the frames strip written beside the video
+    check_not_an_input("--output", [args.output, strip], inputs)
     model = WanModelLoader().load(args.model, resolve_device(args.device), base_loras=base_loras, **overrides)
     if args.image_encoder and model.image_encoder is None:
         model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(args.image_encoder, model.train_device)

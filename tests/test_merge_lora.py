@@ -304,7 +304,7 @@ def test_refusals_name_what_to_do_and_write_nothing(tiny_model, tmp_path):
     (other / "keep.txt").write_text("mine")
     with pytest.raises(UserError, match="holds no model"):  # a folder output is replaced: never a user's folder
         merge_lora_into_model(MergeInputs(model_dir, write_lora(model_dir, "t2v", tmp_path)), other, DIFFUSERS)
-    with pytest.raises(UserError, match="base model folder"):
+    with pytest.raises(UserError, match="is the same path as --model"):
         merge_lora_into_model(MergeInputs(model_dir, write_lora(model_dir, "t2v", tmp_path)), model_dir, DIFFUSERS)
     wide = tmp_path / "wide.safetensors"  # a t2v LoRA of a wider model (another size)
     save_lora(LoRAWeights(layers={"blocks.0.attn1.to_q": LoRALayer(torch.zeros(4, 64), torch.zeros(32, 4), 4.0)}),

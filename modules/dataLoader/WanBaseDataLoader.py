@@ -266,7 +266,8 @@ class WanBaseDataLoader:
         if self.variations > 1:
             self.pipelines[self.variations] = self._pipeline(self.variations)[0]
         self.planner = ItemPlanner(self.fps, config.transparent_background,
-                                   self.cache if config.latent_caching else None, config.seed, config.max_frame_pixels)
+                                   self.cache if config.latent_caching else None, config.seed, config.max_frame_pixels,
+                                   vace=self.uses_control)
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.

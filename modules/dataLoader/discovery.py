@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
+from modules.util.config.base_config import ConfigError
+from modules.util.config.loading import check_regular_file, loads_json
 from modules.util.text_io import bom_encoding
 
 logger = logging.getLogger(__name__)
@@ -17,6 +20,8 @@ logger = logging.getLogger(__name__)
 FOLDER_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
 MANIFEST_SUFFIX = ".jsonl"
 _MAX_NAMES_IN_WARNING = 5
+MAX_CAPTION_BYTES = 1 << 20  # a prompt is a few KiB (UMT5 reads 512 tokens); 1 MiB is no caption
+MAX_MANIFEST_BYTES = 256 << 20  # a million lines of paths and prompts; a bigger file is a wrong path
 # Byte order marks and the encodings they announce; UTF-32 first, since its LE mark starts like UTF-16's.
 
 
@@ -31,7 +36,8 @@ class RawSample:
 
 
 def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
-                     prompt_field: str = "prompt", warn_missing_captions: bool = True) -> list[RawSample]:
+                     prompt_field: str = "prompt", warn_missing_captions: bool = True,
+                     vace: bool = False) -> list[RawSample]:
     """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
 
     Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
@@ -39,7 +45,7 @@ def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
     """
     path = Path(path)
     if path.is_dir():
-        samples = _scan_folder(path, include_subdirectories)
+        samples = _scan_folder(path, include_subdirectories, vace)
     elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
         samples = read_jsonl_manifest(path, prompt_field)
     elif not path.exists():
@@ -56,17 +62,38 @@ def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-def _scan_folder(folder: Path, include_subdirectories: bool) -> list[RawSample]:
-    """Media files of a folder with same-stem .txt captions, sorted by relative path."""
-    candidates = folder.rglob("*") if include_subdirectories else folder.iterdir()
-    media = [
-        p
-        for p in candidates
-        if p.suffix.lower() in FOLDER_EXTENSIONS and not _is_hidden(p.relative_to(folder)) and p.is_file()
-        and not is_mask_file(p) and not is_control_file(p)  # a sample's mask or VACE control is no sample of its own
-    ]
+def _scan_folder(folder: Path, include_subdirectories: bool, vace: bool = False) -> list[RawSample]:
+    """Media files of a folder with same-stem .txt captions, sorted by relative path. A sample's mask is no sample
+    of its own, nor are its VACE control files on a VACE base (`vace`; elsewhere `x_control.mp4` is a clip). What is
+    left out otherwise — hidden files, entries that are no regular file (a link to a device, a pipe), symlinked
+    sub-folders, which are not followed (a loop, or data outside the concept) — is one warning, counted by kind."""
+    left_out: dict[str, list[str]] = {}
+    media = []
+    for root, dirs, names in os.walk(folder) if include_subdirectories else [(folder, [], _names(folder))]:
+        root = Path(root)
+        for name in [d for d in dirs if (root / d).is_symlink()]:
+            left_out.setdefault("symlinked sub-folders not followed", []).append(str((root / name).relative_to(folder)))
+        for name in names:
+            path = root / name
+            relative = path.relative_to(folder)
+            if path.suffix.lower() not in FOLDER_EXTENSIONS or is_mask_file(path) or (vace and is_control_file(path)):
+                continue
+            why = "hidden" if _is_hidden(relative) else None if path.is_file() else "not a regular file"
+            if why:
+                left_out.setdefault(why, []).append(str(relative))
+            else:
+                media.append(path)
+    if left_out:
+        logger.warning("concept %s: %s left out", folder, "; ".join(
+            f"{len(items)} {why} ({', '.join(items[:_MAX_NAMES_IN_WARNING])}"
+            f"{', ...' if len(items) > _MAX_NAMES_IN_WARNING else ''})" for why, items in left_out.items()))
     media.sort(key=lambda p: p.relative_to(folder).as_posix())
     return [RawSample(p, read_caption(p.with_suffix(".txt")), str(folder), mask_path_for(p)) for p in media]
+
+
+def _names(folder: Path) -> list[str]:
+    """The folder's own entries that are not folders (sub-folders are only read with include_subdirectories)."""
+    return [entry.name for entry in os.scandir(folder) if not entry.is_dir()]
 
 
 def decode_bom(data: bytes, path: Path) -> str | None:
@@ -89,6 +116,14 @@ def read_caption(path: Path) -> str:
     folder named like a caption, no permission) is "" with a warning: the sample trains uncaptioned, and the
     concept's missing-caption warning counts it."""
     try:
+        st = path.stat()
+        reason = None if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) else \
+            "is not a regular file (a device, pipe or socket)"
+        if reason is None and st.st_size > MAX_CAPTION_BYTES:
+            reason = f"is {st.st_size} bytes, more than a caption can be ({MAX_CAPTION_BYTES})"
+        if reason is not None:  # checked before reading: a pipe's read never returns, a huge file fills memory
+            logger.warning("caption %s %s: its sample trains without a caption", path, reason)
+            return ""
         data = path.read_bytes()
     except FileNotFoundError:
         return ""
@@ -127,6 +162,10 @@ def read_jsonl_manifest(path: str | os.PathLike, prompt_field: str = "prompt") -
     """
     path = Path(path)
     try:
+        check_regular_file(path, "manifest", MAX_MANIFEST_BYTES)
+    except ConfigError as e:
+        raise DataError(path, str(e).split(f"'{path}' ", 1)[-1], BAD_MANIFEST) from None
+    try:
         data = path.read_bytes()
         text = decode_bom(data, path)
         if text is None:
@@ -149,9 +188,11 @@ def _parse_manifest_line(manifest: Path, number: int, line: str, prompt_field: s
         return DataError(manifest, f"line {number}: {reason}", BAD_MANIFEST)
 
     try:
-        entry = json.loads(line)
+        entry = loads_json(line, "this line")  # the depth guard and integer limits of every JSON reader
     except json.JSONDecodeError as e:
         raise fail(f"invalid JSON ({e.msg} at column {e.colno})") from e
+    except ConfigError as e:
+        raise fail(str(e).removeprefix("this line ")) from None
     if not isinstance(entry, dict):
         raise fail('expected an object like {"path": ..., "prompt": ...}')
     media = entry.get("path")

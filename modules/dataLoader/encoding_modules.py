@@ -58,10 +58,17 @@ class EncodePosterior(PipelineModule):
         return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
 
 
+# A piece of UMT5's sentencepiece vocabulary is at most 16 characters (its max_sentencepiece_length), so this many
+# characters of a cleaned caption give more than TEXT_SEQ_LEN tokens; cleaning only shrinks runs of whitespace.
+_CLEAN_CHARS = 16 * (TEXT_SEQ_LEN + 1)
+
+
 def caption_tokens(tokenizer, caption: str) -> int:
     """How many tokens UMT5 gets for a caption: the tokenizer as diffusers' encode call sees it (cleaned text,
-    with </s>), but without the cut at TEXT_SEQ_LEN."""
-    return len(tokenizer(prompt_clean(caption), add_special_tokens=True, truncation=False, verbose=False).input_ids)
+    with </s>), without the cut at TEXT_SEQ_LEN but bounded: past it only the first characters are tokenized
+    (enough to count more than TEXT_SEQ_LEN), so a caption of megabytes is counted in milliseconds."""
+    text = prompt_clean(caption[: 4 * _CLEAN_CHARS])[:_CLEAN_CHARS]
+    return len(tokenizer(text, add_special_tokens=True, truncation=False, verbose=False).input_ids)
 
 
 class EncodeCaption(PipelineModule):

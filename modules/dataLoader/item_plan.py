@@ -73,8 +73,9 @@ class PlannedItem:
 
 class ItemPlanner:
     def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0,
-                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS):
+                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, vace: bool = False):
         self.run_fps = run_fps  # the run's fps (config.fps or the variant's)
+        self.vace = vace  # a VACE base: `x_control.mp4` is x's control video, not a clip
         probe = ProbeClip(background, max_pixels)
         modules = [CacheStage([probe], ["media_fp", "probe"], cache, "probe", name="probe")] if cache else [probe]
         self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
@@ -85,7 +86,7 @@ class ItemPlanner:
             raise UserError(f"concept path {problem} (concepts[].path)")
         try:
             found = discover_concept(concept.path, concept.include_subdirectories, concept.prompt_field,
-                                     concept.prompt_source == PromptSource.SAMPLE)
+                                     concept.prompt_source == PromptSource.SAMPLE, self.vace)
         except DataError as e:
             raise UserError(str(e)) from None
         if not found:

@@ -16,6 +16,7 @@ from modules.dataLoader.encoding_modules import caption_tokens
 from modules.dataLoader.frames import largest_4k1
 from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
 from modules.dataLoader.skips import SkipCounter
+from modules.model.vace_e2v import is_vace_folder
 from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.config.loading import load_concepts
 from modules.util.config.train_config import ConceptConfig, TrainConfig
@@ -50,7 +51,8 @@ def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
     written to) the run's cache, as training does."""
     concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
     cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
-    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed, config.max_frame_pixels)
+    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed, config.max_frame_pixels,
+                          vace=is_vace_folder(config.base_model_name))
     return [_concept(planner, concept, config, tokenizer) for concept in concepts if concept.enabled]
 
 

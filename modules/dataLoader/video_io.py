@@ -214,6 +214,10 @@ def composite_alpha(rgba: np.ndarray, background: Sequence[int] = WHITE) -> np.n
     return np.ascontiguousarray(np.rint(blended).astype(np.uint8))
 
 
+# An npz is read whole: 4 GiB of uint8 frames is 3,500 frames of 480x832, longer than any clip Wan trains on.
+MAX_NPZ_BYTES = 4 << 30
+
+
 def _read_npz(path: Path, max_pixels: int) -> tuple[np.ndarray, float | None]:
     """Load the frame array (key `frames`, or the only array) and the optional `fps`; arrays whose headers
     declare frames over `max_pixels` are refused before they are read (a compressed npz may be tiny)."""
@@ -223,6 +227,10 @@ def _read_npz(path: Path, max_pixels: int) -> tuple[np.ndarray, float | None]:
                 shape = _npy_shape(archive.zip, name)
                 if len(shape) == 4:
                     check_frame_pixels(path, shape[2], shape[1], max_pixels)
+                if math.prod(shape) > MAX_NPZ_BYTES:  # declared by the header; a compressed npz may be tiny
+                    raise DataError(path, f"its array '{name}' declares {shape} = {math.prod(shape) / (1 << 30):.1f} "
+                                    f"GiB, more than the {MAX_NPZ_BYTES >> 30} GiB read at once: split the clip or "
+                                    "give an mp4", BAD_NPZ)
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(path, f"cannot load npz ({type(e).__name__}: {e})", BAD_NPZ) from e
@@ -293,6 +301,11 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
             raise DataError(path, f"decoder error ({e})", UNREADABLE_VIDEO) from None
     if not frames:
         raise DataError(path, "no frames could be decoded", UNREADABLE_VIDEO)
+    changed = next((i for i, f in enumerate(frames) if f.shape != frames[0].shape), None)
+    if changed is not None:  # a stream may change size (the pixel check above allows it): no clip of one shape
+        (h0, w0), (h1, w1) = frames[0].shape[:2], frames[changed].shape[:2]
+        raise DataError(path, f"its frame size changes mid-stream ({w0}x{h0}, then {w1}x{h1} at frame {changed}): "
+                        "re-encode it at one size", UNREADABLE_VIDEO)
     if len(seen) > 2 and seen[-1] is None and seen[-2] > 0:  # read to its end: the mean rate of its frame starts
         source_fps = (len(seen) - 2) / float(seen[-2])  # (a last frame's duration is often a muxer's guess)
     return np.stack(frames), source_fps

@@ -27,7 +27,7 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
     {"prompt", "negative_prompt", "image", "elements", "control_video", "control_mask"} objects. `elements`
     (--elements) and the control video and mask (--control-video, --control-mask) apply to every prompt that names
     none."""
-    from modules.util.config.loading import read_json
+    from modules.util.config.loading import MAX_JSON_BYTES, check_regular_file, read_json
     from modules.util.text_io import decode_text
 
     path = Path(path)
@@ -52,6 +52,7 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
                                   entry.get("control_video") or control_video, entry.get("control_mask") or control_mask,
                                   entry.get("last_image", "")))
     else:
+        check_regular_file(path, "prompts", MAX_JSON_BYTES)
         lines = decode_text(path.read_bytes()).splitlines()
         prompts = [Prompt(line.strip(), elements=tuple(elements or ()), control_video=control_video,
                           control_mask=control_mask) for line in lines

@@ -11,6 +11,7 @@ from modules.model.WanVariant import WanVariant
 from modules.model.folder_facts import has_component as component_present
 from modules.model.registry import family_of
 from modules.model.vace_e2v import is_vace_class
+from modules.util.config.loading import loads_json
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import path_kind
@@ -20,9 +21,15 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"'{path}' is missing: base_model_name must be a diffusers-format Wan folder")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"), f"'{path}'")
     except json.JSONDecodeError as e:
         raise UserError(f"'{path}' is not valid JSON ({e}): the model folder is damaged") from None
+    except UnicodeDecodeError:
+        raise UserError(f"'{path}' is not UTF-8 text: the model folder is damaged") from None
+    if not isinstance(data, dict):
+        raise UserError(f"'{path}' holds {type(data).__name__} {json.dumps(data)[:40]}, not a JSON object: the model "
+                        "folder is damaged (a diffusers folder's configs are objects)")
+    return data
 
 
 def detect_variant(model_dir: str | Path) -> WanVariant:

@@ -55,3 +55,10 @@ def check_e2v_on_vace(config: TrainConfig, datasets: Sequence[E2VDatasetConfig])
             raise ConfigError(f"datasets[{index}] of '{config.dataset_config}' has {len(dataset.elements)} elements, "
                               f"but a VACE base takes at most {MAX_VACE_REFERENCES} reference images (one latent "
                               "frame each): drop elements")
+
+
+def check_vace_references(count: int, key: str) -> None:
+    """Sampling takes no more references than training does: `key` names the option or config key."""
+    if count > MAX_VACE_REFERENCES:
+        raise ConfigError(f"{key} gives {count} reference images, but a VACE base takes at most {MAX_VACE_REFERENCES} "
+                          "(one latent frame each, as training): drop some")

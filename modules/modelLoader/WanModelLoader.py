@@ -28,6 +28,7 @@ from modules.modelLoader.component_files import (
     load_vae_file,
 )
 from modules.modelLoader.base_loras import merge_base_loras
+from modules.modelLoader.transformer_check import check_transformer_config
 from modules.modelLoader.single_file import SingleFile
 from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
@@ -85,6 +86,9 @@ class WanModelLoader:
         overrides = {"text_encoder": text_encoder_override, "vae": vae_override, "transformer": transformer_override,
                      "transformer_2": transformer_2_override, "image_encoder": image_encoder_override}
         _check_weight_folders(model_dir, overrides)  # every component before any loads: a refusal takes no minutes
+        for name in ("transformer", "transformer_2") if variant.two_experts else ("transformer",):
+            if not overrides[name]:  # the config it is built from against its weights' headers, before building
+                check_transformer_config(model_dir / name)
         tokenizer = _from_folder(model_dir / "tokenizer", "", AutoTokenizer.from_pretrained)
         text_encoder = self._load_text_encoder(model_dir, resolve_dtype(text_encoder_dtype, train_device),
                                                text_encoder_override)

@@ -19,7 +19,6 @@ weights. The records of what was merged (`WanModel.base_loras`) go into the trai
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 from collections import defaultdict
@@ -42,9 +41,11 @@ from modules.modelSaver.lora_formats import (
 )
 from modules.modelSaver.original_keys import original_key
 from modules.modelSaver.WanLoRASaver import EXPERT_NAMES, read_stack
+from modules.util.config.limits import check_lora_strength
 from modules.util.config.train_config import BaseLoRAConfig
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
+from modules.util.file_hash import file_sha256
 from modules.util.path_checks import check_input_file
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def parse_base_lora(text: str, option: str = "--base-lora") -> BaseLoRAConfig:
     if not path or not math.isfinite(strength):
         raise UserError(f"{option} '{text}': give FILE, FILE:STRENGTH or FILE:STRENGTH:EXPERT (EXPERT high, low or "
                         "both), e.g. lightning.safetensors:1.0")
+    check_lora_strength(f"{option} '{text}': the strength", strength)
     return BaseLoRAConfig(path=path, strength=strength, expert=expert)
 
 
@@ -99,14 +101,6 @@ def check_base_loras(entries: Iterable[BaseLoRAConfig], variant: WanVariant,
         metadata = read_lora_header(entry.path)
         expert = _EXPERT_INDEX.get(entry.expert)
         check_lora_matches(Path(entry.path), metadata, variant, expert=expert)
-
-
-def _sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -209,7 +203,7 @@ def merge_stack(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, fl
     """Merge every file of `stack` (in order, with its strength) into `transformer`'s parameters in place: per
     changed weight one float32 copy, all patches applied to it, written back in the parameter's dtype."""
     diff_names = _diff_names(transformer)
-    by_param: dict[str, list[Patch]] = defaultdict(list)
+    by_param: dict[str, list[tuple[str, Patch]]] = defaultdict(list)
     for read, strength in stack:
         patches, unknown = _patches(read, strength, transformer, diff_names)
         if not patches:
@@ -220,16 +214,27 @@ def merge_stack(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, fl
             logger.warning("base LoRA '%s': %d key(s) left out (unknown to WanTrainer's Wan transformer%s)",
                            read.path, unknown, example)
         for name, patch in patches.items():
-            by_param[name].append(patch)
+            by_param[name].append((read.path, patch))
     params = dict(transformer.named_parameters())
     with torch.no_grad():
         for name, patches in by_param.items():
             param = params[name]
             weight = param.detach().to("cpu", torch.float32, copy=True)
-            for patch in patches:
+            for path, patch in patches:
                 weight = patch(weight)
-            param.copy_(weight.to(param.device, param.dtype))
-            del weight
+                _check_finite(weight, path, name)
+            stored = weight.to(param.device, param.dtype)
+            _check_finite(stored, patches[-1][0], name, param.dtype)
+            param.copy_(stored)
+            del weight, stored
+
+
+def _check_finite(weight: torch.Tensor, path: str, name: str, dtype: torch.dtype | None = None) -> None:
+    """A NaN/inf file or a strength that overflows is named here, at load, not as a NaN loss steps later."""
+    if not bool(torch.isfinite(weight).all()):
+        where = f" in {str(dtype).removeprefix('torch.')}" if dtype is not None else ""
+        raise UserError(f"base LoRA '{path}' makes the model's '{name}' NaN or inf{where}: the file holds NaN/inf "
+                        "values or its strength is too large; use an intact file or a smaller strength")
 
 
 def merge_base_loras(model: WanModel, entries: Iterable[BaseLoRAConfig]) -> list[dict[str, Any]]:
@@ -246,7 +251,7 @@ def merge_base_loras(model: WanModel, entries: Iterable[BaseLoRAConfig]) -> list
         for expert in experts:
             stacks[expert].append((read, entry.strength))
         model.base_loras.append({"name": Path(entry.path).name, "path": str(entry.path),
-                                 "sha256": _sha256(entry.path), "strength": entry.strength,
+                                 "sha256": file_sha256(entry.path), "strength": entry.strength,
                                  "expert": entry.expert.name, "experts": list(experts)})
     for expert, stack in stacks.items():
         try:
@@ -283,7 +288,7 @@ def header_stack(lora: LoRAFiles, variant: WanVariant) -> list[BaseLoRAConfig]:
                                "'%s' nor beside the LoRA: sampling without it (pass --base-lora FILE to give it)",
                                lora.files[expert], record["name"], record["strength"], record.get("path", ""))
                 continue
-            if record.get("sha256") and _sha256(found) != record["sha256"]:
+            if record.get("sha256") and file_sha256(found) != record["sha256"]:
                 logger.warning("base LoRA '%s' is not the file '%s' was trained with (another sha256): samples may "
                                "differ", found, lora.files[expert])
             key = (str(found), float(record["strength"]))

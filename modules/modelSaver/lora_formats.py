@@ -131,6 +131,15 @@ class LoRAWeights:
     def spec(self) -> AdapterSpec:
         return adapter_named(self.adapter)
 
+    def non_finite(self) -> str | None:
+        """The name of the first tensor holding NaN or inf (e.g. 'blocks.0.attn1.to_q.lora_down'), or None."""
+        tensors = dict(self.full_weights)
+        for module, layer in self.layers.items():
+            parts = getattr(layer, "tensors", None) or {"lora_down": layer.down, "lora_up": layer.up}
+            alpha = torch.tensor(float(layer.alpha if layer.alpha is not None else 0.0))
+            tensors.update({f"{module}.{suffix}": t for suffix, t in {**parts, "alpha": alpha}.items()})
+        return next((name for name, t in tensors.items() if not bool(torch.isfinite(t).all())), None)
+
 
 def expert_lora_paths(dest: str | os.PathLike) -> tuple[str, str]:
     """``out/x.safetensors`` -> (``out/x_high_noise.safetensors``, ``out/x_low_noise.safetensors``)."""

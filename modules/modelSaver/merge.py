@@ -147,8 +147,17 @@ class MergedTransformer:
             weight = self.lora.spec.merged_weight(weight, layer, self.strength)
         return weight
 
+    what: str = ""  # the pair merged, for messages ("LoRA 'x.safetensors' and model 'models/wan'")
+
     def tensor(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return self.merged(name).to(dtype or self.dtype)
+        """The merged tensor in the output dtype; one that is not finite there (a NaN LoRA, a strength that
+        overflows) stops the write, which is atomic, so nothing is left behind."""
+        tensor = self.merged(name).to(dtype or self.dtype)
+        if not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"merging {self.what or 'the model'} gives non-finite values (NaN or inf) in '{name}' "
+                            f"at strength {self.strength:g}: the LoRA holds NaN/inf or the strength is too large; "
+                            "nothing was written")
+        return tensor
 
 
 def expected_shapes(config: Mapping[str, Any], transformer_class: type) -> dict[str, tuple[int, ...]]:
@@ -174,7 +183,7 @@ def merge_transformer(config: Mapping[str, Any], transformer_class: type, base: 
         raise UserError(f"{what} do not fit: {problems[0]}"
                         f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
                         "use a LoRA trained on this base model")
-    return MergedTransformer(dict(config), transformer_class, base, lora, strength, dtype, shapes)
+    return MergedTransformer(dict(config), transformer_class, base, lora, strength, dtype, shapes, what)
 
 
 def _fit_problems(shapes: Mapping[str, tuple[int, ...]], base: WeightSource, lora: LoRAWeights) -> list[str]:

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from modules.model.WanVariant import WanVariant
 from modules.model.detection import detect_variant
 from modules.model.registry import family_for
-from modules.modelLoader.lora_inference import check_lora_file
+from modules.modelLoader.lora_inference import check_lora_file, expert_files
 from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
 from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths
@@ -47,6 +47,7 @@ from modules.modelSaver.WanLoRASaver import EXPERT_KEY, EXPERT_NAMES, TRANSFORME
 from modules.modelSetup.e2v_expansion import expand_transformer, expanded_config
 from modules.util.atomic import atomic_dir
 from modules.util.errors import UserError
+from modules.util.path_checks import check_not_an_input
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,11 @@ def merge_model(inputs: MergeInputs) -> MergedModel:
         loras = {expert: (inputs.trained[expert], checked.metadata[expert]) for expert in files}
     else:
         loras = {expert: load_lora_file(file) for expert, file in files.items()}
+    for expert, (weights, _) in loras.items():
+        bad = weights.non_finite()
+        if bad is not None:
+            raise UserError(f"LoRA '{files[expert]}' holds NaN or inf values (in '{bad}'): merging it would write a "
+                            "broken model; use an intact LoRA (nothing was written)")
     metadata = next(iter(loras.values()))[1] if loras else {}
     template = json.loads(metadata[TRANSFORMER_CONFIG_KEY]) if TRANSFORMER_CONFIG_KEY in metadata \
         else inputs.target_config
@@ -227,10 +233,19 @@ def _folder_problem(model: MergedModel) -> str | None:
     return None
 
 
+def check_outputs(inputs: MergeInputs, outputs: list[Path], option: str = "--output") -> None:
+    """No output is (or holds) an input of the merge: the base folder and its files, the LoRA (both experts'
+    files), the override files, the image encoder folder; compared by resolved path and by inode."""
+    given: list[tuple[str, Path | str | None]] = [("--model", inputs.model_dir), (inputs.image_encoder_option,
+                                                                                  inputs.image_encoder_dir)]
+    if inputs.lora is not None:
+        given += [("--lora", inputs.lora), *(("--lora", f) for f in expert_files(inputs.lora) if f is not None)]
+    given += [("transformer_override", override) for override in inputs.overrides]
+    check_not_an_input(option, outputs, given)
+
+
 def _check_replaceable(destination: Path, model_dir: Path) -> None:
-    """The output folder is replaced as a whole: never the base itself, nor a folder that is no model."""
-    if destination.resolve() == model_dir.resolve():
-        raise UserError(f"the output '{destination}' is the base model folder: write the merged model to another folder")
+    """The output folder is replaced as a whole: never a folder that is no model (inputs: `check_outputs`)."""
     if destination.is_dir() and any(destination.iterdir()) and not (destination / "model_index.json").is_file():
         raise UserError(f"the output '{destination}' is a folder that holds no model (no model_index.json) and would "
                         "be replaced: give a new folder path")
@@ -293,6 +308,8 @@ def _single_file_metadata(model: MergedModel, expert: int) -> dict[str, str]:
 
 def merge_lora_into_model(inputs: MergeInputs, output: Path, fmt: str, dtype: torch.dtype | None = None) -> list[Path]:
     """`scripts/merge_lora.py`: a diffusers folder (DIFFUSERS) or single file(s) (COMFY) at `output`."""
+    two_experts = detect_variant(inputs.model_dir).two_experts
+    check_outputs(inputs, single_file_paths(output, two_experts) if fmt == COMFY else [output])
     model = merge_model(inputs)
     if fmt == DIFFUSERS:
         return [write_diffusers(model, output, dtype)]
@@ -308,8 +325,10 @@ def export_e2v_as_i2v(inputs: MergeInputs, stem: Path) -> list[Path]:
     """An E2V model of a T2V base as an I2V model: `<stem>-i2v/` (diffusers, the family's I2V pipeline) and
     `<stem>-i2v.safetensors` (ComfyUI; two experts: `<stem>-i2v_high_noise` / `_low_noise`); the single file alone
     where that pipeline cannot load the model (`_folder_problem`)."""
-    model = merge_model(inputs)
     folder, single = i2v_export_paths(stem)
+    check_outputs(inputs, [folder, *single_file_paths(single, detect_variant(inputs.model_dir).two_experts)],
+                  "the I2V export")
+    model = merge_model(inputs)
     problem = _folder_problem(model)
     if problem:
         logger.warning("%s: the I2V export is the ComfyUI single file alone", problem)

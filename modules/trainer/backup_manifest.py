@@ -10,7 +10,6 @@ Torch-free: the GUI reads it too.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,17 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from modules.util.atomic import atomic_write_text
+from modules.util.file_hash import file_sha256
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest lists a few files (an FSDP backup one per rank)
 PROGRESS_KEYS = ("epoch", "epoch_batch", "global_step", "micro_step")
 JSON_SAFE_INT = 2 ** 53 - 1  # the largest integer every JSON reader keeps exact
-
-
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def digests(folder: Path, names: list[str]) -> dict[str, str]:

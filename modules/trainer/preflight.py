@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
+from modules.trainer.preflight_base import check_against_base, check_input_files
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
@@ -41,6 +42,8 @@ def check_paths(config: TrainConfig) -> None:
     """One-line `UserError` naming the first key whose path is wrong."""
     check_base_model(config.base_model_name)
     check_expert_keys(config)
+    check_against_base(config)
+    check_input_files(config)
     for key in ("transformer_override", "transformer_2_override", "vae_override", "text_encoder_override",
                 "image_encoder_override"):
         if getattr(config, key):
@@ -50,8 +53,6 @@ def check_paths(config: TrainConfig) -> None:
         from modules.modelLoader.base_loras import check_base_loras
 
         check_base_loras(config.base_loras, detect_variant(config.base_model_name))
-    if config.lora_weight_path:
-        check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
     if config.embedding_weight_path:
         check_input_file("embedding_weight_path", config.embedding_weight_path, "an embedding .safetensors file")
         from modules.modelSaver.embedding_file import read_embedding_vectors  # here: it imports diffusers

@@ -8,6 +8,8 @@ from modules.trainer.backup import Backup, DamagedBackup, latest_backup, read_ba
 from modules.trainer.backup_manifest import plausible_progress
 from modules.trainer.resume_check import (
     backup_config_changes,
+    base_lora_change,
+    base_lora_fingerprint,
     changed_config_refusal,
     config_fingerprint,
     describe_change,
@@ -23,7 +25,8 @@ class TrainerResume:
     """Mixed into GenericTrainer: reads its config, workspace, setup, optimizer, scheduler, EMA and dist."""
 
     def _fingerprints(self) -> dict[str, str]:
-        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint()}
+        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint(),
+                "base_loras": base_lora_fingerprint(self.model.base_loras)}
 
     def _resume(self) -> None:
         sharded = self.setup.sharded
@@ -50,6 +53,10 @@ class TrainerResume:
         self._refuse_implausible(backup, same_data=backup.fingerprints == now)
         if backup.fingerprints.get("config", now["config"]) != now["config"] and not self.config.resume_changed_config:
             raise UserError(changed_config_refusal(backup.path, changes))  # e.g. a new run in an old run's workspace
+        changed_base = base_lora_change(backup.path, backup.fingerprints.get("base_loras", now["base_loras"]),
+                                        now["base_loras"])  # older backups recorded none: nothing to compare
+        if changed_base and not self.config.resume_changed_config:
+            raise UserError(changed_base)
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
                 lines = [describe_change(*change) for change in changes] if what == "config" else []

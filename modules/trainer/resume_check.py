@@ -122,3 +122,24 @@ def tensor_mismatch(saved: dict[str, torch.Size], current: dict[str, torch.Size]
 def _short(value: object, limit: int = 60) -> str:
     text = "(unset)" if value is _ABSENT else json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def base_lora_fingerprint(records: list[dict]) -> str:
+    """The base LoRAs merged into this run's model by content (the sha256 the loader recorded for the header), not
+    by path: a file replaced at the same path is another base."""
+    return json.dumps([[r.get("path"), r.get("sha256"), r.get("strength"), r.get("expert")] for r in records])
+
+
+def base_lora_change(backup_dir: Path, saved: str, now: str) -> str | None:
+    """The one line refusing a resume whose merged base LoRAs differ in content from the backup's, or None."""
+    if saved == now:
+        return None
+    try:
+        old = {entry[0]: entry for entry in json.loads(saved)}
+    except (ValueError, TypeError, IndexError, KeyError):
+        old = {}
+    changed = [entry[0] for entry in json.loads(now) if entry[0] in old and old[entry[0]][1] != entry[1]]
+    what = (f"base LoRA '{changed[0]}' is another file than the one it was written with (its sha256 differs)"
+            if changed else "the base LoRAs merged into the model differ from the ones it was written with")
+    return (f"cannot resume from {backup_dir}: {what}; put the original file back, set resume_changed_config=true to "
+            "resume on the new base anyway, or train without continue_last_backup")

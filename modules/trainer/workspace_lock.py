@@ -62,14 +62,15 @@ class WorkspaceLock:
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
-                holder = _read(path)
-                if holder is not None and holder.get("pid") != os.getpid() and _holder_alive(holder):
+                holder = _read(path)  # {}: empty or cut short, which no live run leaves: stale
+                if holder and holder.get("pid") != os.getpid() and _holder_alive(holder):
                     raise UserError(
                         f"workspace_dir '{workspace}' is in use by another training run (pid {holder.get('pid')} on "
                         f"{holder.get('host')}, since {holder.get('since')}): wait for it to end or stop it, or set "
                         f"another workspace_dir (if no run uses it, delete {path})") from None
                 if holder is not None and holder.get("pid") != os.getpid():
-                    logger.info("taking over %s from pid %s, which has ended", path, holder.get("pid"))
+                    logger.info("taking over %s from %s", path, f"pid {holder['pid']}, which has ended"
+                                if holder.get("pid") is not None else "a run that ended while writing it (damaged)")
                 path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w", encoding="utf-8") as f:

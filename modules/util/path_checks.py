@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Iterable
 
 from modules.util.errors import UserError
 from modules.util.write_errors import write_failure
@@ -16,7 +17,8 @@ from modules.util.write_errors import write_failure
 
 def _label(key: str) -> str:
     """A config key is named as such; anything else ('--output', 'sample output') is shown as given."""
-    return f"config key '{key}'" if key.replace(".", "").replace("_", "").isalnum() else key
+    plain = key.replace(".", "").replace("_", "").replace("[", "").replace("]", "")
+    return f"config key '{key}'" if plain.isalnum() else key
 
 
 def path_kind(path: Path) -> str:
@@ -93,3 +95,52 @@ def _probe(key: str, folder: Path, target: Path | None = None) -> None:
         where = what if existing == folder and target is None else f"{what} (in '{existing}')"
         raise UserError(f"{_label(key)}: cannot write to {where}: {write_failure(e)}; "
                         "choose a writable location") from None
+
+
+# --------------------------------------------------------------------------------- outputs that are inputs
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names (links followed), None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _files_of(path: Path) -> list[Path]:
+    """`path` itself, or every file under a folder (a model folder: its transformer shards, configs, ...)."""
+    if not path.is_dir():
+        return [path]
+    found = []
+    for root, _, names in os.walk(path):  # symlinked sub-folders are not followed; symlinked files are stat'ed
+        found.extend(Path(root) / name for name in names)
+    return found
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def check_not_an_input(option: str, outputs: Iterable[str | os.PathLike],
+                       inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
+    """Refuse, in one line and before anything loads, an output that would overwrite an input: the same file by
+    resolved path (symlinks) or by device and inode (hard links), a file inside an input folder that is one of its
+    files, or an output folder (replaced as a whole) that is or holds an input. `inputs`: (how the user gave it,
+    path) pairs, e.g. ("--lora", "a.safetensors"); a folder input counts with every file under it."""
+    given = [(key, Path(path)) for key, path in inputs if path not in (None, "")]
+    for output in map(Path, outputs):
+        out_real = Path(os.path.realpath(output))
+        out_id = _identity(output)
+        for key, path in given:
+            real = Path(os.path.realpath(path))
+            if _within(real, out_real):
+                what = "the same path as" if real == out_real else "a folder holding"
+                raise UserError(f"{option} '{output}' is {what} {_label(key)} '{path}': writing it would overwrite "
+                                "that input; choose another output path")
+            for file in _files_of(path):
+                if Path(os.path.realpath(file)) == out_real or (out_id is not None and _identity(file) == out_id):
+                    inside = "" if file == path else f" (its file '{file}')"
+                    raise UserError(f"{option} '{output}' is the same file as {_label(key)} '{path}'{inside}: "
+                                    "writing it would overwrite that input; choose another output path")

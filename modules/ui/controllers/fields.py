@@ -16,7 +16,8 @@ import typing
 from enum import Enum
 from typing import Any
 
-from modules.util.config.base_config import BaseConfig
+from modules.util.config.base_config import INT_MAX, INT_MIN, BaseConfig, ConfigError
+from modules.util.config.loading import loads_json
 from modules.util.resolution_text import parse_resolution_text, resolution_text
 
 # Widget kinds a view knows how to draw.
@@ -133,9 +134,12 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
         return None
     if spec.kind == INT:
         try:
-            return int(text)
+            number = int(text)  # more digits than Python converts is a ValueError too
         except ValueError:
-            raise FieldError("must be a whole number") from None
+            raise FieldError("must be a whole number" if len(text) < 100 else "is too long for a number") from None
+        if not INT_MIN <= number <= INT_MAX:
+            raise FieldError(f"must be a whole number from {INT_MIN} to {INT_MAX} (64 bits)")
+        return number
     if spec.kind == FLOAT:
         try:
             number = float(text)
@@ -147,8 +151,8 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
     if spec.kind == INT_LIST:
         if text.startswith("["):
             try:
-                items = json.loads(text)
-            except json.JSONDecodeError:
+                items = loads_json(text, "the list")
+            except (json.JSONDecodeError, ConfigError):
                 raise FieldError("must be whole numbers separated by commas") from None
             if not isinstance(items, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
                 raise FieldError("must be whole numbers separated by commas")
@@ -161,19 +165,21 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
         return [part.strip() for part in re.split(r"[,\n]", value) if part.strip()]
     if spec.kind == JSON:
         try:
-            return json.loads(text)
+            return loads_json(text, "the value")  # the depth guard and integer limits of every JSON reader
+        except ConfigError as e:
+            raise FieldError(str(e).removeprefix("the value ")) from None
         except json.JSONDecodeError as e:
             try:  # a list may be typed without its outer brackets ("256, 448" as before resolution took lists)
-                return json.loads(f"[{text}]")
-            except json.JSONDecodeError:
+                return loads_json(f"[{text}]", "the value")
+            except (json.JSONDecodeError, ConfigError):
                 raise FieldError(f"must be JSON ({e.msg})") from None
     if spec.kind == RESOLUTION:
         sizes = parse_resolution_text(text)
         if sizes is not None:
             return sizes
         try:  # the config's own JSON, [height, width], with or without its outer brackets
-            return json.loads(text if text.startswith("[") else f"[{text}]")
-        except json.JSONDecodeError:
+            return loads_json(text if text.startswith("[") else f"[{text}]", "the value")
+        except (json.JSONDecodeError, ConfigError):
             raise FieldError("must be width x height, e.g. 832x480 (several: 832x480, 1280x720)") from None
     if spec.kind == CHOICE and spec.choices and value not in spec.choices:
         raise FieldError(f"must be one of {', '.join(spec.choices)}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import sys
 import types
 import typing
 from enum import Enum
@@ -67,6 +68,19 @@ def _type_name(tp: Any) -> str:
     return str(tp)
 
 
+# What torch.manual_seed and every 64-bit counter accept (a seed from -2^63 to 2^64 - 1).
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _short_int(value: int) -> str:
+    """A huge integer as its first digits and length, not 4,000 digits in a one-line error."""
+    text = str(abs(value)) if value.bit_length() < 10_000 else None
+    if text is not None and len(text) <= 30:
+        return str(value)
+    digits = f"{len(text)} digits" if text is not None else f"{value.bit_length()} bits"
+    return f"{'-' if value < 0 else ''}{text[:6] if text else ''}... ({digits})"
+
+
 def _join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -100,9 +114,14 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not INT_MIN <= value <= INT_MAX:  # torch's seeds and counters are 64-bit
+                raise ConfigError(f"config key '{path}' is {_short_int(value)}, beyond 64 bits: give a whole number "
+                                  f"from {INT_MIN} to {INT_MAX}")
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, int) and abs(value) > sys.float_info.max:
+                raise ConfigError(f"config key '{path}' is {_short_int(value)}, too large for a number")
             if not math.isfinite(value):  # JSON parsers accept NaN and Infinity; no setting means them
                 raise ConfigError(f"config key '{path}' must be a finite number, got {value!r}")
             return float(value)

@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -93,7 +94,35 @@ def loads_json(text: str, what: str) -> Any:
     if json_depth(text) > MAX_JSON_DEPTH:
         raise ConfigError(f"{what} nests lists/objects more than {MAX_JSON_DEPTH} levels deep: no WanTrainer file "
                           "does; fix the file")
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:  # an integer longer than Python converts (sys.get_int_max_str_digits())
+        raise ConfigError(f"{what} holds a number too long to read ({first_words(e)}): no setting needs it; fix "
+                          "the file") from None
+
+
+def first_words(error: Exception) -> str:
+    return str(error).split(":")[0]
+
+
+# No config, preset, concept list, prompts or dataset file comes near this; a bigger one is a wrong path.
+MAX_JSON_BYTES = 64 << 20
+
+
+def check_regular_file(path: Path, what: str, limit: int) -> None:
+    """Before reading: `path` is a regular file (not a FIFO, a device or a socket, whose read blocks forever or
+    never ends) of at most `limit` bytes. One line naming the file otherwise."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise ConfigError(f"{what} file '{path}' cannot be read ({e.strerror or e}): check the path") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} file '{path}' is not a regular file (a device, pipe or socket): give a file")
+    if st.st_size > limit:
+        raise ConfigError(f"{what} file '{path}' is {st.st_size / (1 << 20):.0f} MiB, more than the "
+                          f"{limit / (1 << 20):.0f} MiB such a file can be: is it the right file?")
 
 
 def read_json(path: str | os.PathLike, what: str = "config") -> Any:
@@ -103,6 +132,7 @@ def read_json(path: str | os.PathLike, what: str = "config") -> Any:
         raise ConfigError(f"{what} file '{path}' is a folder, not a JSON file: give the path of the .json file")
     if not path.exists():
         raise ConfigError(f"{what} file '{path}' does not exist: check the path")
+    check_regular_file(path, what, MAX_JSON_BYTES)
     try:
         data = path.read_bytes()
     except OSError as e:

@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.limits import check_lora_strength, check_resolution_side
 from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SCHEDULERS
 from modules.util.run_folder import run_name_problem
 from modules.util.enum import (
@@ -102,6 +103,8 @@ def check_clip_options(path: str, config) -> None:
         if not pairs or any(len(p) != 2 or any(v < 16 or v % 16 for v in p) for p in pairs):
             raise ConfigError(f"config key '{key('resolution')}' must be [height, width] (or a list of them), "
                               f"multiples of 16, got {config.resolution}")
+        for side in (v for pair in pairs for v in pair):
+            check_resolution_side(f"config key '{key('resolution')}'", side)
     for name in ("fps", "frame_stride"):
         value = getattr(config, name)
         if value is not None and value < 0:
@@ -176,12 +179,13 @@ class BaseLoRAConfig(BaseConfig):
     """A LoRA merged into the frozen base before training (a distilled "Lightning" / lightx2v / CausVid speed LoRA)."""
 
     path: str = option("", "A LoRA .safetensors file: ComfyUI (diffusion_model.*), musubi / sd-scripts (lora_unet_*), diffusers / PEFT (transformer.*) keys; LoRA, LoHa, LoKr or DoRA.")
-    strength: float = option(1.0, "Its strength (ComfyUI's strength_model): W + strength · ΔW.")
+    strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
 
     def validate(self, path: str) -> None:
         if not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
+        check_lora_strength(f"config key '{path}.strength'", self.strength)
 
 
 @dataclasses.dataclass
@@ -234,6 +238,7 @@ class SampleConfig(BaseConfig):
         for key in ("height", "width"):
             if getattr(self, key) < 16 or getattr(self, key) % 16:
                 raise ConfigError(f"config key '{path}.{key}' must be a positive multiple of 16, got {getattr(self, key)}")
+            check_resolution_side(f"config key '{path}.{key}'", getattr(self, key))
 
 
 @dataclasses.dataclass
@@ -343,7 +348,7 @@ class TrainConfig(BaseConfig):
     # --- data --------------------------------------------------------------------------------
     concepts: list[ConceptConfig] | str = option([], "A list of concepts, or the path of a JSON file holding that list.")
     dataset_config: str = option("", "An E2V dataset JSON (seed format: datasets[].elements[] ...).")
-    resolution: list[int] | list[list[int]] = option([480, 832], "Target [height, width], or a list of them (e.g. [[480, 832], [720, 1280]]: each clip trains at every one); with aspect bucketing each one's area is kept.")
+    resolution: list[int] | list[list[int]] = option([480, 832], "Target [height, width] (multiples of 16, at most 4096), or a list of them (e.g. [[480, 832], [720, 1280]]: each clip trains at every one); with aspect bucketing each one's area is kept.")
     aspect_bucketing: bool = option(True, "Group samples by aspect ratio instead of cropping all to one shape.")
     frames: int | list[int] = option(81, "Frames per training window (4k+1), or a list of lengths (e.g. [17, 33, 81]): each clip gives its windows at every length it holds. Clips shorter than a length train on the largest 4k+1 they hold.")
     frame_sample_strategy: FrameSampleStrategy = option(FrameSampleStrategy.HEAD, "Which windows of each clip train: HEAD (the first frames), SLIDE (every frame_stride frames), UNIFORM (frame_windows spread evenly), RANDOM (a new window each epoch; cache_variations of them cached), KEYFRAME (from each scene cut; none: UNIFORM) or FULL (the whole clip up to max_frames).")

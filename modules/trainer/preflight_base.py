@@ -1,0 +1,55 @@
+"""Start-up checks of a config against what its base is (read from the folder's JSON configs, no weights) and of
+the files a run reads only later (the LoRA it continues, the samples' control videos): each a one-line `UserError`
+before any model loads, instead of a silent no-op or a failure an hour into the run."""
+from __future__ import annotations
+
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+from modules.util.path_checks import check_input_file
+
+_SAMPLE_FILES = {"image": "an image file", "last_image": "an image file", "control_video": "a video file",
+                 "control_mask": "a mask video or image"}
+
+
+def check_against_base(config: TrainConfig) -> None:
+    """Keys that do nothing on this base are refused like the two-expert keys are (`check_expert_keys`). Read from
+    the folder's JSON (torch-free) unless a key needs the registry's variant."""
+    from modules.model.vace_e2v import check_vace_references, is_vace_folder
+
+    where = f"base_model_name '{config.base_model_name}'"
+    vace = is_vace_folder(config.base_model_name)
+    if not vace and config.vace_context_scale != TrainConfig().vace_context_scale:
+        raise UserError(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "
+                       f"models and {where} has no VACE control blocks: remove it")
+    for index, sample in enumerate(config.samples):
+        if sample.enabled and vace:
+            check_vace_references(len(sample.elements), f"config key 'samples[{index}].elements'")
+    if config.last_frame_condition and not config.dataset_config:
+        from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
+
+        variant = detect_variant(config.base_model_name)
+        if not variant.channel_concat_condition:
+            raise UserError(f"config key 'last_frame_condition' needs an I2V-layout base, but {where} is "
+                           f"{variant.name} (no condition channels): set it false or use an I2V / FLF2V model")
+
+
+def check_input_files(config: TrainConfig) -> None:
+    """Files read later in the run: every enabled sample's media exist, and the LoRA to continue is a readable
+    LoRA file (its header and key names, not its tensors)."""
+    for index, sample in enumerate(config.samples):
+        if not sample.enabled:
+            continue
+        for key, expected in _SAMPLE_FILES.items():
+            if getattr(sample, key):
+                check_input_file(f"samples[{index}].{key}", getattr(sample, key), expected)
+        for number, element in enumerate(sample.elements):
+            check_input_file(f"samples[{index}].elements[{number}]", element, "an image file")
+    if config.lora_weight_path:
+        from modules.modelLoader.WanLoRALoader import read_lora_header  # here: it imports torch
+
+        check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
+        try:
+            read_lora_header(config.lora_weight_path)
+        except UserError as e:  # the reader names the file and what is wrong with it
+            raise UserError(f"config key 'lora_weight_path': {e}; give an intact LoRA file (or clear the key to start "
+                            "a new LoRA)") from None
