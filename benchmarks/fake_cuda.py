@@ -164,21 +164,42 @@ class _NoOpEvent:
         return True
 
 
-def _fused_sdpa(original):
-    """scaled_dot_product_attention as CUDA runs it: flash attention for bf16/fp16 without a mask, the
-    memory-efficient kernel otherwise; tensors off the fake GPU keep the original."""
+def _autocast_inputs(*tensors):
+    """What CUDA autocast's SDPA kernel (`aten::scaled_dot_product_attention` under AutocastCUDA, a lower-precision
+    op) does before it picks a kernel: floating inputs other than float64 cast to the autocast dtype."""
     import torch
+
+    if not torch.is_autocast_enabled("cuda"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+                 for t in tensors)
+
+
+def _fused_sdpa(original):
+    """scaled_dot_product_attention as CUDA runs it: autocast's cast first (this function replaces the op autocast
+    would see), then the kernel SDPA's priority order picks among those `sdpa_kernel` leaves enabled: flash for
+    bf16/fp16 without a mask, cuDNN where only it is enabled (diffusers' CUDNN backend), the memory-efficient kernel
+    otherwise. Tensors off the fake GPU keep the original."""
+    import torch
+    from torch.backends import cuda as backends
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if query.device.type != "cuda" or enable_gqa:
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
-        if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16):
-            return torch.ops.aten._scaled_dot_product_flash_attention(
-                query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+        query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
+        with torch.autocast("cuda", enabled=False):  # the inputs are cast: the kernels run as autocast leaves them
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            low = query.dtype in (torch.bfloat16, torch.float16)
+            if attn_mask is None and low and backends.flash_sdp_enabled():
+                return torch.ops.aten._scaled_dot_product_flash_attention(
+                    query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+            if low and backends.cudnn_sdp_enabled() and not backends.mem_efficient_sdp_enabled():
+                return torch.ops.aten._scaled_dot_product_cudnn_attention(
+                    query, key, value, attn_mask, grad, dropout_p, is_causal, False, scale=scale)[0]
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
 
     return sdpa
 

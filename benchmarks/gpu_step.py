@@ -354,10 +354,11 @@ def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda:
     return [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key, 0) / 1000, 3)} for e in rows]
 
 
-def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int) -> dict:
+def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int,
+                  vae: dict | None = None) -> dict:
     """The GUI's VRAM estimate (modules/modelSetup/memory_estimate.py) of this run, from the same transformer
-    config written to a temporary folder: its training phase without the VAE term (this benchmark holds no VAE),
-    to set beside peak_vram_gib."""
+    config written to a temporary folder, to set beside peak_vram_gib: its training phase with the VAE term when
+    `vae` (its config) is given and the measurement holds that VAE, without it otherwise (this benchmark holds none)."""
     import dataclasses
     import tempfile
 
@@ -369,17 +370,18 @@ def vram_estimate(config: dict, train, width: int, height: int, frames: int, bat
             (Path(folder) / name).mkdir()
             (Path(folder) / name / "config.json").write_text(json.dumps(
                 {"_class_name": "WanTransformer3DModel", **config}))
-        if per_token_timesteps(config):  # the estimate reads the VAE's latent width for its 16x spatial factor
+        if vae is not None or per_token_timesteps(config):  # the estimate reads the VAE's latent width (16x spatial)
             (Path(folder) / "vae").mkdir()
-            (Path(folder) / "vae" / "config.json").write_text(json.dumps({"z_dim": config["out_channels"]}))
+            (Path(folder) / "vae" / "config.json").write_text(json.dumps(vae or {"z_dim": config["out_channels"]}))
         run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
                                   batch_size=batch)
         try:
             terms = estimate(run).phases["training"]
         except Exception as e:  # the estimate is a side result: never lose the measurement to it
             return {"estimate_error": str(e).splitlines()[0]}
-    return {"estimate_training_gib": round(sum(v for k, v in terms.items() if k != "vae_weights"), 3),
-            "estimate_terms_gib": {k: round(v, 3) for k, v in terms.items() if k != "vae_weights"}}
+    kept = {k: v for k, v in terms.items() if vae is not None or k != "vae_weights"}
+    return {"estimate_training_gib": round(sum(kept.values()), 3),
+            "estimate_terms_gib": {k: round(v, 3) for k, v in kept.items()}}
 
 
 def host_peak_rss_gib() -> float:

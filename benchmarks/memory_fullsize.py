@@ -48,6 +48,7 @@ class MemoryConfig:
     checkpoint_attention: bool = False
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
+    resident_vae: bool = True  # the run's VAE on the GPU beside the step (float32, vae_dtype's default), as training keeps it
     goal_gib: float | None = None
     # what tests/test_memory_fullsize.py holds it to: the goal, or where the goal is not met (yet) the figure
     # measured when this row was set plus 2 % (docs/performance.md says what holds each one)
@@ -111,8 +112,9 @@ def measure(name: "str | MemoryConfig") -> dict:
             # built on the (fake) CPU as the loader leaves a checkpoint; prepare_device moves it
             transformer = fake_transformer(config, dtype)
             transformer_2 = fake_transformer(config, dtype) if spec.experts == 2 else None
+            vae = fake_vae(config).to(device) if spec.resident_vae else None  # kept for sampling and validation
             setup, params, optimizer = gpu_step.prepare(transformer, config, train, device, dtype, transformer_2)
-            counter.watch(setup.model.transformers(), [optimizer])
+            counter.watch([*setup.model.transformers(), *([vae] if vae is not None else [])], [optimizer])
             real_sigmas(setup)
             inputs = gpu_step.make_inputs(config, shape, 1, device)
             after_setup = counter.current
@@ -124,7 +126,8 @@ def measure(name: "str | MemoryConfig") -> dict:
                       for step in first_step_of_each_expert(setup)]
         result = counter.result()
         counter.close()
-    estimate = gpu_step.vram_estimate(config, train, spec.width, spec.height, spec.frames, 1, spec.experts)
+    estimate = gpu_step.vram_estimate(config, train, spec.width, spec.height, spec.frames, 1, spec.experts,
+                                      vae_config(config) if spec.resident_vae else None)
     measured = result["peak_gib"]
     estimated = estimate.get("estimate_training_gib")
     return {
@@ -149,6 +152,35 @@ def fake_transformer(config: dict, dtype):
     transformer.requires_grad_(False)
     transformer.eval()
     return transformer
+
+
+# Wan2.2-TI2V-5B's VAE (vae/config.json): the 16x spatial, 48-channel one; Wan 2.1's is AutoencoderKLWan's default
+WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                 attn_scales=[], temperal_downsample=[False, True, True], dropout=0.0, is_residual=True,
+                 in_channels=12, out_channels=12, patch_size=2, scale_factor_temporal=4, scale_factor_spatial=16)
+
+
+def vae_config(config: dict) -> dict:
+    """The VAE config of the transformer's family, as its model folder has it (Wan 2.1's: AutoencoderKLWan's
+    defaults)."""
+    import inspect
+
+    from diffusers import AutoencoderKLWan
+
+    from benchmarks import gpu_step
+
+    if gpu_step.per_token_timesteps(config):
+        return {"_class_name": "AutoencoderKLWan", **WAN22_VAE}
+    defaults = inspect.signature(AutoencoderKLWan.__init__).parameters.items()
+    return {"_class_name": "AutoencoderKLWan", **{k: p.default for k, p in defaults if k != "self"}}
+
+
+def fake_vae(config: dict):
+    """The family's VAE of FakeTensors in float32 (`vae_dtype`'s default), frozen."""
+    from diffusers import AutoencoderKLWan
+
+    vae_args = {k: v for k, v in vae_config(config).items() if not k.startswith("_")}
+    return AutoencoderKLWan(**vae_args).to(torch_float32()).requires_grad_(False).eval()
 
 
 def torch_float32():
