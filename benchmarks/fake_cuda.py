@@ -13,8 +13,19 @@ What it takes (each found by running the step, torch 2.13):
 - **Python-side switches** (`fake_cuda_patches`): autocast refuses `cuda` when `torch.cuda` says it has no GPU, so
   that check is answered yes (CUDA autocast's own cast rules then apply to the fake tensors unchanged); streams and
   events are no-op objects; host memory is never pinned (host bytes are not measured); and scaled dot-product
-  attention is routed to the fused flash / memory-efficient kernels a GPU runs (their fake kernels allocate what the
-  CUDA kernels return: the output and the log-sum-exp), not the math path, which would build an L x L matrix.
+  attention is routed to the fused flash / cuDNN / memory-efficient kernels a GPU runs (their fake kernels allocate
+  what the CUDA kernels return: the output and the log-sum-exp), not the math path, which would build an L x L matrix.
+
+Which patched calls reach ops below autocast, and how each honours it (docs/performance.md lists the same):
+- `F.scaled_dot_product_attention` -> `_fused_sdpa`: it calls `aten::_scaled_dot_product_flash_attention`,
+  `_scaled_dot_product_cudnn_attention` or `_scaled_dot_product_efficient_attention` itself, so the AutocastCUDA
+  kernel of `aten::scaled_dot_product_attention` (a lower-precision op: q, k, v and a float mask cast to the autocast
+  dtype) never runs. `_autocast_inputs` makes that cast first, then the kernel is chosen on the cast dtypes.
+- `Tensor.pin_memory`, `torch.utils.swap_tensors` (falls back to `.data =`), `FakeTensor.data` (keeps the device):
+  no computation, only which storage a tensor holds; nothing for autocast to cast.
+- The stream, event, synchronize and empty_cache stand-ins and `record_stream`: no tensor op at all.
+Everything else (the model, the memory features, the loss, the optimizer) runs through the real dispatcher, where
+CUDA autocast's own kernels cast the FakeTensors.
 
 Nothing here changes numbers: FakeTensors compute nothing. It measures shapes, dtypes and lifetimes.
 """

@@ -109,7 +109,8 @@ def test_every_backend_gets_inputs_its_kernel_accepts(family, tiny_model, video_
     trainer.start()
     try:
         assert trainer.model.train_dtype == torch.bfloat16  # autocast on: the float32 norms meet bf16 projections
-        assert _failures(trainer, SampleConfig.from_dict(sample, "sample")) == []
+        failures = _failures(trainer, SampleConfig.from_dict(sample, "sample"))
+        assert not failures, "kernels refused their inputs:\n" + "\n".join(failures)
     finally:
         trainer.close()
 
