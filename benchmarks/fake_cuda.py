@@ -13,8 +13,19 @@ What it takes (each found by running the step, torch 2.13):
 - **Python-side switches** (`fake_cuda_patches`): autocast refuses `cuda` when `torch.cuda` says it has no GPU, so
   that check is answered yes (CUDA autocast's own cast rules then apply to the fake tensors unchanged); streams and
   events are no-op objects; host memory is never pinned (host bytes are not measured); and scaled dot-product
-  attention is routed to the fused flash / memory-efficient kernels a GPU runs (their fake kernels allocate what the
-  CUDA kernels return: the output and the log-sum-exp), not the math path, which would build an L x L matrix.
+  attention is routed to the fused flash / cuDNN / memory-efficient kernels a GPU runs (their fake kernels allocate
+  what the CUDA kernels return: the output and the log-sum-exp), not the math path, which would build an L x L matrix.
+
+Which patched calls reach ops below autocast, and how each honours it (docs/performance.md lists the same):
+- `F.scaled_dot_product_attention` -> `_fused_sdpa`: it calls `aten::_scaled_dot_product_flash_attention`,
+  `_scaled_dot_product_cudnn_attention` or `_scaled_dot_product_efficient_attention` itself, so the AutocastCUDA
+  kernel of `aten::scaled_dot_product_attention` (a lower-precision op: q, k, v and a float mask cast to the autocast
+  dtype) never runs. `_autocast_inputs` makes that cast first, then the kernel is chosen on the cast dtypes.
+- `Tensor.pin_memory`, `torch.utils.swap_tensors` (falls back to `.data =`), `FakeTensor.data` (keeps the device):
+  no computation, only which storage a tensor holds; nothing for autocast to cast.
+- The stream, event, synchronize and empty_cache stand-ins and `record_stream`: no tensor op at all.
+Everything else (the model, the memory features, the loss, the optimizer) runs through the real dispatcher, where
+CUDA autocast's own kernels cast the FakeTensors.
 
 Nothing here changes numbers: FakeTensors compute nothing. It measures shapes, dtypes and lifetimes.
 """
@@ -164,21 +175,42 @@ class _NoOpEvent:
         return True
 
 
-def _fused_sdpa(original):
-    """scaled_dot_product_attention as CUDA runs it: flash attention for bf16/fp16 without a mask, the
-    memory-efficient kernel otherwise; tensors off the fake GPU keep the original."""
+def _autocast_inputs(*tensors):
+    """What CUDA autocast's SDPA kernel (`aten::scaled_dot_product_attention` under AutocastCUDA, a lower-precision
+    op) does before it picks a kernel: floating inputs other than float64 cast to the autocast dtype."""
     import torch
+
+    if not torch.is_autocast_enabled("cuda"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+                 for t in tensors)
+
+
+def _fused_sdpa(original):
+    """scaled_dot_product_attention as CUDA runs it: autocast's cast first (this function replaces the op autocast
+    would see), then the kernel SDPA's priority order picks among those `sdpa_kernel` leaves enabled: flash for
+    bf16/fp16 without a mask, cuDNN where only it is enabled (diffusers' CUDNN backend), the memory-efficient kernel
+    otherwise. Tensors off the fake GPU keep the original."""
+    import torch
+    from torch.backends import cuda as backends
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if query.device.type != "cuda" or enable_gqa:
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
-        if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16):
-            return torch.ops.aten._scaled_dot_product_flash_attention(
-                query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+        query, key, value, attn_mask = _autocast_inputs(query, key, value, attn_mask)
+        with torch.autocast("cuda", enabled=False):  # the inputs are cast: the kernels run as autocast leaves them
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            low = query.dtype in (torch.bfloat16, torch.float16)
+            if attn_mask is None and low and backends.flash_sdp_enabled():
+                return torch.ops.aten._scaled_dot_product_flash_attention(
+                    query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+            if low and backends.cudnn_sdp_enabled() and not backends.mem_efficient_sdp_enabled():
+                return torch.ops.aten._scaled_dot_product_cudnn_attention(
+                    query, key, value, attn_mask, grad, dropout_p, is_causal, False, scale=scale)[0]
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
 
     return sdpa
 

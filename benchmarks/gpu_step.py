@@ -354,35 +354,36 @@ def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda:
     return [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key, 0) / 1000, 3)} for e in rows]
 
 
-def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int) -> dict:
-    """The GUI's VRAM estimate (modules/modelSetup/memory_estimate.py) of this run, from the same transformer
-    config written to a temporary folder: its training phase without the VAE term (this benchmark holds no VAE),
-    to set beside peak_vram_gib."""
+def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int,
+                  vae: dict | None = None) -> dict:
+    """The GUI's VRAM estimate of this run (its configs in a temporary folder), beside peak_vram_gib: the training
+    phase, with the VAE term only when `vae` (its config) is given, as the measurement then holds that VAE."""
     import dataclasses
     import tempfile
 
     from modules.modelSetup.memory_estimate import estimate
 
     with tempfile.TemporaryDirectory() as folder:
-        write_model_configs(Path(folder), config, experts)
+        write_model_configs(Path(folder), config, experts, vae)
         run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
                                   batch_size=batch)
         try:
             terms = estimate(run).phases["training"]
         except Exception as e:  # the estimate is a side result: never lose the measurement to it
             return {"estimate_error": str(e).splitlines()[0]}
-    return {"estimate_training_gib": round(sum(v for k, v in terms.items() if k != "vae_weights"), 3),
-            "estimate_terms_gib": {k: round(v, 3) for k, v in terms.items() if k != "vae_weights"}}
+    kept = {k: v for k, v in terms.items() if vae is not None or k != "vae_weights"}
+    return {"estimate_training_gib": round(sum(kept.values()), 3),
+            "estimate_terms_gib": {k: round(v, 3) for k, v in kept.items()}}
 
 
-def write_model_configs(folder: Path, config: dict, experts: int = 1) -> None:
-    """The model folder's JSON configs the estimate reads (transformer(s); the VAE's latent width for TI2V's 16x)."""
+def write_model_configs(folder: Path, config: dict, experts: int = 1, vae: dict | None = None) -> None:
+    """The model folder's configs the estimate reads: transformer(s), the VAE's (`vae`, or TI2V's 16x latent width)."""
     for name in ["transformer", "transformer_2"][:experts]:
         (folder / name).mkdir()
         (folder / name / "config.json").write_text(json.dumps({"_class_name": "WanTransformer3DModel", **config}))
-    if per_token_timesteps(config):
+    if vae is not None or per_token_timesteps(config):
         (folder / "vae").mkdir()
-        (folder / "vae" / "config.json").write_text(json.dumps({"z_dim": config["out_channels"]}))
+        (folder / "vae" / "config.json").write_text(json.dumps(vae or {"z_dim": config["out_channels"]}))
 
 
 def host_peak_rss_gib() -> float:

@@ -31,6 +31,7 @@ from modules.modelLoader.base_loras import merge_base_loras
 from modules.modelLoader.transformer_check import check_transformer_config
 from modules.modelLoader.single_file import SingleFile
 from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
+from modules.util.attention_processor import install as install_attention_processor
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
@@ -168,10 +169,14 @@ class WanModelLoader:
             if transformer_class is not WanTransformer3DModel:
                 raise UserError(f"{name}_override: single-file transformers of {transformer_class.__name__} "
                                 "models are not read yet; use the diffusers folder's own transformer")
-            return load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name, dtype)
-        return _from_folder(model_dir / name, f"{name}_override",
-                            lambda folder: transformer_class.from_pretrained(folder, torch_dtype=dtype,
-                                                                             use_safetensors=True))
+            transformer = load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name,
+                                                dtype)
+        else:
+            transformer = _from_folder(model_dir / name, f"{name}_override",
+                                       lambda folder: transformer_class.from_pretrained(folder, torch_dtype=dtype,
+                                                                                        use_safetensors=True))
+        install_attention_processor(transformer)  # one dtype at every attention kernel, whatever runs it
+        return transformer
 
     @staticmethod
     def _load_vae(model_dir: Path, dtype: torch.dtype, override: str) -> AutoencoderKLWan:

@@ -36,15 +36,19 @@ HEADROOM_GIB = 0.5  # CUDA context and allocator slack
 SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
 # One block's working set in its backward pass with gradient checkpointing (recompute, then backward), in bytes per
 # token: (x model width, x FFN width), fitted to the fake-CUDA measurement of the real step at full size
-# (benchmarks/memory_fullsize.py; 1.3B and 14B at 832x480x81, bf16 autocast: docs/performance.md). Wan's blocks
-# compute their norms, rotary embedding and attention in float32 under autocast, so most of it scales with the width.
+# (benchmarks/memory_fullsize.py, SDPA cast as CUDA autocast casts it; 1.3B and 14B at 832x480x81, bf16 autocast:
+# docs/performance.md). Attention runs in bf16 (q/k cast after the float32 norm and rotary, which are recomputed in
+# the backward); what scales with the width is mostly the block's own float32 residual and modulation arithmetic.
 # Keyed by how the block's recompute is split (modelSetup/chunking.py): (ffn in chunks, attentions checkpointed).
 WORKING_SET_PER_TOKEN = {
-    (False, False): (67.45, 6.73),
-    (True, True): (46.0, 0.0),
-    (True, False): (67.45, 0.9),  # not measured: the FFN's share divided, the rest as a whole block
-    (False, True): (46.0, 6.73),  # not measured: the attentions' share as split, the FFN's as a whole block
+    (False, False): (48.1, 6.73),
+    (True, True): (40.35, 0.0),
+    (True, False): (48.1, 0.9),  # not measured: the FFN's share divided, the rest as a whole block
+    (False, True): (40.35, 6.73),  # not measured: the attentions' share as split, the FFN's as a whole block
 }
+# fp8 storage: the dequantized copies of the running block's Linear weights in the compute dtype (autograd keeps
+# them for the block's backward); measured on 14B light as this many blocks' worth
+FP8_DEQUANTIZED_BLOCKS = 2.0
 # Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and, in a block's backward,
 # its float32 modulation (6 x width) and gradients, also per token: bytes per token x width, measured on the 5B
 PER_TOKEN_TIMESTEP = 42.3
@@ -272,6 +276,9 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     if train.gradient_checkpointing:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
+        if lora and train.fp8_base_weights:
+            block_linear = counts[0]["block_linear"] / layers * activation_bytes
+            activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS * block_linear * batch
         if per_token_timesteps:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
     else:  # not measured: every block's working set is kept until its backward

@@ -60,7 +60,10 @@ def resolve(backend: AttentionBackend, device_type: str, training: bool) -> Atte
 
 def apply_attention_backend(transformers, backend: AttentionBackend, device_type: str, training: bool,
                             what: str = "training") -> AttentionBackend:
-    """Set `backend` (AUTO resolved) on every transformer; returns what was set."""
+    """Set `backend` (AUTO resolved) on every transformer, whose attention modules first get our processor (q, k
+    and v in one dtype at the kernel: modules/util/attention_processor.py); returns what was set."""
+    from modules.util.attention_processor import install
+
     chosen = resolve(backend, device_type, training)
     if backend == AttentionBackend.AUTO and (what, chosen) not in _LOGGED:
         _LOGGED.add((what, chosen))
@@ -69,6 +72,7 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
     logging.getLogger("diffusers.models.modeling_utils").setLevel(logging.ERROR)  # its "experimental" notice
     try:
         for transformer in transformers:
+            install(transformer)
             transformer.set_attention_backend(BACKENDS[chosen].dispatcher_name)
     finally:
         logging.getLogger("diffusers.models.modeling_utils").setLevel(previous)

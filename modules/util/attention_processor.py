@@ -1,0 +1,106 @@
+"""Wan's attention with q, k and v in one dtype at the kernel, for every backend of diffusers' dispatcher.
+
+Under autocast, `torch.nn.RMSNorm` runs in float32 on CUDA (`aten::rms_norm` is on CUDA autocast's float32 list) and
+the rotary embedding's float32 tables keep q and k in float32, while v comes from a Linear in the compute dtype.
+torch's SDPA (NATIVE, CUDNN) casts all three to the autocast dtype itself; flash-attn's `flash_attn_func` (fp16/bf16
+only), flex_attention's backward and SageAttention (one dtype across q/k/v) do not, so diffusers' own processors
+hand them a mixture they refuse. `WanAttentionProcessor` is diffusers' `WanAttnProcessor` / `SkyReelsV2AttnProcessor`
+(same projections, float32 norms and rotary, same I2V/FLF2V image keys) with one change: q, k and v reach each kernel
+call cast to the compute dtype, the cast SDPA's autocast kernel makes, so NATIVE and CUDNN give the same numbers bit
+for bit (tests/test_attention_contract.py). `install` puts it on every Wan, VACE and SkyReels-V2 attention module
+(E2V's added image keys included) wherever an attention backend is applied: training, the trainer's samples,
+sample.py."""
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
+
+TEXT_TOKENS = 512  # diffusers' Wan processors: the image tokens are what precedes UMT5's 512
+
+
+def compute_dtype(reference: torch.Tensor) -> torch.dtype:
+    """The dtype the kernel runs in: autocast's on `reference`'s device when it is on, else `reference`'s own (v's:
+    the projections' output dtype)."""
+    device_type = reference.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return reference.dtype
+
+
+def rotate(hidden_states: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
+    """Wan's rotary embedding on interleaved pairs, the arithmetic of diffusers' processor (so the numbers match)."""
+    x1, x2 = hidden_states.unflatten(-1, (-1, 2)).unbind(-1)
+    cos = freqs_cos[..., 0::2]
+    sin = freqs_sin[..., 1::2]
+    out = torch.empty_like(hidden_states)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out.type_as(hidden_states)
+
+
+def _normed(norm, x: torch.Tensor, heads: int, rotary_emb) -> torch.Tensor:
+    x = norm(x).unflatten(2, (heads, -1))
+    return rotate(x, *rotary_emb) if rotary_emb is not None else x
+
+
+def normed(norm, x: torch.Tensor, heads: int, rotary_emb=None) -> torch.Tensor:
+    """`norm(x)` split into heads and rotated, in float32 under autocast. With gradients, recomputed in the backward
+    pass from `x` (a non-reentrant checkpoint): autograd would otherwise keep float32 copies of q and k (the norm's
+    input and the rotary's) for the backward, where `x` is the projection's output in the compute dtype. The same
+    operations run again, so values and gradients are the same bit for bit."""
+    if not torch.is_grad_enabled():
+        return _normed(norm, x, heads, rotary_emb)
+    return checkpoint(_normed, norm, x, heads, rotary_emb, use_reentrant=False, preserve_rng_state=False)
+
+
+class WanAttentionProcessor:
+    """One processor object per attention module (diffusers' `set_attention_backend` writes the backend on it)."""
+
+    _attention_backend = None
+    _parallel_config = None
+
+    def _attend(self, query, key, value, attn_mask, parallel_config):
+        return dispatch_attention_fn(query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=False,
+                                     backend=self._attention_backend, parallel_config=parallel_config).flatten(2, 3)
+
+    def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
+                 attention_mask: torch.Tensor | None = None,
+                 rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        image_states = None
+        if attn.add_k_proj is not None:  # I2V / FLF2V: CLIP image tokens first, then the text's
+            split = encoder_hidden_states.shape[1] - TEXT_TOKENS
+            image_states, encoder_hidden_states = encoder_hidden_states[:, :split], encoder_hidden_states[:, split:]
+        query, key, value = _get_qkv_projections(attn, hidden_states, encoder_hidden_states)
+        dtype = compute_dtype(value)
+        query = normed(attn.norm_q, query, attn.heads, rotary_emb)  # the norms and rotary stay in float32
+        key = normed(attn.norm_k, key, attn.heads, rotary_emb)
+        # Each kernel call casts for itself, as SDPA's autocast does: q's gradients from the text and the image
+        # attention then add up in float32, bit for bit as before. A float32 q / k is kept no longer than needed.
+        inputs = (query.to(dtype), key.to(dtype), value.unflatten(2, (attn.heads, -1)).to(dtype))
+        del key, value
+        if image_states is None:
+            del query
+        self_attention = encoder_hidden_states is None
+        out = self._attend(*inputs, attention_mask, self._parallel_config if self_attention else None)
+        del inputs
+        if image_states is not None:
+            key_img, value_img = _get_added_kv_projections(attn, image_states)
+            key_img = normed(attn.norm_added_k, key_img, attn.heads)
+            out = out + self._attend(query.to(dtype), key_img.to(dtype),
+                                     value_img.unflatten(2, (attn.heads, -1)).to(dtype), None, None)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+def install(transformer: torch.nn.Module) -> None:
+    """Give every Wan-style attention module of `transformer` (Wan, VACE, SkyReels-V2; E2V's added image keys
+    included) a `WanAttentionProcessor`, keeping the backend and parallel config its processor had."""
+    for module in transformer.modules():
+        processor = getattr(module, "processor", None)
+        if processor is None or isinstance(processor, WanAttentionProcessor) or not hasattr(module, "norm_q"):
+            continue
+        ours = WanAttentionProcessor()
+        ours._attention_backend = getattr(processor, "_attention_backend", None)
+        ours._parallel_config = getattr(processor, "_parallel_config", None)
+        module.set_processor(ours)
