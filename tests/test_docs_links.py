@@ -107,7 +107,7 @@ def test_the_readme_is_read_in_three_minutes():
 
 def test_user_docs_name_no_issue_numbers():
     """Users never saw the tracker: 'Issue #17 on a GPU' tells them nothing."""
-    found = [f"{doc.relative_to(REPO_ROOT)}: {m[0]}" for doc in USER_DOCS
+    found = [f"{doc.relative_to(REPO_ROOT)}: {m[0]}" for doc in DOCS
              for m in re.finditer(r"(?i)\bissues?\s*#?\d+|(?<![\w&/])#\d+\b", doc.read_text(encoding="utf-8"))]
     assert found == []
 

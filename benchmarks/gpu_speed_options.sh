@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Issue #17's GPU measurements, in parts that each fit one 10-minute device command:
+# The GPU measurements of the speed options, in parts that each fit one 10-minute device command:
 #
-#   OUT=/path/for/json bash benchmarks/issue17_gpu.sh PART
+#   OUT=/path/for/json bash benchmarks/gpu_speed_options.sh PART
 #
 # PART: env | 13b | 13b_compile | 14b | 14b_light | 14b_scaled | experts | 5b | memory | profile
-# Every run writes one JSON file under $OUT (default: ./out/issue17); an out-of-memory run writes its JSON with
-# "status": "oom" and the part goes on. docs/performance.md ("Issue #17 on a GPU") says what each file fills in.
+# Every run writes one JSON file under $OUT (default: ./out/gpu_speed_options); an out-of-memory run writes its JSON with
+# "status": "oom" and the part goes on. docs/performance.md (its GPU section) says what each file fills in.
 set -u
-OUT=${OUT:-out/issue17}
+OUT=${OUT:-out/gpu_speed_options}
 PY=${PY:-python}
 mkdir -p "$OUT"
 STEP="$PY benchmarks/gpu_step.py"
@@ -84,7 +84,7 @@ profile)  # the 1.3B step under torch.profiler (top ops in the JSON, Chrome trac
         --profile "$OUT/profile_13b_swap.trace.json"
     ;;
 *)
-    echo "usage: OUT=DIR bash benchmarks/issue17_gpu.sh env|13b|13b_compile|14b|14b_light|14b_scaled|experts|5b|memory|profile" >&2
+    echo "usage: OUT=DIR bash benchmarks/gpu_speed_options.sh env|13b|13b_compile|14b|14b_light|14b_scaled|experts|5b|memory|profile" >&2
     exit 2
     ;;
 esac
