@@ -167,7 +167,8 @@ def test_the_trainer_builds_and_calls_what_the_registries_hold(tiny_model, video
         Loader, lambda config: calls.append(("check", config.seed)),
         lambda model, config: calls.append(("prepare", model.variant.name)) or {}, sampling_options))
     lora = tmp_path / "start.safetensors"
-    save_file({}, str(lora))
+    save_file({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": torch.zeros(1, 8),  # a LoRA start-up reads
+               "diffusion_model.blocks.0.self_attn.q.lora_up.weight": torch.zeros(8, 1)}, str(lora))
     sample = {"prompt": "a red circle", "frames": 5, "height": 32, "width": 32, "steps": 1}
     trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(
         tiny_model("t2v"), video_dataset, tmp_path, seed=5, lora_weight_path=str(lora), samples=[sample])))
