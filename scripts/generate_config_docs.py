@@ -27,7 +27,7 @@ def render() -> str:
     from modules.util.config.train_config import ConceptConfig, E2VConfig, SampleConfig, TrainConfig
 
     out = ["# Configuration keys", "",
-           "Generated from `modules/util/config/train_config.py` by `.venv/bin/python scripts/generate_config_docs.py`;",
+           "Generated from the typed configs in `modules/util/config/` by `.venv/bin/python scripts/generate_config_docs.py`;",
            "a test fails when this file is stale. Configs are strict: an unknown key or a wrong type stops",
            "with one line naming the key. Presets are partial configs layered under the config file;",
            "`--config-value a.b=c` overrides one key (`concepts.0.path=data`).", ""]

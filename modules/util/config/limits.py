@@ -25,3 +25,9 @@ def check_resolution_side(label: str, value: int) -> None:
     if value > MAX_RESOLUTION_SIDE:
         raise ConfigError(f"{label} has a side of {value} px, more than {MAX_RESOLUTION_SIDE} (a 4K frame): Wan trains "
                           "at 480p-720p; give [height, width] such as [480, 832]")
+
+
+def check_frame_count(key: str, frames: int) -> None:
+    """The Wan VAE takes 4k+1 frames (1 + 4 per latent frame after the first)."""
+    if frames < 1 or (frames - 1) % 4:
+        raise ConfigError(f"config key '{key}' must be of the form 4k+1 (1, 5, 9, ... 81), got {frames}")
