@@ -24,12 +24,16 @@ def add_video_options(parser: argparse.ArgumentParser, frames: int) -> None:
 
 
 def add_schedule_and_device_options(parser: argparse.ArgumentParser) -> None:
-    from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
+    from modules.util.config.sampling_choices import SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS
 
-    parser.add_argument("--scheduler", default="default", choices=SAMPLE_SCHEDULERS,
-                        help="the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++; "
-                             "unipc_a2: UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on")
+    parser.add_argument("--sampler", default="uni_pc", choices=SAMPLE_SAMPLERS,
+                        help="ComfyUI's uni_pc, euler or dpmpp_2m as ComfyUI computes them (a ComfyUI workflow is "
+                             "written beside the video), or a diffusers solver with its own sigmas (diffusers_*; "
+                             "diffusers_unipc_a2: UniPC with the flow sigmas SkyReels-A2 ran on) (default %(default)s)")
+    parser.add_argument("--scheduler", default="simple", choices=SAMPLE_SCHEDULERS,
+                        help="ComfyUI's sigma schedule of the ComfyUI samplers (default %(default)s)")
     parser.add_argument("--shift", type=float, default=0.0,
-                        help="flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's")
+                        help="flow shift of the sigma schedule (ComfyUI's ModelSamplingSD3); 0 = ComfyUI's Wan "
+                             "default 8 (the diffusers_* samplers: the model folder's)")
     parser.add_argument("--device", default="auto",
                         help="auto (a CUDA/ROCm GPU if one is visible, else the CPU), cpu, cuda or cuda:N")

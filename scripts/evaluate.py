@@ -70,7 +70,7 @@ def main() -> int:
     if args.seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {args.seeds}")
     prompts = read_prompts(args.prompts, args.elements, args.control_video, args.control_mask)
-    settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.scheduler, args.shift,
+    settings = Settings(args.frames, args.height, args.width, args.steps, args.cfg_scale, args.sampler, args.scheduler, args.shift,
                         args.seeds, args.vace_scale, args.image_guidance_scale)
     for prompt in prompts:
         settings.sample(prompt, 0)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Generate a video: python scripts/sample.py --model DIR [--base-lora FILE[:S]] [--lora FILE] [--embedding FILE] --prompt P [--image I] --output X.mp4|.gif|.webp
 
-A distilled (Lightning) stack: --base-lora lightning.safetensors --steps 4 --cfg-scale 1 --shift 5 --scheduler euler
+A distilled (Lightning) stack: --base-lora lightning.safetensors --steps 4 --cfg-scale 1 --shift 5 --sampler euler
 
-SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --scheduler unipc --shift 8 --e2v-posterior sample
+SkyReels-A2's infer.py recipe: --elements SUBJECT OBJECT BACKGROUND --sampler diffusers_unipc --shift 8 --e2v-posterior sample
 
 SkyReels-V3's reference-to-video layout (read from --lora's header, or --reference-layout skyreels_v3): --elements IMG [IMG ...] (1 to 4)
---cfg-scale 7.5 --image-guidance-scale 5 (its pipeline's defaults) --scheduler unipc --shift 5 --e2v-posterior sample"""
+--cfg-scale 7.5 --image-guidance-scale 5 (its pipeline's defaults) --sampler diffusers_unipc --shift 5 --e2v-posterior sample"""
 from __future__ import annotations
 
 import argparse
@@ -38,7 +38,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--force", action="store_true",
                         help="apply a LoRA whose metadata names another Wan variant (with a warning) instead of refusing it")
     parser.add_argument("--prompt", required=True, help="what the video shows")
-    parser.add_argument("--negative-prompt", default="", help="what it should not show (used with --cfg-scale above 1)")
+    parser.add_argument("--negative-prompt", help="what it should not show (used with --cfg-scale above 1); default: "
+                                                   "Wan's own negative prompt, as ComfyUI's Wan templates; '' for none")
     parser.add_argument("--image", help="first frame (needed by I2V models, optional for TI2V)")
     parser.add_argument("--last-image", help="last frame (first-last-frame: FLF2V models, or I2V models trained with "
                         "last_frame_condition)")
@@ -86,13 +87,13 @@ def main() -> int:
 
     # the sample's values and the output's format first, before the seconds torch and diffusers take to import
     sample = SampleConfig.from_dict({
-        "prompt": args.prompt, "negative_prompt": args.negative_prompt, "image": args.image or "",
+        "prompt": args.prompt, **({"negative_prompt": args.negative_prompt} if args.negative_prompt is not None else {}), "image": args.image or "",
         "last_image": args.last_image or "",
         "elements": args.elements or [], "control_video": args.control_video or "",
         "control_mask": args.control_mask or "", "vace_scale": args.vace_scale,
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "image_guidance_scale": args.image_guidance_scale, "seed": args.seed,
-        "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
+        "sampler": args.sampler, "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
     }, "sample")
     check_video_output(args.output)
 

@@ -265,7 +265,7 @@ def test_sample_overrides_replace_each_samples_own_settings():
 
     config = load_train_config(preset="#wan2.1 t2v 14B lora on lightning")
     sample = config.sample_overrides.apply(SampleConfig(prompt="a fox", steps=30, cfg_scale=6.0))
-    assert (sample.prompt, sample.steps, sample.cfg_scale, sample.shift, sample.scheduler) == ("a fox", 4, 1.0, 5.0, "euler")
+    assert (sample.prompt, sample.steps, sample.cfg_scale, sample.shift, sample.sampler) == ("a fox", 4, 1.0, 5.0, "euler")
     assert config.base_loras[0].path.endswith("lightx2v_cfg_step_distill_lora_rank32.safetensors")
     with pytest.raises(UserError, match="sample_overrides.steps' must be at least 1"):
         TrainConfig.from_dict({"sample_overrides": {"steps": 0}})

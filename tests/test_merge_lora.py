@@ -361,14 +361,15 @@ def sampler_and_pipeline(tiny_model, lora: Path, export: Path, image: Path):
     I2V's (docs/e2v.md §4: P = 1 gives the plain I2V mask, the VAE clip is [image, zero frames], CLIP encodes
     that one image). The image is 32×32, the video size, and our CLIP resolution is set to 32×32 too, so
     both pad_white steps leave the pixels as they are and the pipeline's own image path (its CLIP processor,
-    its VAE preprocessing) sees the pixels ours sees. Same seed, steps, CFG (text only, as A2) and scheduler."""
+    its VAE preprocessing) sees the pixels ours sees. Same seed, steps, CFG (text only, as A2), negative (none) and scheduler (the folder's)."""
     from modules.modelLoader.lora_inference import attach_lora_for_inference
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import E2VSamplingOptions, WanModelSampler
     from modules.util.config.train_config import SampleConfig
 
     sample = SampleConfig.from_dict({"prompt": "a red circle", "elements": [str(image)], "frames": 9, "height": 32,
-                                     "width": 32, "steps": 3, "cfg_scale": 4.0, "seed": 11}, "sample")
+                                     "width": 32, "steps": 3, "cfg_scale": 4.0, "seed": 11,
+                                     "sampler": "diffusers_default", "negative_prompt": ""}, "sample")
     model = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu"))
     model.image_encoder, model.image_processor = WanModelLoader.load_image_encoder(str(tiny_model("i2v")), model.train_device)
     attach_lora_for_inference(model, lora)

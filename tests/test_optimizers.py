@@ -14,6 +14,7 @@ from modules.optimizer.registry import OPTIMIZERS, spec_of
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.loading import load_train_config
+from modules.util.config.train_config import CONFIG_VERSION
 from modules.util.config.train_config import TrainConfig
 from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
@@ -118,7 +119,7 @@ def test_an_old_config_with_adam_keys_loads_through_the_migration(version, tmp_p
     for name in ("ADAMW", "ADAMW_8BIT"):
         options = getattr(config.optimizer_options, name)
         assert (options.beta1, options.beta2, options.eps) == (0.8, 0.95, 1e-6)
-    assert config.weight_decay == 0.1 and config.config_version == 2
+    assert config.weight_decay == 0.1 and config.config_version == CONFIG_VERSION
     assert config.optimizer_options.PRODIGY.beta1 == 0.9  # other optimizers keep their defaults
 
 

@@ -34,7 +34,7 @@ from tests.conftest import REPO_ROOT, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 SIZE, FRAMES = 32, 17  # 3 elements (P = 9 frames, K = 3 latents) leave 17 − 12 = 5 generated frames
-A2 = {"scheduler": "unipc", "shift": 8.0, "e2v_posterior": "sample"}
+A2 = {"sampler": "diffusers_unipc", "shift": 8.0, "e2v_posterior": "sample"}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def conditioning_for(model: WanModel, elements: list[str]):
 
 # --- schedulers -------------------------------------------------------------------------------------------------
 def test_unipc_shift_8_is_the_scheduler_a2_infer_builds(i2v):
-    ours = build_scheduler(i2v.scheduler, "unipc", 8.0)
+    ours = build_scheduler(i2v.scheduler, "diffusers_unipc", shift=8.0)
     # SkyReels-A2 infer.py line 47
     a2 = UniPCMultistepScheduler(prediction_type='flow_prediction', use_flow_sigmas=True, num_train_timesteps=1000,
                                  flow_shift=8)
@@ -102,14 +102,14 @@ def test_unipc_a2_has_the_flow_sigmas_of_diffusers_0_33(i2v, steps):
     """A2's frames come from diffusers <= 0.36's UniPC, whose flow sigmas start at 0.99987 (shift 8); diffusers
     >= 0.37 starts at 1 - 1e-6. unipc_a2 gives 0.33's sigmas and timesteps (tools/check_unipc_a2.py compares it with
     diffusers 0.33.1 itself: the same sigmas, timesteps and 50-step trajectory)."""
-    a2 = build_scheduler(i2v.scheduler, "unipc_a2", 8.0)
+    a2 = build_scheduler(i2v.scheduler, "diffusers_unipc_a2", shift=8.0)
     a2.set_timesteps(steps)
     expected = diffusers_033_flow_sigmas(steps, 8.0)
     assert isinstance(a2, UniPCMultistepScheduler) and a2.config.flow_shift == 8.0
     assert torch.equal(a2.sigmas, torch.from_numpy(np.concatenate([expected, [0.0]]).astype(np.float32)))
     assert torch.equal(a2.timesteps, torch.from_numpy(expected * 1000).to(torch.int64))
     assert abs(float(a2.sigmas[0]) - 0.999875) < 1e-6
-    today = build_scheduler(i2v.scheduler, "unipc", 8.0)
+    today = build_scheduler(i2v.scheduler, "diffusers_unipc", shift=8.0)
     today.set_timesteps(steps)
     assert float(today.sigmas[0]) == pytest.approx(1 - 1e-6, abs=1e-7)  # the installed diffusers' own schedule
 
@@ -130,23 +130,23 @@ def test_the_a2_preset_samples_as_a2s_infer_py(i2v):
     assert a2.negative_prompt.startswith("Bright tones, overexposed, static, blurred details, subtitles, style, works")
     assert a2.negative_prompt.endswith("three legs, many people in the background, walking backwards")
     assert (len(a2.elements), a2.height, a2.width, a2.seed, a2.frames) == (3, 480, 832, 42, 81)
-    assert (a2.cfg_scale, a2.steps, a2.scheduler, a2.shift, a2.e2v_posterior) == (5.0, 50, "unipc_a2", 8.0, "sample")
-    assert type(build_scheduler(i2v.scheduler, a2.scheduler, a2.shift)) is A2FlowUniPC
+    assert (a2.cfg_scale, a2.steps, a2.sampler, a2.shift, a2.e2v_posterior) == (5.0, 50, "diffusers_unipc_a2", 8.0, "sample")
+    assert type(build_scheduler(i2v.scheduler, a2.sampler, a2.scheduler, a2.shift)) is A2FlowUniPC
     assert config.output_model_format == ModelFormat.DIFFUSERS_LORA
     assert (config.e2v.e2v_type, config.e2v.target_layout, config.resolution) == ("dual", "separate", [480, 832])
 
 
 def test_unipc_a2_is_a_scheduler_key_and_a_sample_py_choice():
-    assert SampleConfig.from_dict({"prompt": "x", "scheduler": "unipc_a2"}, "sample").scheduler == "unipc_a2"
+    assert SampleConfig.from_dict({"prompt": "x", "sampler": "diffusers_unipc_a2"}, "sample").sampler == "diffusers_unipc_a2"
     out = subprocess.run([sys.executable, "scripts/sample.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert "unipc_a2" in out.stdout
 
 
-@pytest.mark.parametrize("name, cls", [("unipc", UniPCMultistepScheduler), ("euler", FlowMatchEulerDiscreteScheduler),
-                                       ("dpmpp", DPMSolverMultistepScheduler)])
+@pytest.mark.parametrize("name, cls", [("diffusers_unipc", UniPCMultistepScheduler), ("diffusers_euler", FlowMatchEulerDiscreteScheduler),
+                                       ("diffusers_dpmpp", DPMSolverMultistepScheduler)])
 def test_named_schedulers_are_flow_solvers_with_the_folder_shift_unless_one_is_given(i2v, name, cls):
-    own, shifted = build_scheduler(i2v.scheduler, name), build_scheduler(i2v.scheduler, name, 8.0)
-    key = "shift" if name == "euler" else "flow_shift"
+    own, shifted = build_scheduler(i2v.scheduler, name), build_scheduler(i2v.scheduler, name, shift=8.0)
+    key = "shift" if name == "diffusers_euler" else "flow_shift"
     assert type(own) is cls and own.config[key] == i2v.scheduler.config.flow_shift == 3.0 and shifted.config[key] == 8.0
     own.set_timesteps(4)
     shifted.set_timesteps(4)
@@ -155,22 +155,22 @@ def test_named_schedulers_are_flow_solvers_with_the_folder_shift_unless_one_is_g
 
 
 def test_default_scheduler_is_a_fresh_copy_of_the_folders_with_the_shift_replaced(i2v):
-    own, shifted = build_scheduler(i2v.scheduler), build_scheduler(i2v.scheduler, "default", 8.0)
+    own, shifted = build_scheduler(i2v.scheduler, "diffusers_default"), build_scheduler(i2v.scheduler, "diffusers_default", shift=8.0)
     assert own is not i2v.scheduler and dict(own.config) == dict(i2v.scheduler.config)
     assert dict(shifted.config) == {**dict(i2v.scheduler.config), "flow_shift": 8.0}
 
 
 def test_a_shift_on_a_folder_scheduler_without_one_names_the_fix():
-    with pytest.raises(UserError, match="DDIMScheduler has no flow shift; pick scheduler unipc, unipc_a2, euler or dpmpp"):
-        build_scheduler(DDIMScheduler(), "default", 8.0)
+    with pytest.raises(UserError, match="DDIMScheduler has no flow shift; pick a ComfyUI sampler"):
+        build_scheduler(DDIMScheduler(), "diffusers_default", shift=8.0)
 
 
 def test_plain_samples_use_the_chosen_scheduler(tiny_model):
     sampler = WanModelSampler(WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu")))
     plain = {"elements": None, "frames": 5, "steps": 2, "cfg_scale": 1.0}
-    default = sampler.generate(sample(**plain), show_progress=False)
-    own_shift = sampler.generate(sample(**plain, shift=3.0), show_progress=False)
-    a2 = sampler.generate(sample(**plain, scheduler="unipc", shift=8.0), show_progress=False)
+    default = sampler.generate(sample(**plain, sampler="diffusers_default"), show_progress=False)
+    own_shift = sampler.generate(sample(**plain, sampler="diffusers_default", shift=3.0), show_progress=False)
+    a2 = sampler.generate(sample(**plain, sampler="diffusers_unipc", shift=8.0), show_progress=False)
     assert np.array_equal(default, own_shift) and not np.array_equal(default, a2)
 
 
@@ -258,6 +258,8 @@ def test_posterior_sample_changes_the_condition_and_is_deterministic_per_seed(i2
 
 # --- config and command line ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("entry, key", [({"scheduler": "ddim"}, "samples[0].scheduler"),
+                                        ({"sampler": "ddim"}, "samples[0].sampler"),
+                                        ({"sampler": "diffusers_unipc", "scheduler": "beta"}, "samples[0].scheduler"),
                                         ({"e2v_posterior": "mean"}, "samples[0].e2v_posterior"),
                                         ({"shift": -1}, "samples[0].shift"),
                                         ({"e2v_posterior": "sample"}, "samples[0].e2v_posterior")])
@@ -268,8 +270,8 @@ def test_bad_sample_options_name_the_key(entry, key):
 
 def test_samples_in_the_config_take_a2s_settings():
     config = TrainConfig.from_dict({"samples": [{"prompt": "p", "elements": ["a.png"], **A2}]})
-    assert (config.samples[0].scheduler, config.samples[0].shift, config.samples[0].e2v_posterior) == \
-           ("unipc", 8.0, "sample")
+    assert (config.samples[0].sampler, config.samples[0].shift, config.samples[0].e2v_posterior) == \
+           ("diffusers_unipc", 8.0, "sample")
 
 
 def test_cli_takes_a2s_settings(tiny_model, i2v, elements, tmp_path):
@@ -277,7 +279,7 @@ def test_cli_takes_a2s_settings(tiny_model, i2v, elements, tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("i2v")),
          "--prompt", "a red circle", "--negative-prompt", "blurry", "--frames", str(FRAMES), "--height", str(SIZE),
-         "--width", str(SIZE), "--steps", "3", "--seed", "7", "--scheduler", "unipc", "--shift", "8",
+         "--width", str(SIZE), "--steps", "3", "--seed", "7", "--sampler", "diffusers_unipc", "--shift", "8",
          "--e2v-posterior", "sample", "--elements", *elements, "--output", str(out)],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

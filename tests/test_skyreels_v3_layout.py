@@ -136,13 +136,13 @@ def test_sampler_dual_guidance_and_training_step_feed_the_transformer_alike(vari
     stepped = []
 
     def recording_scheduler(*args):
-        scheduler = build_scheduler(*args)
+        scheduler = sample_scheduler(*args)
         step = scheduler.step
         scheduler.step = lambda output, *rest, **kwargs: stepped.append(output.clone()) or step(output, *rest, **kwargs)
         return scheduler
 
-    build_scheduler = e2v_sampling.build_scheduler
-    monkeypatch.setattr(e2v_sampling, "build_scheduler", recording_scheduler)
+    sample_scheduler = e2v_sampling.sample_scheduler
+    monkeypatch.setattr(e2v_sampling, "sample_scheduler", recording_scheduler)
     calls = Calls(model)
     sample = SampleConfig.from_dict({"prompt": "a red circle", "negative_prompt": "blur", "elements": ["a", "b"],
                                      "frames": 9, "height": SIZE, "width": SIZE, "steps": 3, "cfg_scale": 3.0,

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from modules.util.config.base_config import ConfigError
+from modules.util.config.sampling_choices import WAN_NEGATIVE_PROMPT
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 
@@ -13,7 +14,7 @@ from modules.util.errors import UserError
 @dataclasses.dataclass(frozen=True)
 class Prompt:
     prompt: str
-    negative_prompt: str = ""
+    negative_prompt: str = WAN_NEGATIVE_PROMPT
     image: str = ""  # first frame (I2V)
     elements: tuple[str, ...] = ()  # E2V reference images (VACE: its reference images)
     control_video: str = ""  # VACE
@@ -47,7 +48,7 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
                 raise UserError(f"--prompts '{path}' entry {index} must be a string or an object with \"prompt\" "
                                 "(and optionally \"negative_prompt\", \"image\", \"last_image\", \"elements\", \"control_video\", "
                                 "\"control_mask\")")
-            prompts.append(Prompt(entry["prompt"], entry.get("negative_prompt", ""), entry.get("image", ""),
+            prompts.append(Prompt(entry["prompt"], entry.get("negative_prompt", WAN_NEGATIVE_PROMPT), entry.get("image", ""),
                                   tuple(entry.get("elements") or elements or ()),
                                   entry.get("control_video") or control_video, entry.get("control_mask") or control_mask,
                                   entry.get("last_image", "")))
@@ -75,7 +76,8 @@ class Settings:
     width: int = 832
     steps: int = 30
     cfg_scale: float = 5.0
-    scheduler: str = "default"
+    sampler: str = "uni_pc"
+    scheduler: str = "simple"
     shift: float = 0.0
     seeds: int = 1  # seeds 0 .. N-1
     vace_scale: float = 1.0  # VACE: weight of the control hints
@@ -87,7 +89,7 @@ class Settings:
                 "prompt": prompt.prompt, "negative_prompt": prompt.negative_prompt, "image": prompt.image,
                 "last_image": prompt.last_image,
                 "elements": list(prompt.elements), "frames": self.frames, "height": self.height, "width": self.width,
-                "steps": self.steps, "cfg_scale": self.cfg_scale, "seed": seed, "scheduler": self.scheduler,
+                "steps": self.steps, "cfg_scale": self.cfg_scale, "seed": seed, "sampler": self.sampler, "scheduler": self.scheduler,
                 "shift": self.shift, "control_video": prompt.control_video, "control_mask": prompt.control_mask,
                 "vace_scale": self.vace_scale, "image_guidance_scale": self.image_guidance_scale}, "sample")
         except ConfigError as e:

@@ -24,7 +24,7 @@ from modules.modelSampler.e2v_sampling import (E2VConditioning, build_conditioni
                                                contact_sheet, denoise_e2v)
 from modules.model.reference_slots import check_reference_base
 from modules.modelSampler.vace_sampling import build_vace_context
-from modules.modelSampler.schedulers import build_scheduler
+from modules.modelSampler.schedulers import sample_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
 from modules.modelSetup.sharding import is_sharded
@@ -78,7 +78,7 @@ class WanModelSampler:
             raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
         pipe = self.model.pipeline(image_conditioned=use_image)
-        pipe.scheduler = build_scheduler(self.model.scheduler, sample.scheduler, sample.shift)
+        pipe.scheduler = sample_scheduler(self.model, sample)
         pipe.set_progress_bar_config(disable=not show_progress, leave=False)
         device = self.model.train_device
         self._move(device)

@@ -32,7 +32,7 @@ from modules.dataLoader.e2v.sampling_options import ElementSpec
 from modules.model.conditioning import ConditionPayload
 from modules.model.reference_slots import SKYREELS_V3_SLOTS, dual_guidance, pad_reference_slots
 from modules.model.WanModel import WanModel
-from modules.modelSampler.schedulers import build_scheduler
+from modules.modelSampler.schedulers import sample_scheduler
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 
@@ -134,7 +134,7 @@ def sample_latents(model: WanModel, conditioning: E2VConditioning, sample: Sampl
     prompt_embeds = model.encode_prompts([sample.prompt]).to(device, dtype)
     negative_embeds = model.encode_prompts([sample.negative_prompt]).to(device, dtype) \
         if sample.cfg_scale > 1 or image_guided else None
-    scheduler = build_scheduler(model.scheduler, sample.scheduler, sample.shift)
+    scheduler = sample_scheduler(model, sample)
     scheduler.set_timesteps(sample.steps, device=device)
     latents, condition_z = initial_latents(model, conditioning, sample)
     family = model.conditioning  # the routing, timesteps and hidden-state layout training uses

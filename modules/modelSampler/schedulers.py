@@ -1,6 +1,7 @@
-"""The one place a sampling scheduler is built: the model folder's own, or a named flow-matching solver.
+"""The one place a sampling scheduler is built: one of ComfyUI's samplers × schedulers (the default: uni_pc, simple,
+shift 8, as ComfyUI samples Wan: comfy_scheduler.py), or a diffusers solver (`diffusers_*`).
 
-Named solvers are diffusers' classes in the flow configuration diffusers' Wan folders use
+The diffusers solvers are diffusers' classes in the flow configuration diffusers' Wan folders use
 (`prediction_type="flow_prediction"`, `use_flow_sigmas=True`); `unipc` with shift 8 is the scheduler
 SkyReels-A2's infer.py builds, and `unipc_a2` the same with the flow sigmas A2 ran on (`A2FlowUniPC`). Shift 0 keeps the folder's shift (3 for Wan2.1 480P).
 """
@@ -10,7 +11,9 @@ import numpy as np
 from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 from diffusers.schedulers import SchedulerMixin
 
-from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
+from modules.modelSampler.comfy_scheduler import ComfyFlowScheduler
+from modules.modelSampler.comfy_sigmas import COMFY_WAN_SHIFT
+from modules.util.config.sampling_choices import COMFY_SAMPLERS, DIFFUSERS_SAMPLERS
 from modules.util.errors import UserError
 
 _SHIFT_KEYS = ("flow_shift", "shift")  # UniPC / DPM++ call it flow_shift, FlowMatchEuler shift
@@ -64,16 +67,31 @@ def _named(name: str, num_train_timesteps: int, shift: float) -> SchedulerMixin:
         return DPMSolverMultistepScheduler(num_train_timesteps=num_train_timesteps, prediction_type="flow_prediction",
                                            use_flow_sigmas=True, flow_shift=shift, algorithm_type="dpmsolver++",
                                            solver_order=2)
-    raise UserError(f"unknown scheduler '{name}': use one of {', '.join(SAMPLE_SCHEDULERS)}")
+    raise UserError(f"unknown sampler 'diffusers_{name}': use one of {', '.join(DIFFUSERS_SAMPLERS)}")
 
 
-def build_scheduler(folder: SchedulerMixin, name: str = "default", shift: float = 0.0) -> SchedulerMixin:
-    """A fresh scheduler for one sampling run (never the model's own object, whose timesteps it would change)."""
+def build_scheduler(folder: SchedulerMixin, sampler: str = "uni_pc", scheduler: str = "simple", shift: float = 0.0,
+                    split_sigma: float | None = None) -> SchedulerMixin:
+    """A fresh scheduler for one sampling run (never the model's own object, whose timesteps it would change).
+    ComfyUI's samplers: shift 0 = ComfyUI's Wan default (8); `split_sigma` (a two-expert model's boundary) runs them
+    as the two KSamplerAdvanced nodes of the exported workflow. diffusers' solvers: shift 0 = the folder's."""
+    if sampler in COMFY_SAMPLERS:
+        return ComfyFlowScheduler(sampler, scheduler, shift or COMFY_WAN_SHIFT,
+                                  int(folder.config.get("num_train_timesteps", 1000)), split_sigma)
+    if not sampler.startswith("diffusers_"):
+        raise UserError(f"unknown sampler '{sampler}': use one of {', '.join(COMFY_SAMPLERS + DIFFUSERS_SAMPLERS)}")
+    name = sampler.removeprefix("diffusers_")
     own_shift = folder_shift(folder)
     if name != "default":
         return _named(name, int(folder.config.get("num_train_timesteps", 1000)), shift or own_shift or 1.0)
     key = _shift_key(folder)
     if shift and key is None:
         raise UserError(f"shift {shift:g}: the model's scheduler {type(folder).__name__} has no flow shift; "
-                        f"pick scheduler unipc, unipc_a2, euler or dpmpp to set one")
+                        f"pick a ComfyUI sampler or diffusers_unipc, diffusers_euler ... to set one")
     return type(folder).from_config(folder.config, **({key: shift} if shift else {}))
+
+
+def sample_scheduler(model, sample) -> SchedulerMixin:
+    """The scheduler of one sample (a SampleConfig) on `model` (a WanModel): two-expert models split at their boundary."""
+    split = model.variant.boundary_sigma if model.variant.two_experts else None
+    return build_scheduler(model.scheduler, sample.sampler, sample.scheduler, sample.shift, split)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from modules.util.atomic import atomic_write_text
 from modules.util.config.base_config import ConfigError
+from modules.util.config.sampling_choices import OLD_SCHEDULERS
 from modules.util.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
 from modules.util.text_io import decode_text
 
@@ -42,8 +43,28 @@ def _migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _sample_entries(data: dict[str, Any]) -> list[dict[str, Any]]:
+    samples = data.get("samples")
+    entries = [s for s in samples if isinstance(s, dict)] if isinstance(samples, list) else []
+    return entries + ([data["sample_overrides"]] if isinstance(data.get("sample_overrides"), dict) else [])
+
+
+def _old_scheduler(entry: dict[str, Any]) -> bool:
+    return isinstance(entry.get("scheduler"), str) and entry["scheduler"] in OLD_SCHEDULERS
+
+
+def _migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
+    # `scheduler` named diffusers' solvers; it now names ComfyUI's schedules beside a `sampler`, where the diffusers
+    # solvers keep their names with a diffusers_ prefix (the schedule stays theirs: scheduler simple).
+    for entry in _sample_entries(data):
+        if _old_scheduler(entry):
+            entry.setdefault("sampler", "diffusers_" + entry.pop("scheduler"))
+    return data
+
+
 # version N -> function upgrading a dict of version N to N + 1
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2,
+                                                                      2: _migrate_2_to_3}
 # Keys only older versions have: a file without `config_version` that holds one is of that version.
 LEGACY_KEYS = {key: 1 for key in _ADAM_KEYS}
 
@@ -52,6 +73,7 @@ def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:
     """Upgrade a (partial) config dict to CONFIG_VERSION. A dict without a version is current."""
     data = copy.deepcopy(data)
     legacy = [LEGACY_KEYS[key] for key in data if key in LEGACY_KEYS]
+    legacy += [2] if any(_old_scheduler(entry) for entry in _sample_entries(data)) else []  # old scheduler values
     version = data.get("config_version", min(legacy) if legacy else CONFIG_VERSION)
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ConfigError(f"config key 'config_version' in {source} is {version!r}: it must be a whole number from 0 "

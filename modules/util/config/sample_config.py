@@ -6,13 +6,14 @@ import dataclasses
 
 from modules.util.config.base_config import BaseConfig, ConfigError, option
 from modules.util.config.limits import check_frame_count, check_resolution_side
-from modules.util.config.sampling_choices import E2V_POSTERIORS, SAMPLE_SCHEDULERS
+from modules.util.config.sampling_choices import (DIFFUSERS_SAMPLERS, E2V_POSTERIORS, SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS,
+                                                  WAN_NEGATIVE_PROMPT)
 
 
 @dataclasses.dataclass
 class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
-    negative_prompt: str = option("", "Negative prompt (used when cfg_scale > 1).")
+    negative_prompt: str = option(WAN_NEGATIVE_PROMPT, "Negative prompt (used when cfg_scale > 1); the default is Wan's own (Chinese), which ComfyUI's Wan templates use.")
     image: str = option("", "First-frame image for image-to-video models.")
     last_image: str = option("", "Last-frame image (first-last-frame: FLF2V models, or I2V models trained with last_frame_condition).")
     elements: list[str] = option([], "E2V reference images in layout order (subject, object, background); on a VACE model its reference images.")
@@ -26,16 +27,21 @@ class SampleConfig(BaseConfig):
     cfg_scale: float = option(5.0, "Classifier-free guidance scale on the text (1 = off).")
     image_guidance_scale: float = option(1.0, "E2V in SkyReels-V3's layout (e2v.reference_layout skyreels_v3): the image guidance scale, against the same model with all-zero references (1 = off: plain text guidance; SkyReels-V3's pipeline default is 5 beside a text scale of 7.5).")
     seed: int = option(42, "Noise seed.")
-    scheduler: str = option("default", "default | unipc | unipc_a2 | euler | dpmpp: the model folder's scheduler, or diffusers' UniPC, flow-matching Euler or DPM++ in the flow configuration. unipc_a2 is UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on (first sigma 0.99987 at shift 8; diffusers >= 0.37's unipc starts at 1 - 1e-6).")
-    shift: float = option(0.0, "Flow shift of the sigma schedule (SkyReels-A2: 8); 0 = the model folder's (3 for Wan2.1 480P).")
+    sampler: str = option("uni_pc", "uni_pc | euler | dpmpp_2m: ComfyUI's KSampler samplers, computed as ComfyUI computes them (the sample's workflow file reproduces it in ComfyUI). diffusers_default | diffusers_unipc | diffusers_unipc_a2 | diffusers_euler | diffusers_dpmpp: diffusers' solvers with their own sigmas (the model folder's scheduler, UniPC, flow-matching Euler, DPM++ 2M; unipc_a2: UniPC with the flow sigmas of diffusers <= 0.36, which SkyReels-A2 ran on), which ComfyUI cannot reproduce.")
+    scheduler: str = option("simple", "simple | normal | sgm_uniform | beta: ComfyUI's sigma schedule for the ComfyUI samplers (the diffusers_* samplers make their own: leave it simple).")
+    shift: float = option(0.0, "Flow shift of the sigma schedule, as ComfyUI's ModelSamplingSD3 node; 0 = ComfyUI's Wan default 8 for the ComfyUI samplers, the model folder's (3 for Wan2.1 480P) for the diffusers_* ones (SkyReels-A2: 8).")
     e2v_posterior: str = option("mode", "mode | sample: E2V samples condition on the VAE posterior's mode, or on a sample drawn with the seed right after the noise (SkyReels-A2's inference).")
     enabled: bool = option(True, "Disabled samples are skipped.")
 
     def validate(self, path: str) -> None:
         check_frame_count(f"{path}.frames", self.frames)
-        for key, values in (("scheduler", SAMPLE_SCHEDULERS), ("e2v_posterior", E2V_POSTERIORS)):
+        for key, values in (("sampler", SAMPLE_SAMPLERS), ("scheduler", SAMPLE_SCHEDULERS),
+                            ("e2v_posterior", E2V_POSTERIORS)):
             if getattr(self, key) not in values:
                 raise ConfigError(f"config key '{path}.{key}' must be one of {', '.join(values)}, got '{getattr(self, key)}'")
+        if self.sampler in DIFFUSERS_SAMPLERS and self.scheduler != "simple":
+            raise ConfigError(f"config key '{path}.scheduler' is '{self.scheduler}' but sampler '{self.sampler}' makes "
+                              "its own sigmas: set scheduler to simple, or pick uni_pc, euler or dpmpp_2m")
         if self.shift < 0:
             raise ConfigError(f"config key '{path}.shift' must not be negative (0 = the model's own), got {self.shift}")
         if self.e2v_posterior == "sample" and not self.elements:
@@ -70,7 +76,8 @@ class SampleOverrides(BaseConfig):
     steps: int | None = option(None, "Denoising steps of every sample (distilled bases: 4-8; null = each sample's).")
     cfg_scale: float | None = option(None, "CFG of every sample; 1 = no guidance and no negative pass, what CFG-distilled bases need (null = each sample's).")
     shift: float | None = option(None, "Flow shift of every sample's schedule; 0 = the model folder's (null = each sample's).")
-    scheduler: str | None = option(None, "default | unipc | euler | dpmpp for every sample (null = each sample's).")
+    sampler: str | None = option(None, "uni_pc | euler | dpmpp_2m | diffusers_* for every sample (null = each sample's).")
+    scheduler: str | None = option(None, "simple | normal | sgm_uniform | beta for every sample (null = each sample's).")
 
     def apply(self, sample: SampleConfig) -> SampleConfig:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}

@@ -44,7 +44,7 @@ from modules.util.enum import (
     WanExpert,
 )
 
-CONFIG_VERSION = 2  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT)
+CONFIG_VERSION = 3  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelSaver/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -371,7 +371,7 @@ class TrainConfig(BaseConfig):
 
     # --- sampling, backups, logging ------------------------------------------------------------
     samples: list[SampleConfig] = option([], "Prompts sampled during training.")
-    sample_overrides: SampleOverrides = option(SampleOverrides(), "Steps, CFG, shift and scheduler every training sample takes instead of its own (a distilled base: 4 steps, CFG 1).")
+    sample_overrides: SampleOverrides = option(SampleOverrides(), "Steps, CFG, shift, sampler and scheduler every training sample takes instead of its own (a distilled base: 4 steps, CFG 1).")
     sample_after: int = option(0, "Sample every N units (0 = never).")
     sample_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     sample_at_end: bool = option(True, "Sample every enabled sample once more with the final weights.")
