@@ -113,6 +113,8 @@ def main() -> int:
         detect_variant(args.base_model)
     device = resolve_device(args.device)
 
+    from modules.modelSampler.comfy_workflow import workflow_models
+
     encoders = Encoders()
     if args.clip_model:
         encoders.clip_pair = enc.clip_model(args.clip_model, device)
@@ -132,8 +134,9 @@ def main() -> int:
     runs = []
     if args.compare_base and not trained_adds:
         # a full fine-tune of a merged base holds the stack already: only the base gets it
-        runs.append(Run("base", lambda: load(args.base_model, base_loras)))
-        runs.append(Run("trained", lambda: load(args.model)))
+        runs.append(Run("base", lambda: load(args.base_model, base_loras),
+                        workflow_models(variant, args.base_model, {}, base_loras)))
+        runs.append(Run("trained", lambda: load(args.model), workflow_models(variant, args.model, {}, [])))
     else:
         loaded = {}
 
@@ -150,8 +153,9 @@ def main() -> int:
             return model
 
         if args.compare_base:
-            runs.append(Run("base", base))
-        runs.append(Run("trained", trained))
+            runs.append(Run("base", base, workflow_models(variant, args.model, {}, base_loras)))
+        runs.append(Run("trained", trained, workflow_models(variant, args.model, {}, base_loras,
+                                                            lora.files if lora else None, args.lora_scale)))
     results = evaluate(runs, prompts, settings, encoders, output,
                        lambda m: e2v_sampling_options(m, args.e2v_type, args.target_layout,
                                                       reference_layout=reference_layout))

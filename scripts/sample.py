@@ -104,6 +104,7 @@ def main() -> int:
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSaver.embedding_file import read_embedding
     from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.modelSampler.comfy_workflow import workflow_models
     from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.util.attention_backends import apply_attention_backend, unavailable
     from modules.util.enum import AttentionBackend
@@ -148,7 +149,8 @@ def main() -> int:
     apply_attention_backend(model.transformers(), backend, model.train_device.type, training=False, what="sampling")
     options = e2v_sampling_options(model, args.e2v_type, args.target_layout, args.dataset_config or "",
                                    reference_layout_of(args.reference_layout, lora.metadata if lora else None))
-    path = WanModelSampler(model, options).sample_to_file(sample, args.output)
+    models = workflow_models(variant, args.model, overrides, base_loras, lora.files if lora else None, args.lora_scale)
+    path = WanModelSampler(model, options, models).sample_to_file(sample, args.output)
     print(f"video written to {path} (frames strip: {path.with_suffix('.png')})")
     return 0
 

@@ -40,6 +40,7 @@ from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
+from tests.comfyui_nodes import problems
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 from tests.test_adapters import comfy_weight, file_modules, injected
@@ -257,6 +258,11 @@ def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model
     plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4", monkeypatch)
     assert np.array_equal(with_stack, of_folder)
     assert not np.array_equal(with_stack, plain)
+    # sample.py writes the ComfyUI workflow beside the video: the stack in LoraLoaderModelOnly, ComfyUI's names
+    workflow = json.loads((tmp_path / "a.workflow.json").read_text(encoding="utf-8"))
+    assert problems(workflow) == []
+    assert [(n["inputs"]["lora_name"], n["inputs"]["strength_model"]) for n in workflow.values()
+            if n["class_type"] == "LoraLoaderModelOnly"] == [(lora.name, 0.6)]
 
 
 def test_sample_overrides_replace_each_samples_own_settings():

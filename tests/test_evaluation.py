@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from html.parser import HTMLParser
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from modules.evaluation import metrics
+from tests.comfyui_nodes import problems
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.run_paths import run_dir
 
@@ -188,6 +190,12 @@ def test_evaluate_compare_base_writes_metrics_and_a_report_whose_files_exist(tin
     trained = [v for v in report["videos"] if v["model"] == "trained"][0]
     assert base["prompt"] == trained["prompt"] and base["seed"] == trained["seed"]
     assert (output / base["video"]).read_bytes() != (output / trained["video"]).read_bytes()  # the LoRA acts
+    # a ComfyUI workflow beside each video: the trained run's loads the LoRA, the base run's none
+    for video, loras in ((base, []), (trained, [(lora.name, 1.0)])):
+        workflow = json.loads((output / video["video"]).with_suffix("").with_suffix(".workflow.json").read_text())
+        assert problems(workflow) == []
+        assert [(n["inputs"]["lora_name"], n["inputs"]["strength_model"]) for n in workflow.values()
+                if n["class_type"] == "LoraLoaderModelOnly"] == loras
 
 
 @pytest.mark.slow
@@ -234,3 +242,10 @@ def test_samples_during_training_log_their_metrics(tiny_model, tmp_path):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"sample_metrics/0/motion", "sample_metrics/0/temporal_consistency"} <= tags
+    # the training sample's ComfyUI workflow: the I2V nodes and the LoRA this run writes
+    workflows = sorted((run_dir(tmp_path / "run" / "workspace") / "samples").glob("*.workflow.json"))
+    assert workflows and all(problems(json.loads(w.read_text(encoding="utf-8"))) == [] for w in workflows)
+    nodes = json.loads(workflows[-1].read_text(encoding="utf-8")).values()
+    assert {"WanImageToVideo", "CLIPVisionEncode", "LoadImage"} <= {n["class_type"] for n in nodes}
+    assert [n["inputs"]["lora_name"] for n in nodes if n["class_type"] == "LoraLoaderModelOnly"] == \
+        [Path(config["output_model_destination"]).name]

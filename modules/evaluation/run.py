@@ -73,6 +73,7 @@ def measure(frames: np.ndarray, prompt: Prompt, encoders: Encoders, element_imag
 class Run:
     name: str  # "base" or "trained"
     model: Callable[[], WanModel]  # loads (or prepares) the model of this run
+    workflow: Any = None  # its files for the ComfyUI workflow beside each video (comfy_workflow.WorkflowModels)
 
 
 def evaluate(runs: list[Run], prompts: list[Prompt], settings: Settings, encoders: Encoders, output: Path,
@@ -87,7 +88,7 @@ def evaluate(runs: list[Run], prompts: list[Prompt], settings: Settings, encoder
     try:
         for run in runs:
             model = run.model()
-            sampler = WanModelSampler(model, sampler_options(model) if sampler_options else None)
+            sampler = WanModelSampler(model, sampler_options(model) if sampler_options else None, run.workflow)
             for number, prompt in enumerate(prompts):
                 for seed in range(settings.seeds):
                     name = f"{number:03d}-{_slug(prompt.prompt)}-seed{seed}"

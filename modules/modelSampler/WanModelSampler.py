@@ -24,6 +24,7 @@ from modules.modelSampler.e2v_sampling import (E2VConditioning, build_conditioni
                                                contact_sheet, denoise_e2v)
 from modules.model.reference_slots import check_reference_base
 from modules.modelSampler.vace_sampling import build_vace_context
+from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, write_workflow
 from modules.modelSampler.schedulers import sample_scheduler
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
@@ -38,8 +39,10 @@ logger = logging.getLogger(__name__)
 
 
 class WanModelSampler:
-    def __init__(self, model: WanModel, e2v: E2VSamplingOptions | None = None):
+    def __init__(self, model: WanModel, e2v: E2VSamplingOptions | None = None,
+                 workflow_models: WorkflowModels | None = None):
         self.model = model
+        self.workflow_models = workflow_models  # set: a ComfyUI workflow beside every video (comfy_workflow.py)
         self.e2v = e2v or E2VSamplingOptions(use_clip=model.variant.has_clip_branch and model.image_encoder is not None)
 
     def _load_image(self, path: str) -> np.ndarray:
@@ -180,10 +183,20 @@ class WanModelSampler:
         try:
             write_video_output(output, frames, fps=self.model.variant.fps)
             write_strip(output.with_suffix(".png"))
+            self._write_workflow(sample, output)
         except OSError as e:
             raise UserError(f"cannot write sample output '{output}': {write_failure(e)}") from e
         logger.info("sample written to %s", output)
         return output, frames
+
+    def _write_workflow(self, sample: SampleConfig, output: Path) -> None:
+        if self.workflow_models is None:
+            return
+        reason = unsupported(self.model.variant, sample)
+        if reason:
+            logger.info("no ComfyUI workflow beside %s: ComfyUI has no equivalent of %s", output.name, reason)
+            return
+        write_workflow(output, build_workflow(self.model.variant, sample, self.workflow_models, output.stem))
 
     def sample_to_record(self, sample: SampleConfig, output: str | Path, step: int | None = None,
                          epoch: int | None = None, index: int = 0,

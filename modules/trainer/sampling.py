@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from modules.modelSampler.comfy_workflow import WorkflowModels, workflow_models
 from modules.modelSampler.WanModelSampler import WanModelSampler
+from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.util.attention_backends import apply_attention_backend
+from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
 from modules.util.sample_record import sample_video_path
 from modules.util.write_errors import is_write_failure, write_failure
@@ -33,7 +36,7 @@ class TrainerSampling:
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")
-        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data))
+        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data), self._workflow_models())
         sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
         paths = []
         for index, sample in enumerate(samples):
@@ -68,6 +71,20 @@ class TrainerSampling:
         self._park_encoders()  # sampling moved the encoders to the GPU
         self.sample_paths.extend(paths)
         return paths
+
+    def _workflow_models(self) -> WorkflowModels:
+        """The files a sample's ComfyUI workflow loads: the run's base, encoders and base LoRAs, and what this run
+        writes at its end (the LoRA of each trained expert, or a fine-tuned model)."""
+        config = self.config
+        paths = WanModelSaver(self.model, self.setup, config).lora_paths(config.output_model_destination)
+        lora = config.training_method == TrainingMethod.LORA
+        trained = {expert: paths[expert] for expert, _ in self.setup.trained_transformers()} if lora else None
+        unet = config.output_model_destination if config.training_method == TrainingMethod.FINE_TUNE else None
+        overrides = {key: getattr(config, key) for key in ("transformer_override", "transformer_2_override",
+                                                           "vae_override", "text_encoder_override",
+                                                           "image_encoder_override")}
+        return workflow_models(self.model.variant, config.base_model_name, overrides, config.base_loras, trained,
+                               trained_unet=unet)
 
     def _log_sample_metrics(self, index: int, sample, frames) -> None:
         """scripts/evaluate.py's metrics of a training sample, to tensorboard as sample_metrics/<index>/<metric>:

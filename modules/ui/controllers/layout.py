@@ -115,7 +115,7 @@ TABS: tuple[Tab, ...] = (
                        "sample_attention_backend")),
          ("Every sample (empty: each sample's own; a distilled base: 4 steps, CFG 1)",
           ("sample_overrides.steps", "sample_overrides.cfg_scale", "sample_overrides.shift",
-           "sample_overrides.scheduler"))),
+           "sample_overrides.sampler", "sample_overrides.scheduler"))),
     _tab("backup",
          ("Schedule", ("backup_after", "backup_after_unit", "rolling_backup_count", "backup_before_save")),
          ("Resume", ("continue_last_backup", "resume_changed_config", "resume_fresh_optimizer")),
