@@ -92,7 +92,7 @@ def _conditioning(graph: _Graph, variant: WanVariant, sample: SampleConfig, clip
 
     def encoded(path: str) -> tuple[list, list | None]:
         image = [_image(graph, path), 0]
-        vision = [graph.add("CLIPVisionEncode", clip_vision=[loader, 0], image=image, crop="none"), 0] if loader else None
+        vision = [graph.add("CLIPVisionEncode", clip_vision=[loader, 0], image=image, crop="center"), 0] if loader else None
         return image, vision
 
     first, first_clip = encoded(sample.image)
