@@ -2,8 +2,9 @@
 shift 8, as ComfyUI samples Wan: comfy_scheduler.py), or a diffusers solver (`diffusers_*`).
 
 The diffusers solvers are diffusers' classes in the flow configuration diffusers' Wan folders use
-(`prediction_type="flow_prediction"`, `use_flow_sigmas=True`); `unipc` with shift 8 is the scheduler
-SkyReels-A2's infer.py builds, and `unipc_a2` the same with the flow sigmas A2 ran on (`A2FlowUniPC`). Shift 0 keeps the folder's shift (3 for Wan2.1 480P).
+(`prediction_type="flow_prediction"`, `use_flow_sigmas=True`); `diffusers_unipc` with shift 8 is the scheduler
+SkyReels-A2's infer.py builds, and `diffusers_unipc_a2` the same with the flow sigmas A2 ran on (`A2FlowUniPC`).
+Their shift 0 keeps the folder's shift (3 for Wan2.1 480P).
 """
 from __future__ import annotations
 
