@@ -77,13 +77,14 @@ def shapes_verdict(model, strip: Path | None) -> None:
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
     from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, SQUARE_CORNER_RATIO, matches, measure
-    from modules.synthetic.shapes_training import FRAMES, SIZE
+    from modules.synthetic.shapes_training import FRAMES, SAMPLER, SIZE
 
     sampler = WanModelSampler(model)
     rows = []
     for motif in (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN):
         videos = [sampler.generate(SampleConfig(prompt=motif.prompt, frames=FRAMES, height=SIZE,
-                                                width=SIZE, steps=12, cfg_scale=1.0, seed=seed), False)
+                                                width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
+                                                sampler=SAMPLER), False)
                   for seed in range(5)]
         hits = sum(matches(video, motif) for video in videos)
         first = measure(videos[0], motif)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.synthetic.shapes_training import FRAMES, RECIPE, SIZE
+from modules.synthetic.shapes_training import FRAMES, RECIPE, SAMPLER, SIZE
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
@@ -53,7 +53,7 @@ def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] |
     from modules.util.config.train_config import SampleConfig
 
     config = SampleConfig(prompt=prompt, frames=frames, height=SIZE, width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
-                          image=image, elements=list(elements or []))
+                          sampler=SAMPLER, image=image, elements=list(elements or []))
     return WanModelSampler(model).generate(config, show_progress=False)
 
 
