@@ -1,0 +1,124 @@
+"""Wan2.2-Animate-2: the family loads from its folder; the generation pass's log-sum-exp merge is the block-mask
+attention; the two-pass forward through our processor is diffusers' own forward (flex block mask) for the same
+inputs, with gradients that reach the driving pass and survive gradient checkpointing."""
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import torch
+
+from modules.model.animate2 import two_pass_forward
+from modules.model.detection import detect_variant
+from modules.model.registry import family_for
+from modules.modelLoader.WanModelLoader import WanModelLoader
+from modules.synthetic.tiny_animate2 import tiny_animate2_transformer
+from modules.util.animate2_attention import block_mask_attention, frame_aligned_attention
+from modules.util.animate2_processor import Animate2AttentionProcessor
+from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+
+
+def _sdpa(query, key, value):
+    return torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)).transpose(1, 2)
+
+
+def test_the_tiny_folder_is_the_animate_2_family_and_loads(tiny_model):
+    from diffusers import WanAnimate2Transformer3DModel
+
+    variant = detect_variant(tiny_model("animate_2"))
+    assert variant.name == family_for(variant).name == "animate_2"
+    assert (variant.in_channels, variant.out_channels, variant.has_clip_branch) == (36, 16, True)
+    model = WanModelLoader().load(str(tiny_model("animate_2")), torch.device("cpu"))
+    assert isinstance(model.transformer, WanAnimate2Transformer3DModel)
+    assert model.image_encoder.config.hidden_size == model.transformer.img_emb.proj[0].normalized_shape[0] == 1280
+
+
+def test_the_log_sum_exp_merge_is_the_block_mask_attention_values_and_gradients():
+    torch.manual_seed(0)
+    hw, frames, heads, dim = 3, 4, 2, 8
+    shapes = [(2, (frames + 1) * hw, heads, dim)] * 3 + [(2, frames * hw, heads, dim)] * 2
+    inputs = [(torch.randn(shape, dtype=torch.float64) * 3).requires_grad_() for shape in shapes]  # peaked
+    merged = frame_aligned_attention(*inputs, hw, _sdpa)
+    masked = block_mask_attention(*inputs, hw)
+    torch.testing.assert_close(merged, masked, rtol=0, atol=1e-12)  # float64: exact up to rounding
+    cotangent = torch.randn_like(merged)
+    ours = torch.autograd.grad(merged, inputs, cotangent)
+    reference = torch.autograd.grad(masked, inputs, cotangent)
+    for a, b in zip(ours, reference):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+    assert all(g.abs().sum() > 0 for g in ours)  # the driving keys and values receive gradient too
+
+
+def _inputs(seed: int = 1, frames: int = 3, size: int = 4):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    return dict(latents=randn(2, 16, frames + 1, size, size), condition=randn(2, 20, frames + 1, size, size),
+                driving_latents=randn(2, 16, frames, size, size), driving_condition=randn(2, 20, frames, size, size),
+                timestep=torch.tensor([700.0, 250.0]), prompt_embeds=randn(2, 6, 32),
+                driving_prompt_embeds=randn(2, 6, 32), clip_embeds=randn(2, 257, 1280),
+                driving_clip_embeds=randn(2, 257, 1280))
+
+
+def _diffusers_forward(transformer, latents, condition, driving_latents, driving_condition, timestep, prompt_embeds,
+                       driving_prompt_embeds, clip_embeds, driving_clip_embeds):
+    """diffusers' own two calls, as its modular pipeline makes them, one sample at a time (its block mask is built
+    per clip geometry; the per-sample timestep goes in as the pipeline's (1,) tensor)."""
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    out = []
+    for i in range(latents.shape[0]):
+        cache = WanAnimate2KVCache(len(transformer.blocks))
+        frames, h, w = driving_latents.shape[2:]
+        grid = torch.tensor([[frames, h // 2, w // 2]])
+        transformer([driving_latents[i]], timestep=timestep[i:i + 1], encoder_hidden_states=[driving_prompt_embeds[i]],
+                    encoder_hidden_states_image=driving_clip_embeds[i:i + 1], condition_latents=[driving_condition[i]],
+                    kv_cache=cache, kv_cache_mode="extract", seq_len=frames * h * w // 4, offset_grid_sizes=grid)
+        out.append(transformer([latents[i]], timestep=timestep[i:i + 1], encoder_hidden_states=[prompt_embeds[i]],
+                               encoder_hidden_states_image=clip_embeds[i:i + 1], condition_latents=[condition[i]],
+                               kv_cache=cache, kv_cache_mode="cached", seq_len=(frames + 1) * h * w // 4,
+                               reference_grid_sizes=grid, origin_len=(frames - 1) * 4 + 1,
+                               origin_area=[h * 8, w * 8]).sample[0])
+    return torch.stack(out)
+
+
+def test_the_two_pass_forward_is_diffusers_forward_for_the_same_inputs(monkeypatch):
+    import diffusers.models.transformers.transformer_wan_animate_2 as animate2
+
+    # diffusers compiles its block mask (~45 s on this CPU); the same mask function, built eagerly
+    original = animate2.create_block_mask
+    monkeypatch.setattr(animate2, "create_block_mask",
+                        functools.partial(lambda *a, **k: original(*a, **{**k, "_compile": False})))
+    reference = tiny_animate2_transformer(seed=3)
+    ours = copy.deepcopy(reference)
+    inputs = _inputs()
+    with torch.no_grad():
+        expected = _diffusers_forward(reference, **inputs)
+        got = two_pass_forward(ours, **inputs)
+    assert isinstance(ours.blocks[0].self_attn.processor, Animate2AttentionProcessor)
+    assert not isinstance(reference.blocks[0].self_attn.processor, Animate2AttentionProcessor)
+    assert got.shape == (2, 16, 4, 4, 4) and expected.abs().mean() > 0.1
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+
+
+def test_gradients_reach_the_driving_pass_and_checkpointing_keeps_them():
+    inputs = _inputs(seed=2)
+    grads = []
+    for checkpointing in (False, True):
+        transformer = tiny_animate2_transformer(seed=4).train()
+        if checkpointing:
+            transformer.enable_gradient_checkpointing()
+        driving = inputs["driving_latents"].clone().requires_grad_()
+        out = two_pass_forward(transformer, **{**inputs, "driving_latents": driving})
+        out[:, :, 1:].square().mean().backward()  # the loss leaves the reference slot out
+        grads.append([driving.grad] + [p.grad for p in transformer.parameters()])
+    assert grads[0][0].abs().sum() > 0  # the driving stream is trained through, not a constant
+    for a, b in zip(*grads):
+        if a is None:
+            assert b is None
+            continue
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
