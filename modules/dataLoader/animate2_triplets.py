@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 DRIVING_SUFFIX, REFERENCE_SUFFIX = "_driving", "_reference"
 DEFAULT_DRIVING_CAPTION = " "
-COPY_PSNR_DB = 30.0  # a re-encode of the same frames is ~35-50 dB; another take of the motion well under 20
+COPY_PSNR_DB = 30.0  # a re-encode or resize of the same frames is above; another take of the motion well under 20
 CHECK_FPS = 8.0  # enough frames to compare motion, few to decode
 
 

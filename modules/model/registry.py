@@ -72,7 +72,8 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
 # Wan-derived transformers diffusers knows that we do not train: named, with why, so the error can say so.
 NOT_SUPPORTED = {
     "WanAnimateTransformer3DModel": ("Wan Animate", "it animates a character from pose and face videos through its "
-                                     "own motion encoder and face adapter, inputs no data kind here provides"),
+                                     "own motion encoder and face adapter, inputs no data kind here provides, and "
+                                     "WanTrainer ships no pose or face extractor; Wan2.2-Animate-2 folders load"),
     "ChronoEditTransformer3DModel": ("ChronoEdit", "an image editor over temporal reasoning frames, trained on image "
                                      "pairs, which is no video data kind here"),
 }
