@@ -33,6 +33,41 @@ def checkpoint_block(block, *args, **kwargs):
     return checkpoint(block.__call__, *args, use_reentrant=False, **kwargs)
 
 
+def driving_pass(transformer, driving_latents: torch.Tensor, driving_condition: torch.Tensor,
+                 timestep: torch.Tensor, driving_prompt_embeds: torch.Tensor,
+                 driving_clip_embeds: torch.Tensor | None) -> tuple[WanAnimate2KVCache, torch.Tensor]:
+    """The driving stream's pass: its K/V cache (every layer's) and its patch grid (B, 3). The sampler runs it once
+    and the generation pass at every step; training runs both at every step."""
+    install(transformer)  # (idempotent) a transformer loaded by diffusers has its flex-only processor
+    if transformer.gradient_checkpointing:
+        transformer._gradient_checkpointing_func = checkpoint_block
+    cache = WanAnimate2KVCache(len(transformer.blocks))
+    cache.layer_caches = [_WriteOnceLayer() for _ in cache.layer_caches]
+    pt, ph, pw = transformer.config.patch_size
+    batch, _, frames, height, width = driving_latents.shape
+    grid = torch.tensor([[frames // pt, height // ph, width // pw]] * batch, dtype=torch.long)
+    transformer(list(driving_latents), timestep=timestep, encoder_hidden_states=list(driving_prompt_embeds),
+                encoder_hidden_states_image=driving_clip_embeds, condition_latents=list(driving_condition),
+                kv_cache=cache, kv_cache_mode="extract", seq_len=int(grid[0].prod()), offset_grid_sizes=grid)
+    return cache, grid
+
+
+def generation_pass(transformer, cache: WanAnimate2KVCache, grid: torch.Tensor, latents: torch.Tensor,
+                    condition: torch.Tensor, timestep: torch.Tensor, prompt_embeds: torch.Tensor,
+                    clip_embeds: torch.Tensor | None, unconditional: bool = False) -> torch.Tensor:
+    """The generated stream's pass over `driving_pass`'s cache: the prediction (B, C, 1 + F, h, w) in float32."""
+    frames, grid_h, grid_w = grid[0].tolist()
+    # diffusers' forward keys a flex block mask by the full clip's latent geometry and builds it when missing; our
+    # processor needs none, so the key is there (empty) before it looks.
+    transformer.block_masks.setdefault((frames, grid_h * grid_w), None)
+    out = transformer(list(latents), timestep=timestep, encoder_hidden_states=list(prompt_embeds),
+                      encoder_hidden_states_image=clip_embeds, condition_latents=list(condition), kv_cache=cache,
+                      kv_cache_mode="cached", seq_len=(frames + 1) * grid_h * grid_w, reference_grid_sizes=grid,
+                      origin_len=(frames - 1) * 4 + 1, origin_area=[grid_h * 16, grid_w * 16],
+                      is_uncondtion=unconditional).sample
+    return torch.stack(out)
+
+
 def two_pass_forward(transformer, latents: torch.Tensor, condition: torch.Tensor, driving_latents: torch.Tensor,
                      driving_condition: torch.Tensor, timestep: torch.Tensor, prompt_embeds: torch.Tensor,
                      driving_prompt_embeds: torch.Tensor, clip_embeds: torch.Tensor | None,
@@ -40,26 +75,9 @@ def two_pass_forward(transformer, latents: torch.Tensor, condition: torch.Tensor
     """latents (B, C, 1 + F, h, w) with condition (B, 4 + C, 1 + F, h, w) (mask and reference-image latents in the
     leading slot); driving_latents (B, C, F, h, w) with driving_condition (B, 4 + C, F, h, w); timestep (B,); prompt
     embeddings (B, L, D); CLIP embeddings (B, 257, 1280) of the reference image / driving frame 0 (None without a
-    CLIP branch). Returns the prediction (B, C, 1 + F, h, w) in float32; its frame 0 is the reference slot's."""
-    install(transformer)  # (idempotent) a transformer loaded by diffusers has its flex-only processor
-    if transformer.gradient_checkpointing:
-        transformer._gradient_checkpointing_func = checkpoint_block
-    cache = WanAnimate2KVCache(len(transformer.blocks))
-    cache.layer_caches = [_WriteOnceLayer() for _ in cache.layer_caches]
-    _, pt, ph, pw = (None, *transformer.config.patch_size)
-    batch, _, frames, height, width = driving_latents.shape
-    grid = torch.tensor([[frames // pt, height // ph, width // pw]] * batch, dtype=torch.long)
-    tokens = int(grid[0].prod())
-    transformer(list(driving_latents), timestep=timestep, encoder_hidden_states=list(driving_prompt_embeds),
-                encoder_hidden_states_image=driving_clip_embeds, condition_latents=list(driving_condition),
-                kv_cache=cache, kv_cache_mode="extract", seq_len=tokens, offset_grid_sizes=grid)
-    # diffusers' forward keys a flex block mask by the full clip's latent geometry and builds it when missing; our
-    # processor needs none, so the key is there (empty) before it looks.
-    origin_frames, origin_hw = frames, height * width // (ph * pw)
-    transformer.block_masks.setdefault((origin_frames, origin_hw), None)
-    out = transformer(list(latents), timestep=timestep, encoder_hidden_states=list(prompt_embeds),
-                      encoder_hidden_states_image=clip_embeds, condition_latents=list(condition), kv_cache=cache,
-                      kv_cache_mode="cached", seq_len=tokens + height * width // (ph * pw),
-                      reference_grid_sizes=grid, origin_len=(origin_frames - 1) * 4 + 1,
-                      origin_area=[height * 16 // ph, width * 16 // pw], is_uncondtion=unconditional).sample
-    return torch.stack(out)  # (the cache goes with the graph; clearing it here would break a checkpointed backward)
+    CLIP branch). Returns the prediction (B, C, 1 + F, h, w) in float32; its frame 0 is the reference slot's.
+    (The cache goes with the autograd graph: clearing it would break a checkpointed backward.)"""
+    cache, grid = driving_pass(transformer, driving_latents, driving_condition, timestep, driving_prompt_embeds,
+                               driving_clip_embeds)
+    return generation_pass(transformer, cache, grid, latents, condition, timestep, prompt_embeds, clip_embeds,
+                           unconditional)
