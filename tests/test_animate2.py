@@ -122,3 +122,54 @@ def test_gradients_reach_the_driving_pass_and_checkpointing_keeps_them():
             assert b is None
             continue
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_the_denoising_loop_is_diffusers_animate_2_pipeline_loop_for_the_same_noise(monkeypatch):
+    """diffusers' own ref-extract and denoise blocks (guider, scheduler, block mask) against ours, fp32, same noise."""
+    from types import SimpleNamespace
+
+    import diffusers.models.transformers.transformer_wan_animate_2 as animate2
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.guiders import ClassifierFreeGuidance
+    from diffusers.modular_pipelines.modular_pipeline import BlockState
+    from diffusers.modular_pipelines.wan_animate_2.denoise import (WanAnimate2RefExtractStep,
+                                                                  WanAnimate2SegmentDenoiseInner)
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    from modules.modelSampler.animate2_sampling import denoise_segment
+
+    original = animate2.create_block_mask
+    monkeypatch.setattr(animate2, "create_block_mask", lambda *a, **k: original(*a, **{**k, "_compile": False}))
+    inputs = {k: v[0] for k, v in _inputs(seed=5, frames=2).items() if k != "timestep"}
+    negative = torch.randn(6, 32, generator=torch.Generator().manual_seed(9))
+    noise = torch.randn(inputs["latents"].shape, generator=torch.Generator().manual_seed(11))
+    reference = tiny_animate2_transformer(seed=6, num_layers=10)  # 10 blocks: the unconditional branch skips block 9
+    ours = copy.deepcopy(reference)
+
+    def scheduler():
+        return FlowMatchEulerDiscreteScheduler(shift=3.0)  # (diffusers' loop hands step() a generator)
+
+    frames, h, w = inputs["driving_latents"].shape[1:]
+    components = SimpleNamespace(transformer=reference, scheduler=scheduler(), _execution_device=torch.device("cpu"),
+                                 guider=ClassifierFreeGuidance(guidance_scale=3.0))
+    state = BlockState(driving_video_latents=inputs["driving_latents"][None],
+                       driving_video_condition=inputs["driving_condition"],
+                       condition_clip_context=inputs["driving_clip_embeds"][None],
+                       prompt_ref_embeds=inputs["driving_prompt_embeds"][None],
+                       kv_cache=WanAnimate2KVCache(10), max_seq_len_ref=frames * h * w // 4,
+                       grid_sizes_ref=torch.tensor([[frames, h // 2, w // 2]]), latents=noise.clone(),
+                       reference_latents=inputs["condition"], num_inference_steps=3, num_segments=1,
+                       max_seq_len=(frames + 1) * h * w // 4, segment_frame_length=(frames - 1) * 4 + 1,
+                       height=h * 8, width=w * 8, generator=None, prompt_embeds=inputs["prompt_embeds"][None],
+                       negative_prompt_embeds=negative[None],
+                       denoiser_input_fields={"encoder_hidden_states_image": inputs["clip_embeds"][None]})
+    components.scheduler.set_timesteps(3)
+    state.timesteps = components.scheduler.timesteps
+    WanAnimate2RefExtractStep()(components, state, 0)
+    WanAnimate2SegmentDenoiseInner()(components, state, 0)
+    got = denoise_segment(ours, scheduler(), noise, inputs["condition"], inputs["driving_latents"],
+                          inputs["driving_condition"], inputs["prompt_embeds"], negative,
+                          inputs["driving_prompt_embeds"], inputs["clip_embeds"][None],
+                          inputs["driving_clip_embeds"][None], steps=3, guidance_scale=3.0)
+    assert (got - noise).abs().mean() > 0.1  # it denoised something
+    torch.testing.assert_close(got, state.latents, rtol=0, atol=1e-4)
