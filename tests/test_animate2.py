@@ -173,3 +173,40 @@ def test_the_denoising_loop_is_diffusers_animate_2_pipeline_loop_for_the_same_no
                           inputs["driving_clip_embeds"][None], steps=3, guidance_scale=3.0)
     assert (got - noise).abs().mean() > 0.1  # it denoised something
     torch.testing.assert_close(got, state.latents, rtol=0, atol=1e-4)
+
+
+def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_loss(tiny_model, video_dataset,
+                                                                                    tmp_path):
+    """The trainer's step (`BaseWanSetup.predict_at`) on an Animate-2 base: LoRA on self-attention q/k/v by default,
+    the reference image's slot out of the loss, and a few steps on one batch lower its loss."""
+    from modules.model.animate2 import DrivingStream
+    from modules.model.conditioning import ConditionPayload
+    from modules.model.step_inputs import StepInputs
+    from modules.modelSetup.WanLoRASetup import WanLoRASetup
+    from modules.util.config.train_config import TrainConfig
+    from tests.conftest import train_config_dict
+
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), video_dataset, tmp_path,
+                                                     gradient_checkpointing=True))
+    setup = WanLoRASetup(WanModelLoader().load_for_config(config, torch.device("cpu")), config)
+    params = setup.setup_trainable()
+    targets = sorted({n.split(".lora")[0] for n, p in setup.model.transformer.named_parameters() if p.requires_grad})
+    assert targets == [f"blocks.{b}.self_attn.{m}" for b in (0, 1) for m in ("to_k", "to_q", "to_v")]
+    x = _inputs(seed=7, frames=2)
+    inputs = StepInputs(x0=x["latents"], prompt_embeds=x["prompt_embeds"], payload=ConditionPayload(
+        condition=x["condition"], clip_embeds=x["clip_embeds"], dropped_frames=1,
+        driving=DrivingStream(x["driving_latents"], x["driving_condition"], x["driving_prompt_embeds"],
+                              x["driving_clip_embeds"])))
+    sigmas = torch.tensor([0.7, 0.4])
+    noise = torch.randn(x["latents"].shape[1:], generator=torch.Generator().manual_seed(1))
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    losses = []
+    for _ in range(6):
+        out = setup.predict_at(inputs, sigmas, noise, 0)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(float(out.loss.detach()))
+    video_only = (out.predicted - out.target)[:, :, 1:].square().mean()
+    torch.testing.assert_close(out.loss, video_only)  # frame 0, the reference slot, is out of the loss
+    assert all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.99 * losses[0], losses

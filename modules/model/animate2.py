@@ -10,11 +10,25 @@ block and gradient checkpointing stay diffusers'; the generation pass builds no 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch.utils.checkpoint import checkpoint
 from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache, WanAnimate2KVLayerCache
 
 from modules.util.animate2_processor import install
+
+
+@dataclasses.dataclass
+class DrivingStream:
+    """What a batch brings for Animate-2's driving pass (`ConditionPayload.driving`): latents (B, C, F, h, w), their
+    mask and condition channels (B, 4 + C, F, h, w), the driving caption's embeddings (B, L, D) and CLIP of driving
+    frame 0 (B, 257, 1280), None without a CLIP branch."""
+
+    latents: torch.Tensor
+    condition: torch.Tensor
+    prompt_embeds: torch.Tensor
+    clip_embeds: torch.Tensor | None = None
 
 
 class _WriteOnceLayer(WanAnimate2KVLayerCache):

@@ -62,7 +62,7 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
                                                                   SkyReelsV2Pipeline, None),
     ("SkyReelsV2Transformer3DModel", "i2v", False): VariantFamily(
         "skyreels_v2_i2v", SkyReelsV2Transformer3DModel, SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
-    # Wan2.2-Animate-2 (and its Distilled weights, the same transformer config: only the sampling differs): two passes
+    # Wan2.2-Animate-2 (its Distilled weights have the same transformer config: only sampling differs): two passes
     # through one DiT, the driving video's then the target's, whose self-attention also sees the same frame's
     # driving keys (modules/model/animate2.py). The I2V channel layout (36 in), the CLIP branch as `use_img_emb`.
     ("WanAnimate2Transformer3DModel", "i2v", False): VariantFamily("animate_2", WanAnimate2Transformer3DModel,
