@@ -84,3 +84,19 @@ def test_animate_2_lora_names_are_the_official_checkpoint_names_diffusers_conver
         converted = convert_wan_animate_2_transformer_to_diffusers({f"model.diffusion_model.{original}.weight": 0})
         assert list(converted) == [f"{name}.weight"]
         assert wan_to_diffusers_name(original) == name
+
+
+def test_the_memory_estimate_counts_both_streams_and_the_cached_driving_keys(tiny_model, tmp_path):
+    import json
+
+    from modules.modelSetup.memory_estimate import estimate, largest_tokens
+
+    data = _triplet(tmp_path / "data")
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), data, tmp_path, frames=9,
+                                                     resolution=[32, 32], gradient_checkpointing=True))
+    transformer = json.loads((tiny_model("animate_2") / "transformer" / "config.json").read_text())
+    per_frame, latent_frames = (32 // 8 // 2) ** 2, (9 - 1) // 4 + 1
+    assert largest_tokens(transformer, {}, config)[0] == (2 * latent_frames + 1) * per_frame  # driving + 1 + video
+    kv_cache = estimate(config).phases["training"]["activations.driving_kv_cache"] * 2 ** 30
+    layers, dim = transformer["num_layers"], transformer["dim"]
+    assert kv_cache == 2 * latent_frames * per_frame * dim * 2 * layers  # K and V, in bf16 (train_dtype AUTO on a GPU)

@@ -1,6 +1,6 @@
 """Start-up's check of a Wan2.2-Animate-2 base, before any model loads (no torch): its concepts' triplets and the
-copying trap (`dataLoader/animate2_triplets.py`), then a one-line refusal, because its training step (the two-pass
-forward is `model/animate2.py`), data loader and sampler are not wired into the trainer yet."""
+copying trap (`dataLoader/animate2_triplets.py`), then a one-line refusal: the two-pass step is in
+(`model/animate2.py`, `BaseWanSetup.predict_at`), but no data loader feeds it the driving stream yet."""
 from __future__ import annotations
 
 import json
@@ -33,5 +33,6 @@ def check_animate2(config: TrainConfig) -> None:
         samples = discover_concept(concept.path, concept.include_subdirectories, warn_missing_captions=False)
         check_triplets(samples, f"concepts[{index}] '{concept.path}'")
     raise UserError(f"base_model_name '{config.base_model_name}' is Wan2.2-Animate-2 ({ANIMATE2_CLASS}): its folder "
-                    "loads and its data checks out, but WanTrainer cannot train it yet (its two-pass training step, "
-                    "data loader and sampler are not wired into the trainer yet): use another Wan base")
+                    "loads and its data checks out, but WanTrainer cannot train it yet (the two-pass step is in, but "
+                    "no data loader feeds it the driving stream yet, nor do the trainer's samples): use another Wan "
+                    "base")
