@@ -210,3 +210,13 @@ def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_l
     video_only = (out.predicted - out.target)[:, :, 1:].square().mean()
     torch.testing.assert_close(out.loss, video_only)  # frame 0, the reference slot, is out of the loss
     assert all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.99 * losses[0], losses
+    # its file in ComfyUI's key space (the official checkpoint's names) and diffusers', both read back exactly
+    from modules.modelSaver.lora_formats import extract_from_peft, from_state_dict, to_state_dict
+
+    weights = extract_from_peft(setup.model.transformer, "default")
+    for fmt, key in (("COMFY_LORA", "diffusion_model.blocks.0.block.self_attn.q.lora_down.weight"),
+                     ("DIFFUSERS_LORA", "transformer.blocks.0.self_attn.to_q.lora_A.weight")):
+        state = to_state_dict(weights, fmt)
+        assert key in state and sum(k.endswith((".lora_down.weight", ".lora_A.weight")) for k in state) == 6
+        back = from_state_dict(state)
+        assert set(back.layers) == set(weights.layers) == set(targets)
