@@ -220,3 +220,16 @@ def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_l
         assert key in state and sum(k.endswith((".lora_down.weight", ".lora_A.weight")) for k in state) == 6
         back = from_state_dict(state)
         assert set(back.layers) == set(weights.layers) == set(targets)
+
+
+def test_make_tiny_model_writes_the_animate_2_folder(tmp_path, capsys):
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO_ROOT / "scripts" / "make_tiny_model.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--variant", "animate_2", "--output", str(tmp_path / "model")]) == 0
+    assert capsys.readouterr().out.strip() == str((tmp_path / "model").resolve())
+    assert detect_variant(tmp_path / "model").name == "animate_2"
