@@ -233,3 +233,19 @@ def test_make_tiny_model_writes_the_animate_2_folder(tmp_path, capsys):
     assert script.main(["--variant", "animate_2", "--output", str(tmp_path / "model")]) == 0
     assert capsys.readouterr().out.strip() == str((tmp_path / "model").resolve())
     assert detect_variant(tmp_path / "model").name == "animate_2"
+
+
+def test_the_attention_backend_reaches_our_processor_and_the_forward_is_unchanged():
+    from modules.util.attention_backends import apply_attention_backend
+    from modules.util.enum import AttentionBackend
+
+    transformer = tiny_animate2_transformer(seed=8)
+    inputs = _inputs(seed=3, frames=2)
+    with torch.no_grad():
+        before = two_pass_forward(transformer, **inputs)
+        apply_attention_backend([transformer], AttentionBackend.NATIVE, "cpu", training=True)
+        processors = {type(b.self_attn.processor).__name__: b.self_attn.processor for b in transformer.blocks}
+        assert list(processors) == ["Animate2AttentionProcessor"]
+        assert all(str(b.self_attn.processor._attention_backend) in ("native", "AttentionBackendName.NATIVE")
+                   for b in transformer.blocks)
+        torch.testing.assert_close(two_pass_forward(transformer, **inputs), before, rtol=0, atol=0)
