@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a tiny randomly initialised Wan model in diffusers format (for tests, demos and benchmarks).
 
-    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v,flf2v,skyreels_v2,skyreels_v2_i2v,vace,a14b_vace} --output DIR [--seed N] [--trained-vae]
+    python scripts/make_tiny_model.py --variant {t2v,i2v,ti2v,a14b,a14b_i2v,flf2v,skyreels_v2,skyreels_v2_i2v,vace,a14b_vace,animate_2} --output DIR [--seed N] [--trained-vae]
 
 Prints the folder it wrote.  Nothing is downloaded.
 """
@@ -18,7 +18,8 @@ if REPO_ROOT not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VARIANT_CHOICES = ("t2v", "i2v", "ti2v", "a14b", "a14b_i2v", "flf2v", "skyreels_v2", "skyreels_v2_i2v", "vace", "a14b_vace")
+VARIANT_CHOICES = ("t2v", "i2v", "ti2v", "a14b", "a14b_i2v", "flf2v", "skyreels_v2", "skyreels_v2_i2v", "vace", "a14b_vace",
+                   "animate_2")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                              "a14b (Wan 2.2 T2V A14B), a14b_i2v (Wan 2.2 I2V A14B), flf2v (Wan 2.1 FLF2V 14B), "
                              "skyreels_v2 / skyreels_v2_i2v (SkyReels-V2 T2V / I2V), "
                              "vace (Wan 2.1 VACE), "
-                             "a14b_vace (Wan 2.2 VACE-Fun A14B)")
+                             "a14b_vace (Wan 2.2 VACE-Fun A14B), animate_2 (Wan2.2-Animate-2)")
     parser.add_argument("--output", required=True, help="folder to write (new, empty, or a previous tiny model)")
     parser.add_argument("--trained-vae", action="store_true",
                         help="use the committed VAE trained on synthetic shape clips (Wan 2.1 layouts) and a "
@@ -57,7 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     from modules.synthetic.tiny_model import write_tiny_model
 
     try:
-        path = write_tiny_model(args.variant, args.output, seed=args.seed, trained_vae=args.trained_vae)
+        if args.variant == "animate_2":  # its own writer (modules/synthetic/tiny_animate2.py)
+            from modules.synthetic.tiny_animate2 import write_tiny_animate2
+
+            if args.trained_vae:
+                raise UserError("--trained-vae: the tiny Animate-2 folder has a random VAE only")
+            path = write_tiny_animate2(args.output, seed=args.seed)
+        else:
+            path = write_tiny_model(args.variant, args.output, seed=args.seed, trained_vae=args.trained_vae)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

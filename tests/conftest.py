@@ -65,6 +65,10 @@ def tiny_model(tmp_path_factory):
     made: dict[str, Path] = {}
 
     def make(variant: str) -> Path:
+        if variant == "animate_2" and variant not in made:  # (its own writer, over the tiny I2V folder's parts)
+            from modules.synthetic.tiny_animate2 import write_tiny_animate2
+
+            made[variant] = write_tiny_animate2(tmp_path_factory.mktemp("tiny-animate_2"), i2v_folder=make("i2v"))
         if variant not in made:
             made[variant] = write_tiny_model(variant, tmp_path_factory.mktemp(f"tiny-{variant}"))
         return made[variant]

@@ -89,7 +89,8 @@ def test_an_unrecognised_channel_layout_is_an_error_not_a_silent_t2v(tiny_model,
 
 
 def test_the_registry_is_a_plain_dict_of_every_layout():
-    assert {family.name for family in FAMILIES.values()} == set(PIPELINES)
+    # (animate_2 has no diffusers pipeline of the classic kind: tests/test_animate2.py loads its folder)
+    assert {family.name for family in FAMILIES.values()} == set(PIPELINES) | {"animate_2"}
 
 
 def test_the_trainer_takes_its_parts_from_the_registries(tiny_model, video_dataset, tmp_path):

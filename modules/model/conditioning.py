@@ -19,6 +19,7 @@ import dataclasses
 import torch
 
 from modules.model.WanVariant import WanVariant
+from modules.model.animate2 import DrivingStream, two_pass_forward
 
 TRAIN_TIMESTEPS = 1000  # diffusers' Wan schedulers: t = 1000σ
 
@@ -51,6 +52,7 @@ class ConditionPayload:
     control_scale: float = 1.0
     dropped_frames: int = 0
     appended: torch.Tensor | None = None
+    driving: DrivingStream | None = None  # Animate-2: the driving pass's inputs (model/animate2.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +145,26 @@ class VariantConditioning:
             inputs["control_hidden_states_scale"] = torch.full((self.vace_layers,), float(payload.control_scale),
                                                                device=noisy.device, dtype=dtype)
         return inputs
+
+    def predict(self, transformer, noisy: torch.Tensor, timesteps: torch.Tensor, prompt_embeds: torch.Tensor,
+                payload: ConditionPayload, dtype: torch.dtype) -> torch.Tensor:
+        """The transformer's prediction for the video's latent frames: one call with `transformer_inputs`, or
+        Animate-2's two passes (the reference image's leading slot stays in; `dropped_frames` keeps it out of the
+        loss)."""
+        if payload.driving is None:
+            return self.video_prediction(transformer(**self.transformer_inputs(noisy, timesteps, prompt_embeds,
+                                                                               payload, dtype), return_dict=False)[0],
+                                         payload)
+        if payload.condition is None:
+            raise ValueError("Animate-2 needs the reference image's condition channels (ConditionPayload.condition)")
+        drv, device = payload.driving, noisy.device
+
+        def cast(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.to(device, dtype)
+
+        return two_pass_forward(transformer, cast(noisy), cast(payload.condition), cast(drv.latents),
+                                cast(drv.condition), timesteps, cast(prompt_embeds), cast(drv.prompt_embeds),
+                                cast(payload.clip_embeds), cast(drv.clip_embeds))
 
     def video_prediction(self, output: torch.Tensor, payload: ConditionPayload) -> torch.Tensor:
         """The transformer's output without the appended reference slots' frames (SkyReels-V3 drops them)."""

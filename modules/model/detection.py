@@ -48,8 +48,10 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
 
     two_experts = has_component("transformer_2")
     expand_timesteps = bool(index.get("expand_timesteps", False))
-    in_channels = int(transformer["in_channels"])
-    out_channels = int(transformer.get("out_channels") or in_channels)
+    # Animate-2's transformer names its channels and CLIP branch as Wan's original code does (in_dim, out_dim,
+    # use_img_emb); every other Wan transformer as diffusers' (in_channels, out_channels, image_dim).
+    in_channels = int(transformer["in_channels"] if "in_channels" in transformer else transformer.get("in_dim", 0))
+    out_channels = int(transformer.get("out_channels") or transformer.get("out_dim") or in_channels)
     z_dim = int(vae.get("z_dim", 16))
     scale_spatial = int(vae.get("scale_factor_spatial", 8))
     scale_temporal = int(vae.get("scale_factor_temporal", 4))
@@ -63,7 +65,7 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         model_type=ModelType.WAN_2_2 if is_wan_2_2 else ModelType.WAN_2_1,
         in_channels=in_channels,
         out_channels=out_channels,
-        has_clip_branch=transformer.get("image_dim") is not None,
+        has_clip_branch=transformer.get("image_dim") is not None or bool(transformer.get("use_img_emb")),
         has_image_encoder=has_component("image_encoder") and has_component("image_processor"),
         two_experts=two_experts,
         boundary_ratio=float(index["boundary_ratio"]) if index.get("boundary_ratio") is not None else None,

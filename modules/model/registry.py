@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from diffusers import (SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel,
-                       WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline,
-                       WanVACETransformer3DModel)
+                       WanAnimate2ModularPipeline, WanAnimate2Transformer3DModel, WanImageToVideoPipeline, WanPipeline,
+                       WanTransformer3DModel, WanVACEPipeline, WanVACETransformer3DModel)
 
 from modules.model.WanVariant import WanVariant
 from modules.model.conditioning import VariantConditioning, conditioning_for
@@ -22,7 +22,7 @@ from modules.util.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class VariantFamily:
-    name: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace (WanVariant.name)
+    name: str  # t2v | i2v | flf2v | ti2v | a14b_t2v | a14b_i2v | vace | a14b_vace | animate_2 (WanVariant.name)
     transformer_class: type
     pipeline_class: type  # generation without an image
     image_pipeline_class: type | None  # generation from an image (I2V layouts need one; TI2V may take one)
@@ -62,14 +62,18 @@ FAMILIES: dict[tuple[str, str, bool], VariantFamily] = {
                                                                   SkyReelsV2Pipeline, None),
     ("SkyReelsV2Transformer3DModel", "i2v", False): VariantFamily(
         "skyreels_v2_i2v", SkyReelsV2Transformer3DModel, SkyReelsV2ImageToVideoPipeline, SkyReelsV2ImageToVideoPipeline),
+    # Wan2.2-Animate-2 (its Distilled weights have the same transformer config: only sampling differs): two passes
+    # through one DiT, the driving video's then the target's, whose self-attention also sees the same frame's
+    # driving keys (modules/model/animate2.py). The I2V channel layout (36 in), the CLIP branch as `use_img_emb`.
+    ("WanAnimate2Transformer3DModel", "i2v", False): VariantFamily("animate_2", WanAnimate2Transformer3DModel,
+                                                                   WanAnimate2ModularPipeline, None),
 }
 
 # Wan-derived transformers diffusers knows that we do not train: named, with why, so the error can say so.
 NOT_SUPPORTED = {
     "WanAnimateTransformer3DModel": ("Wan Animate", "it animates a character from pose and face videos through its "
-                                     "own motion encoder and face adapter, inputs no data kind here provides"),
-    "WanAnimate2Transformer3DModel": ("Wan Animate 2", "like Wan Animate it needs pose, face and reference inputs no "
-                                      "data kind here provides"),
+                                     "own motion encoder and face adapter, inputs no data kind here provides, and "
+                                     "WanTrainer ships no pose or face extractor; Wan2.2-Animate-2 folders load"),
     "ChronoEditTransformer3DModel": ("ChronoEdit", "an image editor over temporal reasoning frames, trained on image "
                                      "pairs, which is no video data kind here"),
 }

@@ -21,6 +21,15 @@ _BLOCK_NAMES = {
     "attn2.add_v_proj": "cross_attn.v_img",
     "ffn.net.0.proj": "ffn.0",
     "ffn.net.2": "ffn.2",
+    # Wan2.2-Animate-2: diffusers keeps the original module names but for the attention's Linears, and the official
+    # checkpoint wraps each block in an in-context module (`blocks.N.block.self_attn.q`): the inverse of diffusers'
+    # convert_wan_animate_2_transformer_to_diffusers. No Wan 2.1 / 2.2 name collides with these.
+    **{f"{attn}.{ours}": f"block.{attn}.{theirs}" for attn in ("self_attn", "cross_attn")
+       for ours, theirs in (("to_q", "q"), ("to_k", "k"), ("to_v", "v"), ("to_out.0", "o"))},
+    "cross_attn.add_k_proj": "block.cross_attn.k_img",
+    "cross_attn.add_v_proj": "block.cross_attn.v_img",
+    "ffn.0": "block.ffn.0",
+    "ffn.2": "block.ffn.2",
 }
 # diffusers module path -> Wan original name, outside the blocks
 _GLOBAL_NAMES = {

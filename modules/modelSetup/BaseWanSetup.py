@@ -337,9 +337,7 @@ class BaseWanSetup:
         transformer = self.forward_module(expert)
         prompt_embeds = self.prompt_embeds(inputs)  # outside autocast: UMT5 runs in its own dtype, as at inference
         with self._autocast(), activation_offload(self.config.activation_offload, device):
-            predicted = conditioning.video_prediction(transformer(
-                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, prompt_embeds, payload, dtype),
-                return_dict=False)[0], payload)
+            predicted = conditioning.predict(transformer, x_t, sigmas * TRAIN_TIMESTEPS, prompt_embeds, payload, dtype)
         target = flow_target(x0, noise)
         loss = self.loss(predicted, target, sigmas, conditioning.loss_weights(x0.shape[2], payload, predicted.device),
                          payload.sample_weights, payload.loss_mask)

@@ -119,7 +119,7 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     if not configs:
         return HostEstimate({"process": PROCESS_GIB}, ram_gib if ram_gib is not None else machine_ram_gib())
     tokens = vram.largest_tokens(configs[0], vram._config(folder, "vae") or {}, train)[0]
-    dim = configs[0]["num_attention_heads"] * configs[0]["attention_head_dim"]
+    dim = vram.transformer_width(configs[0])[0]
     layers = vram.transformer_counts(configs[0])["layers"]
     text_parameters = vram._text_encoder_parameters(vram._config(folder, "text_encoder"))
     clip_parameters = vram._clip_parameters(vram._config(folder, "image_encoder"))

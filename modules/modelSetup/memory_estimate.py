@@ -13,7 +13,9 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
   x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
   bucket, times the batch size; an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
-  VACE base's one per element) count as frames. Not counted: a VACE transformer's own blocks' activations on its
+  VACE base's one per element) count as frames; an Animate-2 base's driving stream and reference slot count too
+  (1 + 2 x the latent frames), plus each layer's cached driving keys and values (held until the backward). Not
+  counted: a VACE transformer's own blocks' activations on its
   control context (not measured).
 The peak is the larger phase. It is a model, not a measurement: it leaves out allocator fragmentation and
 CUDA's own context (about 0.5 GiB), which `headroom_gib` stands for.
@@ -109,12 +111,20 @@ def _transformer_counts(config_json: str) -> tuple:
     return tuple(_count_transformer(json.loads(config_json)).items())
 
 
-def _count_transformer(config: dict) -> dict[str, int]:
-    """Parameters of a WanTransformer3DModel built from its config on the meta device: all, the blocks' Linear
-    weights (what fp8 storage and block swap move), one block's."""
-    from diffusers import WanTransformer3DModel
+def is_animate2(config: dict) -> bool:
+    return config.get("_class_name") == "WanAnimate2Transformer3DModel"
 
-    model = _meta_model(WanTransformer3DModel, config)
+
+def transformer_width(config: dict) -> tuple[int, int]:
+    """(model width, FFN width) of a transformer config (Animate-2's names its width `dim`, as Wan's original code)."""
+    dim = config["dim"] if is_animate2(config) else config["num_attention_heads"] * config["attention_head_dim"]
+    return dim, config["ffn_dim"]
+
+
+def _count_transformer(config: dict) -> dict[str, int]:
+    """Parameters of the transformer (WanTransformer3DModel, or Animate-2's) built from its config on the meta
+    device: all, the blocks' Linear weights (what fp8 storage and block swap move), one block's."""
+    model = _meta_model(_transformer_class(config), config)
     linears = [m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith("blocks.")]
     linear = sum(m.weight.numel() for m in linears)
     block = sum(p.numel() for p in model.blocks[0].parameters())
@@ -140,13 +150,17 @@ def adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
 _ADAPTER_CACHE: dict[str, int] = {}
 
 
-def _adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
-    from diffusers import WanTransformer3DModel
+def _transformer_class(config: dict) -> type:
+    from diffusers import WanAnimate2Transformer3DModel, WanTransformer3DModel
 
+    return WanAnimate2Transformer3DModel if is_animate2(config) else WanTransformer3DModel
+
+
+def _adapter_parameters(transformer_config: dict, train: TrainConfig) -> int:
     from modules.adapter.registry import adapter_for
     from modules.modelSetup.lora_targets import select_lora_targets
 
-    model = _meta_model(WanTransformer3DModel, transformer_config)
+    model = _meta_model(_transformer_class(transformer_config), transformer_config)
     targets = select_lora_targets(model, train.lora_target_modules, train.lora_blocks, train.lora_layer_filter)
     spec = adapter_for(train.peft_type, train.lora_decompose)
     with torch.device("meta"):
@@ -165,7 +179,8 @@ def largest_tokens(transformer: dict, vae: dict, train: TrainConfig) -> tuple[in
     height, width = max(resolutions(train.resolution), key=lambda r: r[0] * r[1])
     latent_frames = (frames - 1) // 4 + 1
     per_frame = (height // spatial // ph) * (width // spatial // pw)
-    return (latent_frames + appended_latent_frames(transformer, train)) * per_frame, latent_frames, height, width
+    extra = latent_frames + 1 if is_animate2(transformer) else appended_latent_frames(transformer, train)
+    return (latent_frames + extra) * per_frame, latent_frames, height, width
 
 
 def appended_latent_frames(transformer: dict, train: TrainConfig) -> int:
@@ -262,15 +277,16 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     from modules.optimizer.registry import spec_of
 
     tokens, latent_frames, height, width = largest_tokens(transformers[0], vae, train)
-    dim = transformers[0]["num_attention_heads"] * transformers[0]["attention_head_dim"]
-    ffn = transformers[0]["ffn_dim"]
+    dim, ffn = transformer_width(transformers[0])
     layers = counts[0]["layers"]
     batch = train.batch_size
     activation_bytes = 2 if _bytes(train.train_dtype) == 2 else 4
     split = (train.ffn_chunks > 1, train.checkpoint_attention)
     per_dim, per_ffn = WORKING_SET_PER_TOKEN[split]
     scale = activation_bytes / 2  # the constants were measured under bf16 autocast
-    working_set = tokens * (per_dim * dim + per_ffn * ffn) * scale * batch
+    # Animate-2: both passes' block inputs are kept, one block of the longer (generated) stream works at a time
+    driving_tokens = tokens * latent_frames // (2 * latent_frames + 1) if is_animate2(transformers[0]) else 0
+    working_set = (tokens - driving_tokens) * (per_dim * dim + per_ffn * ffn) * scale * batch
     saved_inputs = tokens * dim * activation_bytes * layers * batch
     per_token_timesteps = (vae or {}).get("z_dim") == 48  # TI2V: the 16x VAE, a timestep per token
     if train.gradient_checkpointing:
@@ -283,6 +299,8 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
     else:  # not measured: every block's working set is kept until its backward
         activations = {"activations.all_blocks": working_set * layers}
+    if driving_tokens:  # not measured: every layer's driving K and V, kept for the generation pass's backward
+        activations["activations.driving_kv_cache"] = 2 * driving_tokens * dim * activation_bytes * layers * batch
 
     text_bytes = _bytes(train.text_encoder_dtype)
     text_weights = _text_encoder_parameters(text) * text_bytes

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
+from modules.trainer.preflight_animate2 import check_animate2
 from modules.trainer.preflight_base import check_against_base, check_input_files
 from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
@@ -74,6 +75,7 @@ def check_paths(config: TrainConfig) -> None:
         check_writable_file("output_model_destination", config.output_model_destination)
     else:  # a folder is swapped in beside it
         check_writable_folder("output_model_destination", config.output_model_destination)
+    check_animate2(config)  # its triplets and the copying trap, then why it cannot train yet
 
 
 def check_base_model(path: str) -> None:

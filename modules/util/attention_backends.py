@@ -62,6 +62,7 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
                             what: str = "training") -> AttentionBackend:
     """Set `backend` (AUTO resolved) on every transformer, whose attention modules first get our processor (q, k
     and v in one dtype at the kernel: modules/util/attention_processor.py); returns what was set."""
+    from modules.util.animate2_processor import install as install_animate2
     from modules.util.attention_processor import install
 
     chosen = resolve(backend, device_type, training)
@@ -73,6 +74,7 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
     try:
         for transformer in transformers:
             install(transformer)
+            install_animate2(transformer)
             transformer.set_attention_backend(BACKENDS[chosen].dispatcher_name)
     finally:
         logging.getLogger("diffusers.models.modeling_utils").setLevel(previous)

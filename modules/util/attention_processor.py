@@ -100,6 +100,8 @@ def install(transformer: torch.nn.Module) -> None:
         processor = getattr(module, "processor", None)
         if processor is None or isinstance(processor, WanAttentionProcessor) or not hasattr(module, "norm_q"):
             continue
+        if type(module).__name__ == "WanAnimate2Attention":  # its own processors: animate2_processor.install
+            continue
         ours = WanAttentionProcessor()
         ours._attention_backend = getattr(processor, "_attention_backend", None)
         ours._parallel_config = getattr(processor, "_parallel_config", None)

@@ -1,0 +1,102 @@
+"""Animate-2's triplet data and the copying trap, checked at start-up before any model loads; its LoRA names are
+the official checkpoint's, which diffusers' single-file converter reads back."""
+from __future__ import annotations
+
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+
+from modules.dataLoader.animate2_triplets import COPY_PSNR_DB, check_triplets, frame_psnr
+from modules.dataLoader.discovery import discover_concept
+from modules.synthetic.synthetic_data import render_clip
+from modules.trainer.preflight import check_paths
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+from modules.util.video_write import write_video
+from tests.conftest import train_config_dict
+
+
+def _triplet(folder, name="001", driving=("circle", "blue", "left to right"), size=64):
+    folder.mkdir(parents=True, exist_ok=True)
+    write_video(folder / f"{name}.mp4", render_clip("square", "red", "left to right", 17, 64, 64), 16.0)
+    (folder / f"{name}.txt").write_text("a red square moving right", encoding="utf-8")
+    write_video(folder / f"{name}_driving.mp4", render_clip(*driving, 17, size, size), 16.0)
+    cv2.imwrite(str(folder / f"{name}_reference.png"), np.full((64, 64, 3), (0, 0, 200), np.uint8))
+    return folder
+
+
+def test_a_triplet_is_found_its_streams_are_no_samples_and_a_clip_without_one_is_skipped(tmp_path, caplog):
+    folder = _triplet(tmp_path / "data")
+    shutil.copy(folder / "001.mp4", folder / "002.mp4")  # no driving video, no reference: skipped and counted
+    (folder / "001_driving.txt").write_text("a blue circle moving right", encoding="utf-8")
+    triplets = check_triplets(discover_concept(folder, False), "concept")
+    assert [(t.target.name, t.driving.name, t.reference.name, t.driving_caption) for t in triplets] == [
+        ("001.mp4", "001_driving.mp4", "001_reference.png", "a blue circle moving right")]
+    assert "1 with no driving video (002.mp4)" in caplog.text
+    assert frame_psnr(folder / "001.mp4", folder / "001_driving.mp4") < 20  # another performance: far under
+
+
+@pytest.mark.parametrize("copy", ["same file", "re-rendered larger"])
+def test_a_target_used_as_its_own_driving_video_is_refused_in_one_line(tmp_path, copy):
+    folder = _triplet(tmp_path / "data", driving=("square", "red", "left to right"), size=64 if copy == "same file" else 96)
+    if copy == "same file":
+        shutil.copy(folder / "001.mp4", folder / "001_driving.mp4")
+    with pytest.raises(UserError) as error:
+        check_triplets(discover_concept(folder, False), "concept")
+    message = str(error.value)
+    assert "001_driving.mp4' is its target clip '001.mp4' itself" in message and "\n" not in message
+    assert ("sha256" if copy == "same file" else "dB PSNR") in message
+    if copy != "same file":
+        assert frame_psnr(folder / "001.mp4", folder / "001_driving.mp4") >= COPY_PSNR_DB
+
+
+def test_start_up_checks_an_animate_2_base_data_then_says_in_one_line_it_cannot_train_yet(tiny_model, tmp_path):
+    data = tmp_path / "data"
+    (data).mkdir()
+    write_video(data / "001.mp4", render_clip("square", "red", "left to right", 17, 64, 64), 16.0)
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), data, tmp_path))
+    with pytest.raises(UserError, match="no clip has its Animate-2 inputs beside it"):
+        check_paths(config)
+    _triplet(data)
+    with pytest.raises(UserError) as error:
+        check_paths(config)
+    assert "is Wan2.2-Animate-2" in str(error.value) and "cannot train it yet" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_animate_2_lora_names_are_the_official_checkpoint_names_diffusers_converts_back():
+    from diffusers.loaders.single_file_utils import convert_wan_animate_2_transformer_to_diffusers
+
+    from modules.modelSaver.lora_names import diffusers_to_wan_name, wan_to_diffusers_name
+    from modules.synthetic.tiny_animate2 import tiny_animate2_transformer
+
+    import torch
+
+    transformer = tiny_animate2_transformer()
+    linears = [name for name, module in transformer.named_modules()
+               if isinstance(module, torch.nn.Linear) and name.startswith("blocks.")]
+    assert "blocks.1.self_attn.to_q" in linears and len(linears) == 2 * 12
+    for name in linears:
+        original = diffusers_to_wan_name(name)
+        assert original is not None and original.startswith(f"blocks.{name.split('.')[1]}.block."), name
+        converted = convert_wan_animate_2_transformer_to_diffusers({f"model.diffusion_model.{original}.weight": 0})
+        assert list(converted) == [f"{name}.weight"]
+        assert wan_to_diffusers_name(original) == name
+
+
+def test_the_memory_estimate_counts_both_streams_and_the_cached_driving_keys(tiny_model, tmp_path):
+    import json
+
+    from modules.modelSetup.memory_estimate import estimate, largest_tokens
+
+    data = _triplet(tmp_path / "data")
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), data, tmp_path, frames=9,
+                                                     resolution=[32, 32], gradient_checkpointing=True))
+    transformer = json.loads((tiny_model("animate_2") / "transformer" / "config.json").read_text())
+    per_frame, latent_frames = (32 // 8 // 2) ** 2, (9 - 1) // 4 + 1
+    assert largest_tokens(transformer, {}, config)[0] == (2 * latent_frames + 1) * per_frame  # driving + 1 + video
+    kv_cache = estimate(config).phases["training"]["activations.driving_kv_cache"] * 2 ** 30
+    layers, dim = transformer["num_layers"], transformer["dim"]
+    assert kv_cache == 2 * latent_frames * per_frame * dim * 2 * layers  # K and V, in bf16 (train_dtype AUTO on a GPU)
