@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
 from modules.util.config.limits import check_frame_count, check_lora_strength, check_resolution_side
 from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
 from modules.util.config.sample_config import SampleConfig, SampleOverrides
@@ -349,6 +350,7 @@ class TrainConfig(BaseConfig):
     min_sigma: float = option(0.0, "Lower end of the sigma range.")
     max_sigma: float = option(1.0, "Upper end of the sigma range.")
     train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).", structural=True)
+    guidance_preserving: GuidancePreservingConfig = option(GuidancePreservingConfig(), "The guidance-preserving target for CFG-distilled bases (docs/distilled_bases.md): off unless scale is set.")
 
     # --- LoRA --------------------------------------------------------------------------------
     peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.", structural=True)
