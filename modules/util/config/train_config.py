@@ -177,6 +177,7 @@ class BaseLoRAConfig(BaseConfig):
     path: str = option("", "A LoRA .safetensors file: ComfyUI (diffusion_model.*), musubi / sd-scripts (lora_unet_*), diffusers / PEFT (transformer.*) keys; LoRA, LoHa, LoKr or DoRA.")
     strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
+    training_only: bool = option(False, "Merged for training only (a de-distill training adapter): taken out again for samples, for the saved model's weights and from the saved LoRA's header, so scripts/sample.py and evaluate.py do not apply it either.")
 
     def validate(self, path: str) -> None:
         if not self.path:
