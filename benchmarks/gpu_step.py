@@ -223,7 +223,7 @@ def check_flop_table(transformer, config: dict) -> None:
 def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
-                 checkpoint_attention: bool = False):
+                 checkpoint_attention: bool = False, guidance_scale: float = 0.0):
     from modules.util.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
@@ -233,7 +233,7 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
         "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
-        "checkpoint_attention": checkpoint_attention,
+        "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
     })
 
 
@@ -270,8 +270,10 @@ def prepare(transformer, config: dict, train, device, dtype, transformer_2=None)
     return setup, params, create_optimizer(params, train)
 
 
-def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0):
-    """Synthetic StepInputs: latents (B, C, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens.
+def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0,
+                unconditional: bool = False):
+    """Synthetic StepInputs: latents (B, C, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens; with
+    `unconditional` the guidance-preserving pass's text too.
     TI2V trains text-to-video (no clean first frame), as a T2V dataset does."""
     import torch
 
@@ -291,7 +293,8 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
     if config["image_dim"] is not None:
         clip = torch.randn((batch, IMAGE_TOKENS, config["image_dim"]), generator=g)
     move = (lambda x: None if x is None else x.to(device))
-    return StepInputs(x0=move(x0), prompt_embeds=move(text),
+    negative = torch.randn((batch, TEXT_TOKENS, config["text_dim"]), generator=g) if unconditional else None
+    return StepInputs(x0=move(x0), prompt_embeds=move(text), unconditional_embeds=move(negative),
                       payload=ConditionPayload(condition=move(condition), clip_embeds=move(clip)))
 
 

@@ -163,3 +163,15 @@ def test_e2v_keeps_its_references_in_the_unconditional_pass(tiny_model, tmp_path
     for name in ("hidden_states", "encoder_hidden_states_image"):  # the reference frames' latents and CLIP tokens
         assert torch.equal(unconditional[name], conditional[name]), name
     assert not torch.equal(unconditional["encoder_hidden_states"], conditional["encoder_hidden_states"])
+
+
+def test_under_gradient_checkpointing_the_unconditional_pass_is_not_recomputed(tiny_model, video_dataset, tmp_path):
+    trainer = started(tiny_model, video_dataset, tmp_path, gradient_checkpointing=True,
+                      guidance_preserving={"scale": 3.0})
+    runs = []
+    block = trainer.model.transformer.blocks[0]
+    hook = block.register_forward_pre_hook(lambda m, a: runs.append(torch.is_grad_enabled()))  # recompute stops early
+    output, _ = step(trainer)
+    hook.remove()
+    # the unconditional pass (no grad), the conditional one and its recompute in the backward pass: nothing more
+    assert runs == [False, True, True]
