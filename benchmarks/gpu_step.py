@@ -270,10 +270,8 @@ def prepare(transformer, config: dict, train, device, dtype, transformer_2=None)
     return setup, params, create_optimizer(params, train)
 
 
-def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0,
-                unconditional: bool = False):
-    """Synthetic StepInputs: latents (B, C, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens; with
-    `unconditional` the guidance-preserving pass's text too.
+def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, seed: int = 0):
+    """Synthetic StepInputs: latents (B, C, T, h, w), text (B, 512, 4096); I2V: condition and CLIP tokens.
     TI2V trains text-to-video (no clean first frame), as a T2V dataset does."""
     import torch
 
@@ -293,8 +291,7 @@ def make_inputs(config: dict, shape: tuple[int, int, int], batch: int, device, s
     if config["image_dim"] is not None:
         clip = torch.randn((batch, IMAGE_TOKENS, config["image_dim"]), generator=g)
     move = (lambda x: None if x is None else x.to(device))
-    negative = torch.randn((batch, TEXT_TOKENS, config["text_dim"]), generator=g) if unconditional else None
-    return StepInputs(x0=move(x0), prompt_embeds=move(text), unconditional_embeds=move(negative),
+    return StepInputs(x0=move(x0), prompt_embeds=move(text),
                       payload=ConditionPayload(condition=move(condition), clip_embeds=move(clip)))
 
 

@@ -120,7 +120,9 @@ def measure(name: "str | MemoryConfig") -> dict:
             setup, params, optimizer = gpu_step.prepare(transformer, config, train, device, dtype, transformer_2)
             counter.watch([*setup.model.transformers(), *([vae] if vae is not None else [])], [optimizer])
             real_sigmas(setup)
-            inputs = gpu_step.make_inputs(config, shape, 1, device, unconditional=spec.guidance_scale > 0)
+            inputs = gpu_step.make_inputs(config, shape, 1, device)
+            if spec.guidance_scale:  # the unconditional prompt's text rows, as the loaders add them
+                inputs.unconditional_embeds = torch.zeros_like(inputs.prompt_embeds)
             after_setup = counter.current
             # the optimizer's state exists from the first step on (for both experts once each has trained), so a
             # later step holds the most: create it with one step on zero gradients (AdamW's state, same shapes) and
