@@ -223,7 +223,7 @@ def check_flop_table(transformer, config: dict) -> None:
 def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
-                 checkpoint_attention: bool = False):
+                 checkpoint_attention: bool = False, guidance_scale: float = 0.0):
     from modules.util.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
@@ -233,7 +233,7 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
         "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
-        "checkpoint_attention": checkpoint_attention,
+        "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
     })
 
 

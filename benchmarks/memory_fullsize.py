@@ -48,6 +48,7 @@ class MemoryConfig:
     checkpoint_attention: bool = False
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
+    guidance_scale: float = 0.0  # guidance_preserving.scale: the step's extra no-grad unconditional pass (0 = off)
     resident_vae: bool = True  # the run's VAE on the GPU beside the step (float32, vae_dtype's default), as training keeps it
     goal_gib: float | None = None
     # what tests/test_memory_fullsize.py holds it to: the goal, or where the goal is not met (yet) the figure
@@ -105,7 +106,8 @@ def measure(name: "str | MemoryConfig") -> dict:
                                   blocks_to_swap=spec.blocks_to_swap, fp8=spec.fp8,
                                   activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
-                                  ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention)
+                                  ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
+                                  guidance_scale=spec.guidance_scale)
     device, dtype = torch.device("cuda"), torch.bfloat16
     started = time.perf_counter()
     with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):
@@ -119,6 +121,8 @@ def measure(name: "str | MemoryConfig") -> dict:
             counter.watch([*setup.model.transformers(), *([vae] if vae is not None else [])], [optimizer])
             real_sigmas(setup)
             inputs = gpu_step.make_inputs(config, shape, 1, device)
+            if spec.guidance_scale:  # the unconditional prompt's text rows, as the loaders add them
+                inputs.unconditional_embeds = torch.zeros_like(inputs.prompt_embeds)
             after_setup = counter.current
             # the optimizer's state exists from the first step on (for both experts once each has trained), so a
             # later step holds the most: create it with one step on zero gradients (AdamW's state, same shapes) and

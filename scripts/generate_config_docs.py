@@ -24,7 +24,8 @@ def _table(cls) -> list[str]:
 def render() -> str:
     from modules.optimizer.registry import OPTIMIZERS
     from modules.util.config import e2v_dataset_config as e2v
-    from modules.util.config.train_config import ConceptConfig, E2VConfig, SampleConfig, TrainConfig
+    from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
+    from modules.util.config.train_config import BaseLoRAConfig, ConceptConfig, E2VConfig, SampleConfig, TrainConfig
 
     out = ["# Configuration keys", "",
            "Generated from the typed configs in `modules/util/config/` by `.venv/bin/python scripts/generate_config_docs.py`;",
@@ -32,7 +33,8 @@ def render() -> str:
            "with one line naming the key. Presets are partial configs layered under the config file;",
            "`--config-value a.b=c` overrides one key (`concepts.0.path=data`).", ""]
     for title, cls in (("Training config (top level)", TrainConfig), ("`concepts[]`", ConceptConfig),
-                       ("`samples[]`", SampleConfig), ("`e2v`", E2VConfig)):
+                       ("`samples[]`", SampleConfig), ("`e2v`", E2VConfig), ("`base_loras[]`", BaseLoRAConfig),
+                       ("`guidance_preserving`", GuidancePreservingConfig)):
         out += [f"## {title}", "", *_table(cls), ""]
     for name, spec in OPTIMIZERS.items():  # the registry decides which blocks exist
         out += [f"## `optimizer_options.{name}`", "", spec.doc, "", *_table(spec.options), ""]

@@ -47,13 +47,15 @@ def train(config: dict):
 
 
 def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] | None = None,
-           frames: int = FRAMES) -> np.ndarray:
-    """uint8 (F, H, W, 3) from the project's own sampler (no CFG: the runs never train an empty prompt)."""
+           frames: int = FRAMES, cfg: float = 1.0) -> np.ndarray:
+    """uint8 (F, H, W, 3) from the project's own sampler (CFG 1 unless `cfg`: against the empty prompt, which the
+    T2V run's caption dropout trains)."""
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.util.config.train_config import SampleConfig
 
-    config = SampleConfig(prompt=prompt, frames=frames, height=SIZE, width=SIZE, steps=12, cfg_scale=1.0, seed=seed,
-                          sampler=SAMPLER, image=image, elements=list(elements or []))
+    # negative "": the runs' unconditional prompt is the empty caption (caption dropout), not Wan's negative prompt
+    config = SampleConfig(prompt=prompt, negative_prompt="", frames=frames, height=SIZE, width=SIZE, steps=12,
+                          cfg_scale=cfg, seed=seed, sampler=SAMPLER, image=image, elements=list(elements or []))
     return WanModelSampler(model).generate(config, show_progress=False)
 
 
@@ -288,3 +290,94 @@ def e2v_element_rate(model, element: Path, colour: str) -> float:
 def e2v_rate(generate, colour: str) -> float:
     """Fraction of SEEDS whose video (`generate(seed)`, the reference frames already dropped) shows `colour` only."""
     return float(np.mean([e2v_shows(generate(seed), colour) for seed in SEEDS]))
+
+
+# --- guidance-preserving fine-tune: a new motif on a T2V toy trained with caption dropout --------------------------
+
+GUIDANCE_SCALE = 3.0
+#: The toy base: the T2V motifs, a short run of the recipe with caption dropout (what CFG needs: an unconditional
+#: prediction). Short on purpose (CI time); it only has to know text from no text.
+GUIDANCE_BASE = {"max_steps": 300, "caption_dropout_probability": 0.2}
+#: The fine-tune on the new motif: short, so a plain run shows it at CFG s more strongly than at CFG 1.
+MOTIF_FINETUNE = {"max_steps": 60, "learning_rate": 1e-3, "learning_rate_scheduler": "CONSTANT",
+                  "learning_rate_warmup_steps": 0}
+
+
+def guidance_base(tiny_variant_dir: Path, work: Path) -> Path:
+    """The saved DIFFUSERS folder of the toy base (GUIDANCE_BASE)."""
+    return t2v_run(tiny_variant_dir, work, **GUIDANCE_BASE).output
+
+
+def motif_finetune(base: Path, work: Path, scale: float = 0.0):
+    """`base` fine-tuned on GREEN_TRIANGLE_LEFT alone (a colour, shape and direction it never saw): plainly (`scale`
+    0) or with the guidance-preserving target at `scale` (the empty unconditional prompt, as the base's caption
+    dropout trained it); returns the trained model."""
+    from modules.synthetic.shape_clips import GREEN_TRIANGLE_LEFT
+
+    data = write_motif_dataset(work / "data", [GREEN_TRIANGLE_LEFT], clips_per_motif=4, frames=FRAMES, height=SIZE,
+                               width=SIZE, seed=3)
+    values = {**MOTIF_FINETUNE, "guidance_preserving": {"scale": scale}}
+    return train(learning_config(base, data, work, **values)).model
+
+
+def motif_samples(model, cfg: float) -> list[np.ndarray]:
+    """GREEN_TRIANGLE_LEFT sampled at classifier-free guidance `cfg`, one clip per seed of SEEDS."""
+    from modules.synthetic.shape_clips import GREEN_TRIANGLE_LEFT
+
+    return [sample(model, GREEN_TRIANGLE_LEFT.prompt, seed, cfg=cfg) for seed in SEEDS]
+
+
+def shows_motif(frames: np.ndarray) -> bool:
+    """Green (>= 2 % of pixels, twice any other colour), moving left (> 0.3 px/frame, more than across) and not read
+    as a square (the corner ratio tells squares from round blobs; a triangle reads about 1.06, a circle 1)."""
+    from modules.synthetic.shape_clips import GREEN_TRIANGLE_LEFT, measure
+
+    verdict = measure(frames, GREEN_TRIANGLE_LEFT)
+    return verdict.colour_ok and verdict.moves_ok and not verdict.shape_is("square")
+
+
+def motif_profile(frames: np.ndarray) -> np.ndarray:
+    """The motif's measurements of one clip as a vector: green coverage, other colours' coverage (in % of pixels),
+    centroid slope along and across the motion (px/frame), blob corner ratio (x10): units of similar spread."""
+    from modules.synthetic.shape_clips import GREEN_TRIANGLE_LEFT, measure
+
+    v = measure(frames, GREEN_TRIANGLE_LEFT)
+    return np.nan_to_num(np.array([100 * v.coverage, 100 * v.other_coverage, v.slope_along, v.slope_across,
+                                   10 * v.corners]), nan=0.0)
+
+
+def profile_distance(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    """Mean over seeds of the Euclidean distance between the two clips' motif_profile."""
+    return float(np.mean([np.linalg.norm(motif_profile(x) - motif_profile(y)) for x, y in zip(a, b)]))
+
+
+@dataclass
+class GuidanceScores:
+    """Clips of the new motif after each fine-tune, and how close CFG 1 after the guidance-preserving one comes to
+    CFG s after the plain one."""
+
+    plain_at_1: list[np.ndarray]
+    plain_at_s: list[np.ndarray]
+    guided_at_1: list[np.ndarray]
+
+    @property
+    def plain_gap(self) -> float:
+        """profile_distance(plain at CFG 1, plain at CFG s): what guidance adds after a plain fine-tune."""
+        return profile_distance(self.plain_at_1, self.plain_at_s)
+
+    @property
+    def guided_gap(self) -> float:
+        """profile_distance(guided at CFG 1, plain at CFG s)."""
+        return profile_distance(self.guided_at_1, self.plain_at_s)
+
+    def rate(self, clips: list[np.ndarray]) -> float:
+        return float(np.mean([shows_motif(frames) for frames in clips]))
+
+
+def guidance_scores(base: Path, work: Path) -> GuidanceScores:
+    """Both fine-tunes of `base` on the new motif and their samples (GUIDANCE_SCALE)."""
+    plain = motif_finetune(base, work / "plain")
+    plain_at_1, plain_at_s = motif_samples(plain, 1.0), motif_samples(plain, GUIDANCE_SCALE)
+    del plain
+    guided = motif_finetune(base, work / "guided", GUIDANCE_SCALE)
+    return GuidanceScores(plain_at_1, plain_at_s, motif_samples(guided, 1.0))

@@ -2,13 +2,15 @@
 """The learning tests' thresholds fail on deliberately broken trainers: runs the runs of tests/test_learning.py
 with one fault patched into the training step (the sampler untouched) and prints each test's metric.
 
-    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap] [--work DIR]
+    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap|no-unconditional] [--work DIR]
 
 - flip: the flow-matching target's sign flipped (x0 − ε instead of ε − x0) — T2V match rate per prompt;
 - drop: the reference (first-frame latents and CLIP image tokens) zeroed while training — I2V follow rate;
 - drop-e2v: the same for E2V's element references (VAE condition and CLIP tokens), on the I2V base — the
   element-decides rate;
-- swap: each A14B expert trained on the other's noise range — both-experts score against each alone.
+- swap: each A14B expert trained on the other's noise range — both-experts score against each alone;
+- no-unconditional: the guidance-preserving fine-tune without its unconditional pass (the target left as it is) —
+  tests/test_learning_guidance.py's gap ratio.
 """
 from __future__ import annotations
 
@@ -60,6 +62,15 @@ def swapped_experts():
     return patched(VariantConditioning, "sigma_range",
                    lambda self, expert, experts=2: original(self, 1 - expert, experts) if experts == 2 else
                    original(self, expert, experts))
+
+
+def no_unconditional_pass():
+    import modules.modelSetup.BaseWanSetup as setup
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(patched(setup.BaseWanSetup, "unconditional_prediction", lambda self, inputs, x_t, *a: x_t))
+    stack.enter_context(patched(setup, "guided_target", lambda target, unconditional, scales: target))
+    return stack
 
 
 def report(what: str, rate: float) -> None:
@@ -115,7 +126,22 @@ def run_swap(work: Path) -> None:
           flush=True)
 
 
-RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap}
+def run_no_unconditional(work: Path) -> None:
+    from modules.synthetic.tiny_model import write_tiny_model
+    from tests.learning_runs import guidance_base, guidance_scores
+    from tests.test_learning_guidance import GAP_RATIO
+
+    base = guidance_base(write_tiny_model("t2v", work / "guidance-tiny", trained_vae=True), work / "guidance-base")
+    with no_unconditional_pass():
+        scores = guidance_scores(base, work / "guidance-broken")
+    ratio = scores.guided_gap / scores.plain_gap
+    print(f"no-unconditional: guided CFG 1 vs plain CFG s {scores.guided_gap:.3f}, plain CFG 1 vs CFG s "
+          f"{scores.plain_gap:.3f}, ratio {ratio:.3f} (test: < {GAP_RATIO}: {'PASSES' if ratio < GAP_RATIO else 'fails'})",
+          flush=True)
+
+
+RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap,
+        "no-unconditional": run_no_unconditional}
 
 
 def main() -> int:

@@ -19,6 +19,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from modules.dataLoader.batching import (
+    add_unconditional,
+    unconditional_embeds,
+    unconditional_on,
     ConceptSlots,
     FieldMemo,
     LostItems,
@@ -271,6 +274,7 @@ class WanBaseDataLoader:
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
+        self.unconditional: torch.Tensor | None = None  # guidance_preserving's prompt, encoded in prepare()
         self.memo = FieldMemo(config.ram_cache_mb if config.latent_caching or validation else 0)
 
     @property
@@ -392,6 +396,7 @@ class WanBaseDataLoader:
             self.dist.barrier()
         with self.placement.caching():
             usable = self._encode_all(raw)
+            self.unconditional = unconditional_embeds(self.model, self.config, self.placement)
         self._place(usable)
         if not self.items:
             purpose = "training" if self.concept_type == ConceptType.STANDARD else "validation"
@@ -516,7 +521,7 @@ class WanBaseDataLoader:
         weights = [self.items[i].loss_weight for i in indices]
         if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
             batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)
-        return batch
+        return add_unconditional(batch, self.unconditional, len(indices))
 
     def _load(self, index: int, epoch: int) -> dict[str, Any]:
         """The item's fields; a file replaced by one of another shape since `prepare()` is a `DataError`."""
@@ -545,7 +550,7 @@ class WanBaseDataLoader:
                                    control=control.to(device) if control is not None else None,
                                    control_scale=self.config.vace_context_scale)
         return StepInputs(x0=x0, prompt_embeds=batch["prompt_embeds"].to(device), payload=payload,
-                          captions=batch.get("captions"))
+                          captions=batch.get("captions"), unconditional_embeds=unconditional_on(batch, device))
 
     def encoded_captions(self) -> list[str]:
         """The text each item's caption is encoded from (after prepare())."""

@@ -19,6 +19,9 @@ from typing import Any, Callable
 import torch
 
 from modules.dataLoader.batching import (
+    add_unconditional,
+    unconditional_embeds,
+    unconditional_on,
     FieldMemo,
     LostItems,
     caption_dropped,
@@ -149,6 +152,7 @@ class WanE2VDataLoader:
         self.planner = ItemPlanner(self.fps, self.background, self.cache, config.seed, self.max_pixels)  # probes windowed videos
         self.pipelines = [self._pipeline(d, text) for d, text in zip(self.datasets, self.caption_encoders)]
         self.visualization = self.datasets[0].visualization if self.datasets else None
+        self.unconditional: torch.Tensor | None = None  # guidance_preserving's prompt, encoded in prepare()
         self.memo = FieldMemo(config.ram_cache_mb)  # every E2V stage is cached, so fields are per (item, variation)
         self.items: list[E2VItem] = []
         self.lost = LostItems([], [], config.seed, self.skips)
@@ -244,6 +248,7 @@ class WanE2VDataLoader:
                 raw += self._sources(index, len(raw), dataset, sample)
         with self.placement.caching():
             self.items = self._encode_all(raw)
+            self.unconditional = unconditional_embeds(self.model, self.config, self.placement)
         if not self.items:
             raise UserError(f"no usable E2V sample ({self.skips.summary()}): check the dataset folder and element suffixes")
         self.lost = LostItems([i.bucket for i in self.items], [i.position for i in self.items], self.config.seed,
@@ -384,7 +389,7 @@ class WanE2VDataLoader:
             batch["clip_embeds"] = torch.stack([
                 torch.cat([f[f"clip_{name}"] for name in self._clip_names(item)])
                 for f, item in zip(fields, (self.items[i] for i in indices))])
-        return batch
+        return add_unconditional(batch, self.unconditional, len(indices))
 
     @property
     def caption_dropout(self) -> float:
@@ -406,7 +411,9 @@ class WanE2VDataLoader:
 
     # --- step inputs (docs/e2v.md §6) ------------------------------------------------------------------------
     def assemble(self, batch: dict[str, Any], random: StepRandom) -> StepInputs:
-        return self._step_inputs(batch, lambda shape: random.randn(shape), self.config.e2v.vae_posterior)
+        inputs = self._step_inputs(batch, lambda shape: random.randn(shape), self.config.e2v.vae_posterior)
+        inputs.unconditional_embeds = unconditional_on(batch, self.model.train_device)
+        return inputs
 
     def _step_inputs(self, batch: dict[str, Any], noise, vae_posterior: str) -> StepInputs:
         """`noise(shape)` -> (B, *shape) draws for the posterior samples (zeros give the posterior mode)."""

@@ -103,6 +103,29 @@ def encode_caption(model, caption: str) -> torch.Tensor:
     return embeds[:length].clone()
 
 
+def unconditional_embeds(model, config, placement) -> torch.Tensor | None:
+    """guidance_preserving's unconditional prompt as caption rows are (real tokens, (seq, D)), encoded once in
+    `prepare()` while the text encoder is placed for caching (it is parked afterwards); None when it is off."""
+    guidance = config.guidance_preserving
+    if not guidance.enabled:
+        return None
+    placement.use("text")
+    return encode_caption(model, guidance.unconditional_text())
+
+
+def add_unconditional(batch: dict, embeds: torch.Tensor | None, size: int) -> dict:
+    """`batch` with `unconditional_embeds` (size, 512, D) when guidance_preserving is on."""
+    if embeds is not None:
+        batch["unconditional_embeds"] = prompt_batch([embeds] * size, [False] * size, lambda: embeds)
+    return batch
+
+
+def unconditional_on(batch: dict, device: torch.device) -> torch.Tensor | None:
+    """The batch's `unconditional_embeds` on `device` (None when guidance_preserving is off)."""
+    embeds = batch.get("unconditional_embeds")
+    return embeds.to(device) if embeds is not None else None
+
+
 class FieldMemo:
     """Keeps the cached fields of items in RAM (up to `limit_mb`), so an epoch after the first reads no
     file: on small steps the disk reads and deserialisation were a measurable share of the step."""

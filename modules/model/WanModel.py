@@ -45,6 +45,9 @@ class WanModel:
     # LoRAs merged into the frozen base when it loaded (modules/modelLoader/base_loras.py), as the saved LoRA's
     # header records them: {"name", "path", "sha256", "strength", "expert"} with "experts" (the indexes it went into).
     base_loras: list[dict] = dataclasses.field(default_factory=list)
+    # The `training_only` ones as read, (expert, file, strength) in merge order: taken out again for samples and
+    # saved weights (modules/modelLoader/training_only_loras.py). The file type is the loader's (no import here).
+    training_only_loras: list[tuple] = dataclasses.field(default_factory=list)
 
     def component_source(self, name: str) -> Path:
         return self.component_sources.get(name, self.model_dir / name)

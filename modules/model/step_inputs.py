@@ -42,3 +42,5 @@ class StepInputs:
     payload: ConditionPayload = dataclasses.field(default_factory=ConditionPayload)  # what the family reads
     # The text each row of prompt_embeds was encoded from ("" where the caption was dropped); None when unknown.
     captions: list[str] | None = None
+    # guidance_preserving: the unconditional prompt's embeddings, (B, 512, D); None when it is off
+    unconditional_embeds: torch.Tensor | None = None

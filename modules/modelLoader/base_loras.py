@@ -248,11 +248,17 @@ def merge_base_loras(model: WanModel, entries: Iterable[BaseLoRAConfig]) -> list
     for entry in entries:
         read = read_base_lora(entry.path)
         experts = experts_of(entry, model.variant)
+        if entry.training_only and read.weights.full_weights:
+            raise UserError(f"base_loras: '{entry.path}' replaces whole weights, which cannot be taken out again for "
+                            "samples and saves: it cannot be training_only")
         for expert in experts:
             stacks[expert].append((read, entry.strength))
+            if entry.training_only:
+                model.training_only_loras.append((expert, read, entry.strength))
         model.base_loras.append({"name": Path(entry.path).name, "path": str(entry.path),
                                  "sha256": file_sha256(entry.path), "strength": entry.strength,
-                                 "expert": entry.expert.name, "experts": list(experts)})
+                                 "expert": entry.expert.name, "experts": list(experts),
+                                 "training_only": entry.training_only})
     for expert, stack in stacks.items():
         try:
             merge_stack(transformers[expert], stack)

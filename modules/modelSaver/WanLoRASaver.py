@@ -89,9 +89,10 @@ def lora_metadata(variant: str | LoRAFileInfo, base_model: str = "", config_hash
 
 
 def stack_header(records: Iterable[Mapping[str, Any]], expert: int) -> dict[str, str]:
-    """The trained LoRA's header entry for the base LoRAs merged into `expert` ({} when none)."""
+    """The trained LoRA's header entry for the base LoRAs merged into `expert` ({} when none): not the
+    `training_only` ones, which the LoRA is used without."""
     stack = [{key: record[key] for key in ("name", "path", "sha256", "strength")}
-             for record in records if expert in record["experts"]]
+             for record in records if expert in record["experts"] and not record.get("training_only")]
     return {BASE_LORAS_KEY: json.dumps(stack, separators=(",", ":"))} if stack else {}
 
 

@@ -16,6 +16,7 @@ from modules.model.WanModel import WanModel
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
 from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths, extract_from_peft
+from modules.modelLoader.training_only_loras import without_training_only
 from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, LoRAFileInfo, lora_metadata, save_lora, stack_header
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
@@ -61,7 +62,8 @@ class WanModelSaver:
             lora_weights = self.lora_weights()
             written = self.save_lora(destination, self.config.output_model_format, trained, lora_weights)
         else:
-            written = [self.save_diffusers(destination, transformer_weights)]
+            with without_training_only(self.model):  # saved weights are used without a training adapter
+                written = [self.save_diffusers(destination, transformer_weights)]
         if self.setup.embedding_training is not None:  # LoRA + embedding: both files
             written.append(self.save_embedding(embedding_path_beside(destination), trained))
         return written + (self.export_i2v(destination, written[:1], lora_weights) if exports else [])

@@ -17,6 +17,7 @@ from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY, EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
+from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guided_target, scales_at
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.chunking import split_blocks
 from modules.modelSetup.compile import CompileLog, compile_blocks
@@ -26,6 +27,7 @@ from modules.util.config.train_config import TrainConfig
 from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext
 from modules.util.enum import DataParallel, WanExpert
+from modules.util.errors import UserError
 
 EXPERT_NAMES = ("transformer", "transformer_2")
 
@@ -62,6 +64,23 @@ class BaseWanSetup:
             sigmoid_scale=config.sigmoid_scale, mode_scale=config.mode_scale, shift=config.timestep_shift,
             min_sigma=config.min_sigma, max_sigma=config.max_sigma,
         )
+        self.distilled = self._distilled_sigmas_per_expert()
+
+    def _distilled_sigmas_per_expert(self) -> dict[int, list[float]]:
+        """guidance_preserving.distilled_timesteps: the σ each trained expert draws from ({} when unset)."""
+        sigmas = distilled_sigmas(self.config.guidance_preserving)
+        if not sigmas:
+            return {}
+        conditioning, count = self.model.conditioning, len(self.model.transformers())
+        per_expert = {expert: [s for s in sigmas if conditioning.expert_for_sigma(s, count) == expert]
+                      for expert, _ in self.trained_transformers()}
+        for expert, own in per_expert.items():
+            if not own:
+                low, high = conditioning.sigma_range(expert, count)
+                raise UserError(f"config key 'guidance_preserving.distilled_timesteps' has no timestep in the range of "
+                                f"{EXPERT_NAMES[expert]} ({1000 * low:g} to {1000 * high:g}), which trains: add one, "
+                                "or set train_expert to the other expert")
+        return per_expert
 
     # --- which transformers train ----------------------------------------------------------------
     def trained_transformers(self) -> list[tuple[int, WanTransformer3DModel]]:
@@ -297,8 +316,10 @@ class BaseWanSetup:
         elif self.config.expert_step_share:  # the user's share of steps, not the σ distribution's
             expert = 0 if float(torch.rand(1, generator=random.step)) < self.config.expert_step_share else 1
         else:
-            first = sampler.sample(1, random.step)
+            first = draw(sum(self.distilled.values(), []), random.step) if self.distilled else sampler.sample(1, random.step)
             expert = conditioning.expert_for_sigma(float(first), count)
+        if self.distilled:  # a distilled sampler's steps only, uniformly
+            return torch.tensor([draw(self.distilled[expert], g) for g in random.samples], dtype=torch.float32), expert
         low, high = conditioning.sigma_range(expert, count)
         sigmas = torch.cat([sampler.sample(1, g, low, high) for g in random.samples])
         return sigmas, expert
@@ -334,15 +355,35 @@ class BaseWanSetup:
         x0 = inputs.x0
         sigmas, noise = sigmas.to(device), noise.to(device)
         x_t = conditioning.keep_clean(add_noise(x0, noise, sigmas), x0, payload.clean_frames)
+        guidance = self.config.guidance_preserving
+        # before the conditional forward, so its backward follows it as without (block swap, checkpointing)
+        unconditional = self.unconditional_prediction(inputs, x_t, sigmas, expert) if guidance.enabled else None
         transformer = self.forward_module(expert)
         prompt_embeds = self.prompt_embeds(inputs)  # outside autocast: UMT5 runs in its own dtype, as at inference
         with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = conditioning.predict(transformer, x_t, sigmas * TRAIN_TIMESTEPS, prompt_embeds, payload, dtype)
         target = flow_target(x0, noise)
+        if unconditional is not None:
+            target = guided_target(target, unconditional, scales_at(guidance, sigmas))
         loss = self.loss(predicted, target, sigmas, conditioning.loss_weights(x0.shape[2], payload, predicted.device),
                          payload.sample_weights, payload.loss_mask)
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
+
+    def unconditional_prediction(self, inputs: StepInputs, x_t: torch.Tensor, sigmas: torch.Tensor,
+                                 expert: int) -> torch.Tensor:
+        """The guidance-preserving target's u: the current model on the same noisy latent with the unconditional
+        prompt and the same image / reference condition (as CFG at inference keeps it), on the expert that owns σ.
+        Without gradient, so checkpointing neither saves nor recomputes it; on the bare module (DDP syncs only the
+        conditional pass's gradients)."""
+        if inputs.unconditional_embeds is None:
+            raise RuntimeError("guidance_preserving is on but the batch has no unconditional_embeds")
+        conditioning, payload = self.model.conditioning, inputs.payload
+        transformer = self.model.transformer if expert == 0 else self.model.transformer_2
+        with torch.no_grad(), self._autocast():
+            return conditioning.video_prediction(transformer(
+                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, inputs.unconditional_embeds, payload,
+                                                  self.model.train_dtype), return_dict=False)[0], payload)
 
     def loss(self, predicted: torch.Tensor, target: torch.Tensor, sigmas: torch.Tensor, frame_weights: torch.Tensor,
              sample_weights: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -23,7 +23,7 @@ DIRECTIONS: dict[str, tuple[int, int]] = {"right": (1, 0), "left": (-1, 0), "dow
 
 @dataclass(frozen=True)
 class ShapeMotion:
-    shape: str  # "circle" | "square"
+    shape: str  # "circle" | "square" | "triangle" (pointing up; only the guidance-preserving learning test's motif)
     rgb: tuple[int, int, int]
     start: tuple[float, float]  # centre (x, y) in pixels at frame 0
     velocity: tuple[float, float]  # pixels per frame
@@ -44,6 +44,9 @@ def render(motion: ShapeMotion, frames: int, height: int, width: int) -> np.ndar
         if motion.shape == "circle":
             cv2.circle(frame, (round(cx * scale), round(cy * scale)), round(r * scale), motion.rgb, -1,
                        cv2.LINE_AA, shift)
+        elif motion.shape == "triangle":
+            corners = np.array([[cx, cy - r], [cx + r, cy + r], [cx - r, cy + r]])
+            cv2.fillPoly(frame, [np.round(corners * scale).astype(np.int32)], motion.rgb, cv2.LINE_AA, shift)
         else:
             corners = np.array([[cx - r, cy - r], [cx + r, cy - r], [cx + r, cy + r], [cx - r, cy + r]])
             cv2.fillPoly(frame, [np.round(corners * scale).astype(np.int32)], motion.rgb, cv2.LINE_AA, shift)
@@ -175,6 +178,8 @@ class Motif:
 
 RED_CIRCLE_RIGHT = Motif("circle", "red", "right")
 BLUE_SQUARE_DOWN = Motif("square", "blue", "down")
+#: A motif no T2V run trained (colour, shape and direction all new): what the guidance-preserving test fine-tunes on.
+GREEN_TRIANGLE_LEFT = Motif("triangle", "green", "left")
 
 
 def write_motif_dataset(folder, motifs: list[Motif], clips_per_motif: int, frames: int, height: int, width: int,

@@ -15,6 +15,7 @@ from modules.adapter.registry import ADAPTERS, PeftType
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
 from modules.util.attention_backends import device_type_of, unavailable
 from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
 from modules.util.config.limits import check_frame_count, check_lora_strength, check_resolution_side
 from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
 from modules.util.config.sample_config import SampleConfig, SampleOverrides
@@ -176,6 +177,7 @@ class BaseLoRAConfig(BaseConfig):
     path: str = option("", "A LoRA .safetensors file: ComfyUI (diffusion_model.*), musubi / sd-scripts (lora_unet_*), diffusers / PEFT (transformer.*) keys; LoRA, LoHa, LoKr or DoRA.")
     strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
+    training_only: bool = option(False, "Merged for training only (a de-distill training adapter): taken out again for samples, for the saved model's weights and from the saved LoRA's header, so scripts/sample.py and evaluate.py do not apply it either.")
 
     def validate(self, path: str) -> None:
         if not self.path:
@@ -349,6 +351,7 @@ class TrainConfig(BaseConfig):
     min_sigma: float = option(0.0, "Lower end of the sigma range.")
     max_sigma: float = option(1.0, "Upper end of the sigma range.")
     train_expert: WanExpert = option(WanExpert.BOTH, "Two-expert models: BOTH, HIGH (transformer) or LOW (transformer_2).", structural=True)
+    guidance_preserving: GuidancePreservingConfig = option(GuidancePreservingConfig(), "The guidance-preserving target for CFG-distilled bases (docs/distilled_bases.md): off unless scale is set.")
 
     # --- LoRA --------------------------------------------------------------------------------
     peft_type: PeftType = option(PeftType.LORA, "Adapter type: LORA, LOHA (Hadamard product) or LOKR (Kronecker product); lora_rank/lora_alpha apply to all.", structural=True)
