@@ -104,16 +104,26 @@ def default_backend(device: torch.device) -> str:
     return "int_mm" if device.type == "cuda" else "emulate"
 
 
+EPILOGUE_BYTES = 256 * 2**20  # the int32/float32 transients of one slice of rows (a video has ~30k tokens)
+
+
 def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, group: int,
                 backend: str | None = None) -> torch.Tensor:
-    """The W8A8 forward: rotate x per group, quantise per token, int8 GEMM, dequantise, add the bias; x's dtype."""
-    shape = x.shape
+    """The W8A8 forward: rotate x per group, quantise per token, int8 GEMM, dequantise, add the bias; x's dtype.
+    Rows go through the GEMM and its epilogue in slices, so its int32 and float32 transients stay near
+    EPILOGUE_BYTES (whole, 30k tokens x a 13824-wide FFN would be 1.7 GB each)."""
+    shape, n = x.shape, qweight.shape[0]
+    backend = backend or default_backend(x.device)
     xq, xscale = quantize_rows(rotate(x, group).reshape(-1, shape[-1]))
-    accumulated = int_matmul(xq, qweight, backend or default_backend(x.device))
-    out = (accumulated.float() * (xscale * scale.float().reshape(1, -1))).to(x.dtype)
+    row_scale = scale.float().reshape(1, -1)
+    out = torch.empty(xq.shape[0], n, dtype=x.dtype, device=x.device)
+    step = max(1, EPILOGUE_BYTES // (4 * n))
+    for start in range(0, xq.shape[0], step):
+        rows = slice(start, start + step)
+        out[rows] = (int_matmul(xq[rows], qweight, backend).float() * (xscale[rows] * row_scale)).to(x.dtype)
     if bias is not None:
         out = out + bias.to(out.dtype)
-    return out.reshape(*shape[:-1], qweight.shape[0])
+    return out.reshape(*shape[:-1], n)
 
 
 class Int8ConvRotLinearFunction(torch.autograd.Function):

@@ -1,0 +1,116 @@
+"""Training on an int8 ConvRot base (base_weight_format INT8_CONVROT): every adapter kind trains on the int8 block
+Linears, the loss is the full-precision one within int8 rounding, block swap moves the int8 tensors, a backup
+resumes bit-identically and a resume with another base format is refused in one line."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modules.model.step_inputs import StepRandom
+from modules.modelSetup.int8_storage import Int8ConvRotLinear, int8_layers
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.config.base_config import ConfigError
+from modules.util.config.train_config import TrainConfig
+from modules.util.errors import UserError
+from tests.conftest import stop_and_resume, train_config_dict
+from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+
+INT8 = {"base_weight_format": "INT8_CONVROT"}
+ADAPTERS = {"lora": {}, "loha": {"peft_type": "LOHA"}, "lokr": {"peft_type": "LOKR"}, "dora": {"lora_decompose": True}}
+
+
+def first_step(model_dir, data, work, **overrides):
+    """Loss and adapter gradients of one step, and the trainer."""
+    trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(model_dir, data, work, **overrides)))
+    trainer.start()
+    random = StepRandom.for_micro_step(0, 0, 2)
+    output = trainer.setup.predict(trainer.data.assemble(trainer.data.load_batch([0, 1], 0), random), random)
+    output.loss.backward()
+    grads = {n: p.grad for n, p in trainer.model.transformer.named_parameters() if p.grad is not None}
+    return float(output.loss.detach()), grads, trainer
+
+
+@pytest.fixture(scope="module")
+def full_precision(tiny_model, video_dataset, tmp_path_factory):
+    return first_step(tiny_model("t2v"), video_dataset, tmp_path_factory.mktemp("fp32"))
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_every_adapter_kind_trains_on_the_int8_block_linears(adapter, tiny_model, video_dataset, tmp_path,
+                                                            full_precision):
+    loss, grads, trainer = first_step(tiny_model("t2v"), video_dataset, tmp_path, **INT8, **ADAPTERS[adapter])
+    transformer = trainer.model.transformer
+    layers = int8_layers(transformer)
+    # the 20 Linears of the 2 blocks and proj_out; embedders, modulation and norms stay as loaded
+    assert len(layers) == 21 and all(layer.qweight.dtype == torch.int8 for layer in layers.values())
+    assert all(not p.requires_grad for layer in layers.values() for p in layer.parameters())
+    plain = [n for n, m in transformer.blocks.named_modules() if type(m) is torch.nn.Linear and ".lora_" not in n]
+    assert not plain  # (peft's own lora_A / lora_B are Linears)
+    adapted = [m for m in transformer.modules() if hasattr(m, "base_layer")]
+    assert adapted and all(isinstance(m.base_layer, Int8ConvRotLinear) for m in adapted)
+    reference, reference_grads, _ = full_precision
+    assert abs(loss - reference) < 0.02 * reference  # int8's rounding of weights and activations
+    trained = [n for n, p in transformer.named_parameters() if p.requires_grad]
+    assert trained and set(grads) == set(trained)
+    assert all(torch.isfinite(g).all() for g in grads.values()) and any(g.abs().sum() > 0 for g in grads.values())
+    if adapter == "lora":  # same init, same data: the gradients agree within int8 rounding
+        for name, grad in grads.items():
+            expected = reference_grads[name]
+            assert float((grad - expected).norm()) <= 0.1 * float(expected.norm()) + 1e-8, name
+
+
+def test_block_swap_moves_the_int8_tensors(tiny_model, tmp_path):
+    from diffusers import WanTransformer3DModel
+
+    from modules.modelSetup.memory import BlockSwapper, store_base_weights
+
+    transformer = WanTransformer3DModel.from_pretrained(tiny_model("t2v") / "transformer")
+    transformer.requires_grad_(False)
+    config = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, **INT8))
+    store_base_weights(config, transformer, torch.float32)
+    swapper = BlockSwapper(transformer, 1, torch.device("cpu"))
+    managed = swapper.swapped_parameters()
+    last = transformer.blocks[-1]
+    stored = [p for layer in int8_layers(last).values() for p in (layer.qweight, layer.weight_scale)]
+    assert stored and all(id(p) in managed for p in stored)
+    swapper.remove()
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ({**INT8, "base_loras": [{"path": "speed.safetensors"}]}, "base_loras"),
+    ({**INT8, "fp8_base_weights": True}, "fp8_base_weights"),
+    ({**INT8, "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS"}, "base_weight_format"),
+])
+def test_config_refuses_what_an_int8_base_cannot_do_in_one_line(options, key, tmp_path):
+    with pytest.raises(ConfigError, match=f"config key '{key}'") as error:
+        TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, **options))
+    assert "\n" not in str(error.value)
+
+
+def test_fp8_base_weights_is_the_older_spelling_of_fp8(tmp_path):
+    older = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, fp8_base_weights=True))
+    newer = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, base_weight_format="FP8_SCALED"))
+    assert older.fp8_base() and older.fp8_scale_mode().name == "NONE" and not older.int8_base()
+    assert newer.fp8_base() and newer.fp8_scale_mode().name == "TENSOR"
+
+
+def make_trainer(tiny_model, video_dataset, work, **overrides) -> GenericTrainer:
+    values = train_config_dict(tiny_model("t2v"), video_dataset, work, epochs=1, output_dtype="FLOAT32", **INT8)
+    return GenericTrainer(TrainConfig.from_dict({**values, **overrides}))
+
+
+def test_resume_is_bit_identical_and_another_base_format_is_refused(tiny_model, video_dataset, tmp_path):
+    full = make_trainer(tiny_model, video_dataset, tmp_path / "full")
+    full.start()
+    full.train()
+    expected = {k: v.clone() for k, v in full.setup.trainable_state().items()}
+    resumed = stop_and_resume(lambda **o: make_trainer(tiny_model, video_dataset, tmp_path / "stopped", **o), step=2)
+    resumed.train()
+    actual = resumed.setup.trainable_state()
+    assert actual.keys() == expected.keys() and all(torch.equal(actual[k], expected[k]) for k in expected)
+    for other in ("BF16", "FP8"):
+        refused = make_trainer(tiny_model, video_dataset, tmp_path / "stopped", continue_last_backup=True,
+                               resume_changed_config=True, base_weight_format=other)
+        with pytest.raises(UserError, match=f'base_weight_format: "INT8_CONVROT" -> "{other}"') as error:
+            refused.start()
+        assert "\n" not in str(error.value)
