@@ -18,7 +18,7 @@ from modules.modelSetup.int8_storage import int8_layers
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
-from tests.conftest import train_config_dict
+from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 from tests.test_adapters import comfy_loaded_keys
 from tests.test_model_loader import to_original_names
@@ -122,3 +122,34 @@ def test_training_on_the_file_is_training_on_the_base_quantised_at_load(tiny_mod
     assert comfy_loaded_keys(lora, modules) == set(lora)  # ComfyUI's LoRA loader: 0 keys left unloaded
     int8_modules = {k.removeprefix(PREFIX).removesuffix(".comfy_quant") for k in names if k.endswith(".comfy_quant")}
     assert int8_modules <= {k.removeprefix("diffusion_model.").rsplit(".lora_", 1)[0] for k in lora}
+
+
+def make_trainer(tiny_model, video_dataset, work, file, **overrides) -> GenericTrainer:
+    values = train_config_dict(tiny_model("t2v"), video_dataset, work, epochs=1, output_dtype="FLOAT32",
+                               base_weight_format="INT8_CONVROT", transformer_override=file)
+    return GenericTrainer(TrainConfig.from_dict({**values, **overrides}))
+
+
+def test_resume_is_bit_identical_and_another_base_is_refused_in_one_line(tiny_model, video_dataset, tmp_path,
+                                                                          int8_file):
+    path, _ = int8_file
+    full = make_trainer(tiny_model, video_dataset, tmp_path / "full", path)
+    full.start()
+    full.train()
+    expected = {k: v.clone() for k, v in full.setup.trainable_state().items()}
+    stopped = tmp_path / "stopped"
+    resumed = stop_and_resume(lambda **o: make_trainer(tiny_model, video_dataset, stopped, path, **o), step=2)
+    resumed.train()
+    actual = resumed.setup.trainable_state()
+    assert actual.keys() == expected.keys() and all(torch.equal(actual[k], expected[k]) for k in expected)
+    # the same config keys on another int8 file (its weights 1 % larger): the backup's base fingerprint differs
+    state = {k: v * 1.01 for k, v in WanModelLoader().load(str(tiny_model("t2v")), CPU).transformer.state_dict().items()}
+    other, _ = comfy_int8_file(state, tmp_path / "other.safetensors")
+    cases = [({"transformer_override": other}, "another quantised base"),
+             ({"base_weight_format": "BF16"}, 'base_weight_format: "INT8_CONVROT" -> "BF16"')]
+    for overrides, reason in cases:
+        refused = make_trainer(tiny_model, video_dataset, stopped, path, continue_last_backup=True,
+                               resume_changed_config=True, **overrides)
+        with pytest.raises(UserError, match=reason) as error:
+            refused.start()
+        assert "\n" not in str(error.value)

@@ -1,6 +1,6 @@
 """Training on an int8 ConvRot base (base_weight_format INT8_CONVROT): every adapter kind trains on the int8 block
-Linears, the loss is the full-precision one within int8 rounding, block swap moves the int8 tensors, a backup
-resumes bit-identically and a resume with another base format is refused in one line."""
+Linears, the loss is the full-precision one within int8 rounding, block swap moves the int8 tensors, and what an
+int8 base cannot do is refused in one line at start-up. (Resume: tests/test_int8_files.py.)"""
 from __future__ import annotations
 
 import pytest
@@ -11,8 +11,7 @@ from modules.modelSetup.int8_storage import Int8ConvRotLinear, int8_layers
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
-from tests.conftest import stop_and_resume, train_config_dict
+from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 INT8 = {"base_weight_format": "INT8_CONVROT"}
@@ -92,25 +91,3 @@ def test_fp8_base_weights_is_the_older_spelling_of_fp8(tmp_path):
     newer = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, base_weight_format="FP8_SCALED"))
     assert older.fp8_base() and older.fp8_scale_mode().name == "NONE" and not older.int8_base()
     assert newer.fp8_base() and newer.fp8_scale_mode().name == "TENSOR"
-
-
-def make_trainer(tiny_model, video_dataset, work, **overrides) -> GenericTrainer:
-    values = train_config_dict(tiny_model("t2v"), video_dataset, work, epochs=1, output_dtype="FLOAT32", **INT8)
-    return GenericTrainer(TrainConfig.from_dict({**values, **overrides}))
-
-
-def test_resume_is_bit_identical_and_another_base_format_is_refused(tiny_model, video_dataset, tmp_path):
-    full = make_trainer(tiny_model, video_dataset, tmp_path / "full")
-    full.start()
-    full.train()
-    expected = {k: v.clone() for k, v in full.setup.trainable_state().items()}
-    resumed = stop_and_resume(lambda **o: make_trainer(tiny_model, video_dataset, tmp_path / "stopped", **o), step=2)
-    resumed.train()
-    actual = resumed.setup.trainable_state()
-    assert actual.keys() == expected.keys() and all(torch.equal(actual[k], expected[k]) for k in expected)
-    for other in ("BF16", "FP8"):
-        refused = make_trainer(tiny_model, video_dataset, tmp_path / "stopped", continue_last_backup=True,
-                               resume_changed_config=True, base_weight_format=other)
-        with pytest.raises(UserError, match=f'base_weight_format: "INT8_CONVROT" -> "{other}"') as error:
-            refused.start()
-        assert "\n" not in str(error.value)

@@ -9,6 +9,7 @@ and dtype checks, never stored.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -92,3 +93,16 @@ def int8_layers(model: torch.nn.Module) -> dict[str, Int8ConvRotLinear]:
 def comfy_quant_tensor(layer: Int8ConvRotLinear) -> torch.Tensor:
     """The `comfy_quant` entry as ComfyUI stores it: the JSON's bytes as a uint8 tensor."""
     return torch.tensor(list(json.dumps(layer.comfy_quant()).encode()), dtype=torch.uint8)
+
+
+def int8_fingerprint(models: list[torch.nn.Module]) -> str:
+    """What the int8 base was made of, for backups: sha256 over each int8 layer's name, group and row scales (the
+    scales are amax/127 of the rotated rows, so another file or another quantisation changes them; hashing the
+    int8 weights themselves would read the whole model). Empty without int8 layers."""
+    digest, count = hashlib.sha256(), 0
+    for index, model in enumerate(models):
+        for name, layer in sorted(int8_layers(model).items()):
+            digest.update(f"{index}:{name}:{layer.group}:".encode())
+            digest.update(layer.weight_scale.detach().float().cpu().numpy().tobytes())
+            count += 1
+    return f"{count} int8 layers, sha256 {digest.hexdigest()}" if count else ""
