@@ -91,3 +91,17 @@ def test_fp8_base_weights_is_the_older_spelling_of_fp8(tmp_path):
     newer = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, base_weight_format="FP8_SCALED"))
     assert older.fp8_base() and older.fp8_scale_mode().name == "NONE" and not older.int8_base()
     assert newer.fp8_base() and newer.fp8_scale_mode().name == "TENSOR"
+
+
+def test_the_estimate_counts_int8_weights_and_their_row_scales(tmp_path):
+    from modules.modelSetup.memory_estimate import GIB, estimate, transformer_counts
+    from tests.fixtures.wan_configs import TRANSFORMER_14B, write_config_folder
+
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    common = {"base_model_name": str(folder), "resolution": [480, 832], "frames": 81,
+              "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"}
+    weights = {fmt: estimate(TrainConfig.from_dict({**common, "base_weight_format": fmt}), gpu_gib=24)
+               .phases["training"]["transformer_weights"] for fmt in ("BF16", "INT8_CONVROT")}
+    count = transformer_counts(TRANSFORMER_14B)
+    saved = count["block_linear"] * 1 - 4 * count["block_linear_rows"]  # 2 bytes -> 1, plus a float32 per row
+    assert weights["BF16"] - weights["INT8_CONVROT"] == pytest.approx(saved / GIB)
