@@ -1,6 +1,6 @@
 """Training on an int8 ConvRot base (base_weight_format INT8_CONVROT): every adapter kind trains on the int8 block
-Linears, the loss is the full-precision one within int8 rounding, block swap moves the int8 tensors, and what an
-int8 base cannot do is refused in one line at start-up. (Resume: tests/test_int8_files.py.)"""
+Linears, the loss is the full-precision one within int8 rounding, block swap and expert offload move the int8
+tensors, and what an int8 base cannot do is refused in one line at start-up. (Resume: tests/test_int8_files.py.)"""
 from __future__ import annotations
 
 import pytest
@@ -58,21 +58,25 @@ def test_every_adapter_kind_trains_on_the_int8_block_linears(adapter, tiny_model
             assert float((grad - expected).norm()) <= 0.1 * float(expected.norm()) + 1e-8, name
 
 
-def test_block_swap_moves_the_int8_tensors(tiny_model, tmp_path):
+def test_block_swap_and_expert_offload_move_the_int8_tensors(tiny_model, tmp_path):
     from diffusers import WanTransformer3DModel
 
-    from modules.modelSetup.memory import BlockSwapper, store_base_weights
+    from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, store_base_weights
 
-    transformer = WanTransformer3DModel.from_pretrained(tiny_model("t2v") / "transformer")
-    transformer.requires_grad_(False)
     config = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, **INT8))
-    store_base_weights(config, transformer, torch.float32)
-    swapper = BlockSwapper(transformer, 1, torch.device("cpu"))
-    managed = swapper.swapped_parameters()
-    last = transformer.blocks[-1]
-    stored = [p for layer in int8_layers(last).values() for p in (layer.qweight, layer.weight_scale)]
-    assert stored and all(id(p) in managed for p in stored)
+    experts = [WanTransformer3DModel.from_pretrained(tiny_model("t2v") / "transformer") for _ in range(2)]
+    for transformer in experts:  # as two experts would be
+        transformer.requires_grad_(False)
+        store_base_weights(config, transformer, torch.float32)
+    swapper = BlockSwapper(experts[0], 1, torch.device("cpu"))
+    stored = [p for layer in int8_layers(experts[0].blocks[-1]).values() for p in (layer.qweight, layer.weight_scale)]
+    assert stored and all(id(p) in swapper.swapped_parameters() for p in stored)
+    offloader = ExpertOffloader(experts, torch.device("cpu"), swapper.swapped_parameters())
+    moved = {id(param) for pairs in offloader.host for param, _ in pairs}
+    second = [p for layer in int8_layers(experts[1]).values() for p in (layer.qweight, layer.weight_scale)]
+    assert len(second) == 42 and all(id(p) in moved for p in second)
     swapper.remove()
+    offloader.remove()
 
 
 @pytest.mark.parametrize(("options", "key"), [
