@@ -77,9 +77,12 @@ class WanModelLoader:
         text_encoder_override: str = "",
         image_encoder_override: str = "",
         base_loras: Sequence[BaseLoRAConfig] = (),
+        keep_int8: bool = False,
     ) -> WanModel:
         """The base folder's model; each `*_override` file replaces that component's weights; `base_loras` are
-        merged into the transformer(s) before anything else sees them (`base_loras.py`)."""
+        merged into the transformer(s) before anything else sees them (`base_loras.py`). A ComfyUI int8 ConvRot
+        transformer file is dequantised into the transformer dtype, or stays int8 with `keep_int8`
+        (base_weight_format INT8_CONVROT)."""
         model_dir = Path(base_model_name)
         variant = detect_variant(model_dir)
         logger.info("loading %s (%s)", model_dir, variant.describe())
@@ -95,11 +98,12 @@ class WanModelLoader:
                                                text_encoder_override)
         vae = self._load_vae(model_dir, resolve_dtype(vae_dtype, train_device), vae_override)
         transformer_class = family_for(variant).transformer_class  # WanVACETransformer3DModel for VACE
-        transformer = self._load_transformer(model_dir, "transformer", t_dtype, transformer_override, transformer_class)
+        transformer = self._load_transformer(model_dir, "transformer", t_dtype, transformer_override, transformer_class,
+                                             keep_int8)
         transformer_2 = None
         if variant.two_experts:
             transformer_2 = self._load_transformer(model_dir, "transformer_2", t_dtype, transformer_2_override,
-                                                   transformer_class)
+                                                   transformer_class, keep_int8)
         image_encoder, image_processor = self._load_image_encoder(
             model_dir, variant, resolve_dtype(image_encoder_dtype, train_device), image_encoder_override)
         scheduler = _from_folder(model_dir, "", self._load_scheduler)
@@ -131,6 +135,7 @@ class WanModelLoader:
             transformer_override=config.transformer_override, transformer_2_override=config.transformer_2_override,
             vae_override=config.vae_override, text_encoder_override=config.text_encoder_override,
             image_encoder_override=config.image_encoder_override, base_loras=config.base_loras,
+            keep_int8=config.int8_base(),
         )
         if config.text_encoder_fp8:
             store_text_encoder_in_fp8(model.text_encoder)
@@ -164,13 +169,14 @@ class WanModelLoader:
 
     @staticmethod
     def _load_transformer(model_dir: Path, name: str, dtype: torch.dtype, override: str,
-                          transformer_class: type = WanTransformer3DModel) -> WanTransformer3DModel:
+                          transformer_class: type = WanTransformer3DModel,
+                          keep_int8: bool = False) -> WanTransformer3DModel:
         if override:
             if transformer_class is not WanTransformer3DModel:
                 raise UserError(f"{name}_override: single-file transformers of {transformer_class.__name__} "
                                 "models are not read yet; use the diffusers folder's own transformer")
             transformer = load_transformer_file(SingleFile(f"{name}_override", Path(override)), model_dir / name,
-                                                dtype)
+                                                dtype, keep_int8)
         else:
             transformer = _from_folder(model_dir / name, f"{name}_override",
                                        lambda folder: transformer_class.from_pretrained(folder, torch_dtype=dtype,

@@ -36,7 +36,10 @@ from modules.modelLoader.encoder_configs import (
     umt5_config,
     umt5_sizes,
 )
-from modules.modelLoader.single_file import SingleFile, check_matches, read_single_file, shapes
+from modules.modelLoader.single_file import (
+    CONVROT_GROUP, WEIGHT_SCALE, SingleFile, check_matches, read_single_file, shapes,
+)
+from modules.modelSetup.int8_storage import Int8ConvRotLinear, set_submodule
 from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
 
 DiffusersModel = TypeVar("DiffusersModel", bound=ModelMixin)
@@ -45,13 +48,28 @@ Shapes = dict[str, tuple[int, ...]]
 Describe = Callable[[Shapes], str]
 
 
-def load_transformer_file(source: SingleFile, config_folder: Path, dtype: torch.dtype) -> WanTransformer3DModel:
-    """A transformer in diffusers or original Wan / ComfyUI names, in any dtype incl. fp8 and fp8_scaled."""
-    state = read_single_file(source, "transformer", dtype)
+def load_transformer_file(source: SingleFile, config_folder: Path, dtype: torch.dtype,
+                          keep_int8: bool = False) -> WanTransformer3DModel:
+    """A transformer in diffusers or original Wan / ComfyUI names, in any dtype incl. fp8, fp8_scaled and ComfyUI's
+    int8 ConvRot (dequantised, or with `keep_int8` built as Int8ConvRotLinear layers straight from the file's
+    tensors: no full-precision copy of those weights ever exists)."""
+    state = read_single_file(source, "transformer", dtype, keep_int8)
     if any(".self_attn." in name for name in state):  # original Wan names: diffusers' converter renames them
         state = convert_wan_transformer_to_diffusers(state)
+    int8 = {name[: -len(CONVROT_GROUP)]: int(state.pop(name)) for name in list(state) if name.endswith(CONVROT_GROUP)}
+    scales = {layer: state.pop(layer + WEIGHT_SCALE) for layer in int8}
     return _diffusers_model(WanTransformer3DModel, config_folder, state, dtype, source, "transformer",
-                            _describe_transformer)
+                            _describe_transformer, lambda model: _int8_layers(model, state, int8, scales, dtype))
+
+
+def _int8_layers(model: WanTransformer3DModel, state: dict[str, torch.Tensor], groups: dict[str, int],
+                 scales: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    """Replace each (meta) Linear the file stores in int8 by an Int8ConvRotLinear of its tensors, taken out of
+    `state` (the rest loads as usual)."""
+    for layer, group in groups.items():
+        bias = state.pop(f"{layer}.bias", None)
+        set_submodule(model, layer, Int8ConvRotLinear(state.pop(f"{layer}.weight"), scales[layer],
+                                                      None if bias is None else bias.to(dtype), group, dtype))
 
 
 def load_vae_file(source: SingleFile, config_folder: Path, dtype: torch.dtype) -> AutoencoderKLWan:
@@ -91,10 +109,14 @@ def load_image_encoder_file(source: SingleFile, config_root: Path | None,
 
 
 def _diffusers_model(cls: type[DiffusersModel], config_folder: Path, state: dict[str, torch.Tensor],
-                     dtype: torch.dtype, source: SingleFile, what: str, describe: Describe) -> DiffusersModel:
+                     dtype: torch.dtype, source: SingleFile, what: str, describe: Describe,
+                     prepare: Callable[[DiffusersModel], None] | None = None) -> DiffusersModel:
+    """`prepare(model)` may replace (meta) modules and take their tensors out of `state` once the shapes match."""
     with init_empty_weights():  # parameters on the meta device, buffers (rope tables) real
         model = cls.from_config(cls.load_config(config_folder))
     check_matches(source, what, shapes(state), shapes(model.state_dict()), describe)
+    if prepare is not None:
+        prepare(model)
     # diffusers' own loader, with the dtype rules of from_pretrained
     load_model_dict_into_meta(model, state, dtype=dtype,
                               keep_in_fp32_modules=list(cls._keep_in_fp32_modules or []))

@@ -9,6 +9,7 @@ lives with the component loaders (`component_files`).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Callable, Literal
@@ -16,6 +17,7 @@ from typing import Callable, Literal
 import torch
 from safetensors import SafetensorError, safe_open
 
+from modules.modelSetup.int8_convrot import dequantize as int8_dequantize
 from modules.util.errors import UserError
 
 Kind = Literal["transformer", "vae", "text_encoder", "image_encoder"]
@@ -57,6 +59,14 @@ _MARKERS = {
     "scaled_fp8",
     "spiece_model",  # ComfyUI keeps UMT5's sentencepiece tokenizer in the file; ours comes from tokenizer/
 }
+# ComfyUI's quantised layers (comfy/ops.py mixed-precision ops, comfy-kitchen's layouts): `<layer>.weight` stored,
+# `<layer>.weight_scale` and `<layer>.comfy_quant`, the layer's format as UTF-8 JSON in a uint8 tensor. We read
+# `int8_tensorwise` with `convrot: true` (int8 rotated by a regular Hadamard in groups of `convrot_groupsize`, one
+# float32 scale per output row): kept int8 for base_weight_format INT8_CONVROT (CONVROT_GROUP marks those layers
+# until the model is built), else dequantised into the load dtype as ComfyUI dequantises it.
+COMFY_QUANT = ".comfy_quant"
+WEIGHT_SCALE = ".weight_scale"
+CONVROT_GROUP = ".convrot_group"
 _FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 
 
@@ -107,25 +117,53 @@ def dequantize(tensor: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dt
     return tensor
 
 
-def read_single_file(source: SingleFile, kind: Kind, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def read_single_file(source: SingleFile, kind: Kind, dtype: torch.dtype, keep_int8: bool = False) -> dict[str, torch.Tensor]:
     """The file's tensors with prefixes stripped and fp8 weights dequantized to `dtype` (one tensor at a
-    time, so a 14B fp8 file never exists in float32). A file of another kind is a `UserError`."""
+    time, so a 14B fp8 file never exists in float32). ComfyUI's int8 ConvRot layers are dequantised too, or with
+    `keep_int8` stay as stored: `weight` int8, `weight_scale`, and their group size as a `convrot_group` scalar.
+    A file of another kind, or a quantisation format we cannot read, is a `UserError`."""
     try:
         with safe_open(str(source.path), framework="pt") as f:
             names = list(f.keys())
             _check_kind(source, kind, names)
             scales = {name[: -len(SCALE_WEIGHT)]: f.get_tensor(name) for name in names if name.endswith(SCALE_WEIGHT)}
+            groups = {name[: -len(COMFY_QUANT)]: _convrot_group(source, name, f.get_tensor(name))
+                      for name in names if name.endswith(COMFY_QUANT)}
             state = {}
             for name in names:
                 short = strip_prefixes(name, kind)
-                if short in _MARKERS or name.endswith((SCALE_WEIGHT, _SCALE_INPUT)):
+                if short in _MARKERS or name.endswith((SCALE_WEIGHT, _SCALE_INPUT, COMFY_QUANT, WEIGHT_SCALE)):
                     continue
                 layer = name[: -len(".weight")] if name.endswith(".weight") else None
+                if layer in groups:
+                    weight, row_scale = f.get_tensor(name), f.get_tensor(layer + WEIGHT_SCALE).float().reshape(-1, 1)
+                    if keep_int8:
+                        state[short], state[short[: -len(".weight")] + WEIGHT_SCALE] = weight, row_scale
+                        state[short[: -len(".weight")] + CONVROT_GROUP] = torch.tensor(groups[layer])
+                    else:
+                        state[short] = int8_dequantize(weight, row_scale, groups[layer], torch.float32).to(dtype)
+                    continue
                 state[short] = dequantize(f.get_tensor(name), scales.get(layer) if layer else None, dtype)
     except (SafetensorError, OSError, ValueError) as e:
         raise source.error(f"is not a readable safetensors file ({str(e).splitlines()[0]})",
                            f"give {KIND_NAMES[kind]} .safetensors file") from None
     return state
+
+
+def _convrot_group(source: SingleFile, name: str, marker: torch.Tensor) -> int:
+    """The Hadamard group size of a `comfy_quant` entry; any other format is one line."""
+    try:
+        entry = json.loads(bytes(marker.to(torch.uint8).tolist()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        entry = None
+    if not isinstance(entry, dict):
+        raise source.error(f"has an unreadable '{name}'", "give a file ComfyUI loads")
+    group = entry.get("convrot_groupsize", 256)
+    power_of_4 = isinstance(group, int) and group >= 4 and not group & (group - 1) and group.bit_length() % 2 == 1
+    if entry.get("format") != "int8_tensorwise" or entry.get("convrot") is not True or not power_of_4:
+        raise source.error(f"stores '{name[: -len(COMFY_QUANT)]}' as {json.dumps(entry)}, which we cannot read (int8 "
+                           "ConvRot, fp8 and fp8_scaled are read)", "give a bf16, fp8, fp8_scaled or int8 ConvRot file")
+    return group
 
 
 def _check_kind(source: SingleFile, kind: Kind, names: list[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
-from modules.modelSetup.memory import enable_fp8_storage
+from modules.modelSetup.memory import store_base_weights
 from modules.util.errors import UserError
 
 
@@ -17,8 +17,7 @@ class WanEmbeddingSetup(BaseWanSetup):
                             "embedding.placeholder set")
         for _, transformer in self.trained_transformers():  # the experts the step runs through
             transformer.requires_grad_(False)
-            if self.config.fp8_base_weights:  # frozen weights: float8 storage as under a LoRA
-                enable_fp8_storage(transformer, self.model.train_dtype, (), self.config.fp8_scale)
+            store_base_weights(self.config, transformer, self.model.train_dtype)  # frozen: as under a LoRA
         return []
 
     def _trains(self, expert: int, name: str) -> bool:

@@ -9,7 +9,7 @@ import torch
 from modules.adapter.registry import adapter_for
 from modules.modelSetup.BaseWanSetup import EXPERT_NAMES, BaseWanSetup
 from modules.modelSetup.lora_targets import select_lora_targets
-from modules.modelSetup.memory import enable_fp8_storage
+from modules.modelSetup.memory import store_base_weights
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +24,9 @@ class WanLoRASetup(BaseWanSetup):
         self.trained_names: dict[int, set[str]] = {}
         params: list[torch.nn.Parameter] = []
         for expert, transformer in self.trained_transformers():
-            if config.fp8_base_weights:  # before injection, so the LoRA matrices stay in full precision
-                keep = tuple(name.rsplit(".", 1)[0] for name in self.full_train.get(expert, []))
-                enable_fp8_storage(transformer, self.model.train_dtype, keep, config.fp8_scale)
+            # before injection, so the LoRA matrices stay in full precision
+            keep = tuple(name.rsplit(".", 1)[0] for name in self.full_train.get(expert, []))
+            store_base_weights(config, transformer, self.model.train_dtype, keep)
             full = set(self.full_train.get(expert, []))
             scope = config.vace_train_blocks if self.model.variant.vace_layers else None
             targets = [t for t in select_lora_targets(transformer, config.lora_target_modules, config.lora_blocks,

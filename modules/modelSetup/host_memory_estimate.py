@@ -126,7 +126,7 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     frozen = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
     trained = len(configs) if len(configs) < 2 or train.train_expert == WanExpert.BOTH else 1
     other = vram._bytes(train.transformer_dtype)
-    linear = 1 if frozen and train.fp8_base_weights else other
+    linear = 1 if frozen and (train.fp8_base() or train.int8_base()) else other
     terms = {"process": PROCESS_GIB, "swapped_blocks": 0.0, "expert_offload": 0.0, "offloaded_activations": 0.0}
     if frozen:
         block, rest = _frozen_sizes(json.dumps(configs[0], sort_keys=True), linear, other)

@@ -13,8 +13,10 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from modules.modelSetup.fp8_storage import store_linears_in_fp8
+from modules.modelSetup.int8_storage import int8_layers, store_linears_in_int8
 from modules.modelSetup.pinned_arena import ActivationArena, HostArena
 from modules.util.device_memory import release_from_device  # noqa: F401 - re-exported: the trainer's import
+from modules.util.config.train_config import TrainConfig
 from modules.util.enum import Fp8Scale
 from modules.util.errors import UserError
 
@@ -33,6 +35,20 @@ def enable_fp8_storage(transformer: WanTransformer3DModel, compute_dtype: torch.
     patterns = tuple(getattr(transformer, "_skip_layerwise_casting_patterns", None) or ())
     count = store_linears_in_fp8(transformer, compute_dtype, scale, patterns, keep)
     logger.info("fp8 storage (%s scale): %d Linear weights in float8_e4m3fn", scale.name, count)
+
+
+def store_base_weights(config: TrainConfig, transformer: WanTransformer3DModel, compute_dtype: torch.dtype,
+                       keep: tuple[str, ...] = ()) -> None:
+    """The frozen block Linears in `base_weight_format` (fp8 or int8 ConvRot; BF16 leaves them as loaded). `keep`
+    names modules that train fully; the model's `_skip_layerwise_casting_patterns` (patch embedding, condition
+    embedder, norms) stay as loaded too. Layers a ComfyUI int8 file brought are int8 already and stay as stored."""
+    if config.fp8_base():
+        enable_fp8_storage(transformer, compute_dtype, keep, config.fp8_scale_mode())
+    elif config.int8_base():
+        patterns = tuple(getattr(transformer, "_skip_layerwise_casting_patterns", None) or ())
+        count = store_linears_in_int8(transformer, compute_dtype, patterns, keep)
+        logger.info("int8 ConvRot base: %d Linear weights quantised here, %d in int8 in all", count,
+                    len(int8_layers(transformer)))
 
 
 _ACTIVATION_ARENAS: dict[bool, ActivationArena] = {}  # one per process and kind (pinned or not): reused every step

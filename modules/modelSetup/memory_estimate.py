@@ -255,11 +255,14 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     for index, count in enumerate(counts):
         if offload and index == 1:
             continue
-        fp8 = lora and train.fp8_base_weights
-        linear_bytes = 1 if fp8 else weight_bytes
+        fp8, int8 = lora and train.fp8_base(), lora and train.int8_base()
+        linear_bytes = 1 if fp8 or int8 else weight_bytes
         weights += count["block_linear"] * linear_bytes + (count["total"] - count["block_linear"]) * weight_bytes
-        if fp8 and train.fp8_scale != Fp8Scale.NONE:  # float32 scales: one per weight, or one per output channel
-            weights += 4 * count["block_linear_layers" if train.fp8_scale == Fp8Scale.TENSOR else "block_linear_rows"]
+        fp8_scale = train.fp8_scale_mode()
+        if fp8 and fp8_scale != Fp8Scale.NONE:  # float32 scales: one per weight, or one per output channel
+            weights += 4 * count["block_linear_layers" if fp8_scale == Fp8Scale.TENSOR else "block_linear_rows"]
+        if int8:  # int8 ConvRot: N·K bytes and a float32 scale per output row
+            weights += 4 * count["block_linear_rows"]
         if lora and train.blocks_to_swap and index in trained:  # swapped blocks' frozen weights live on the CPU
             per_block = (count["block_linear"] * linear_bytes / count["layers"]
                          + (count["block"] - count["block_linear"] / count["layers"]) * weight_bytes)
@@ -292,7 +295,7 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     if train.gradient_checkpointing:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
-        if lora and train.fp8_base_weights:
+        if lora and train.fp8_base():
             block_linear = counts[0]["block_linear"] / layers * activation_bytes
             activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS * block_linear * batch
         if per_token_timesteps:
@@ -373,7 +376,7 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
                    f"{training['activations.all_blocks']:.1f} GiB, and each block's input; about 30% slower)")
     if train.ema == EmaMode.GPU:
         out.append(f"ema: CPU (saves {training['ema']:.1f} GiB; no speed cost)")
-    if lora and not train.fp8_base_weights:
+    if lora and not train.fp8_base() and not train.int8_base():
         out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost)")
     if train.gradient_checkpointing and not train.activation_offload:
         out.append(f"activation_offload: true (saves {training.get('activations.block_inputs', 0):.1f} GiB; "

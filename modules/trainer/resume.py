@@ -16,6 +16,7 @@ from modules.trainer.resume_check import (
     saved_config_value,
     unloadable_reason,
 )
+from modules.modelSetup.int8_storage import int8_fingerprint
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -25,8 +26,10 @@ class TrainerResume:
     """Mixed into GenericTrainer: reads its config, workspace, setup, optimizer, scheduler, EMA and dist."""
 
     def _fingerprints(self) -> dict[str, str]:
+        if getattr(self, "_base_weights", None) is None:  # frozen: made once
+            self._base_weights = f"{self.config.base_weight_format.name} {int8_fingerprint(self.model.transformers())}"
         return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint(),
-                "base_loras": base_lora_fingerprint(self.model.base_loras)}
+                "base_loras": base_lora_fingerprint(self.model.base_loras), "base_weights": self._base_weights.strip()}
 
     def _resume(self) -> None:
         sharded = self.setup.sharded
@@ -57,6 +60,11 @@ class TrainerResume:
                                         now["base_loras"])  # older backups recorded none: nothing to compare
         if changed_base and not self.config.resume_changed_config:
             raise UserError(changed_base)
+        saved_base = backup.fingerprints.get("base_weights")  # older backups recorded none: nothing to compare
+        if saved_base is not None and saved_base != now["base_weights"]:  # no bit-identical resume on another base
+            raise UserError(f"cannot resume from {backup.path}: it was trained on another quantised base ({saved_base}; "
+                            f"now {now['base_weights']}); give the same base_model_name / transformer_override and "
+                            "base_weight_format, or train without continue_last_backup")
         for what, value in backup.fingerprints.items():
             if now.get(what) != value and self.dist.is_main:
                 lines = [describe_change(*change) for change in changes] if what == "config" else []

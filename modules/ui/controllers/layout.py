@@ -103,7 +103,7 @@ TABS: tuple[Tab, ...] = (
                                                        "validation_sigma_count")),
          ("Speed", ("attention_backend", "compile")),
          ("Memory", ("memory_preset", "gpu_memory_gib", "gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
-                     "fp8_base_weights",
+                     "base_weight_format", "fp8_base_weights",
                      "fp8_scale", "offload_inactive_expert", "vae_tiling")),
          ("Multi-GPU (torchrun)", ("data_parallel",)),
          ("Wan 2.2 experts", ("train_expert", "learning_rate_high_noise", "learning_rate_low_noise",

@@ -22,6 +22,7 @@ from modules.util.config.sample_config import SampleConfig, SampleOverrides
 from modules.util.run_folder import run_name_problem
 from modules.util.enum import (
     AttentionBackend,
+    BaseWeightFormat,
     BalancingStrategy,
     ConceptType,
     DataParallel,
@@ -322,6 +323,7 @@ class TrainConfig(BaseConfig):
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
     checkpoint_attention: bool = option(False, "Recompute each block's self- and cross-attention separately right before its backward: a smaller working set per block for about one extra attention pass per step.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
+    base_weight_format: BaseWeightFormat = option(BaseWeightFormat.BF16, "How the frozen transformer's block Linears are stored (LORA and EMBEDDING; embedders, modulation, head and norms stay as loaded): BF16 (as loaded, in transformer_dtype), FP8 (float8, upcast per layer; fp8_base_weights true is the older spelling), FP8_SCALED (float8 with one scale per weight, ComfyUI's fp8_scaled) or INT8_CONVROT (ComfyUI's int8 with a Hadamard rotation, int8 matmuls: half of bf16's weight memory, faster on consumer GPUs, slower than bf16 on Hopper; a ComfyUI int8 ConvRot file as transformer_override trains as stored). See docs/base_weights.md.", structural=True)
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
@@ -397,6 +399,33 @@ class TrainConfig(BaseConfig):
 
     e2v: E2VConfig = option(E2VConfig(), "Elements-to-Video options.")
 
+    def fp8_base(self) -> bool:
+        """Whether the frozen block weights are stored in float8 (base_weight_format FP8 / FP8_SCALED, or the older
+        fp8_base_weights)."""
+        return self.fp8_base_weights or self.base_weight_format in (BaseWeightFormat.FP8, BaseWeightFormat.FP8_SCALED)
+
+    def fp8_scale_mode(self) -> Fp8Scale:
+        """The fp8 scale in use: FP8_SCALED means TENSOR (ComfyUI's fp8_scaled); otherwise fp8_scale."""
+        return Fp8Scale.TENSOR if self.base_weight_format == BaseWeightFormat.FP8_SCALED else self.fp8_scale
+
+    def int8_base(self) -> bool:
+        return self.base_weight_format == BaseWeightFormat.INT8_CONVROT
+
+    def _check_base_weight_format(self, fail) -> None:
+        fmt = self.base_weight_format
+        if fmt != BaseWeightFormat.BF16 and self.training_method == TrainingMethod.FINE_TUNE:
+            fail("base_weight_format", f"{fmt.name} stores frozen base weights: it works with LORA and EMBEDDING "
+                                       "training, not FINE_TUNE (set it BF16)")
+        if self.fp8_base_weights and fmt not in (BaseWeightFormat.BF16, BaseWeightFormat.FP8):
+            fail("fp8_base_weights", f"is the older spelling of base_weight_format FP8, which is {fmt.name}: set "
+                                     "fp8_base_weights false")
+        if fmt == BaseWeightFormat.FP8_SCALED and self.fp8_scale not in (Fp8Scale.NONE, Fp8Scale.TENSOR):
+            fail("fp8_scale", f"is {self.fp8_scale.name}, but base_weight_format FP8_SCALED scales per weight "
+                              "(TENSOR): use base_weight_format FP8 with fp8_scale CHANNEL, or fp8_scale NONE")
+        if fmt == BaseWeightFormat.INT8_CONVROT and self.base_loras:
+            fail("base_loras", "cannot be merged into an int8 base (base_weight_format INT8_CONVROT): merge them "
+                               "into a bf16 model first (scripts/merge_lora.py), then train on that with INT8_CONVROT")
+
     def trains_embedding(self) -> bool:
         """Whether a textual-inversion embedding trains: EMBEDDING runs, and LORA runs with embedding.placeholder."""
         return self.training_method == TrainingMethod.EMBEDDING or (
@@ -467,12 +496,13 @@ class TrainConfig(BaseConfig):
                 re.compile(self.lora_layer_filter)
             except re.error as e:
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
-        if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base_weights):
+        if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base()):
             fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
         if self.blocks_to_swap and not self.gradient_checkpointing:
             fail("blocks_to_swap", "needs gradient_checkpointing: without it autograd keeps each block's weights for the "
                                    "backward pass, so they cannot go back to the CPU: set gradient_checkpointing true")
-        if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base_weights:
+        self._check_base_weight_format(fail)
+        if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base():
             fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
         if self.offload_inactive_expert and self.training_method == TrainingMethod.FINE_TUNE:
             fail("offload_inactive_expert", "moves frozen weights: it works with LORA and EMBEDDING training, not FINE_TUNE")
@@ -489,7 +519,7 @@ class TrainConfig(BaseConfig):
                 fail("data_parallel", f"FSDP cannot shard the state of optimizer {self.optimizer.name}: use ADAMW")
         if self.lora_decompose and self.peft_type != PeftType.LORA:
             fail("lora_decompose", f"(DoRA) works with peft_type LORA only, got {self.peft_type.name}")
-        if self.lora_decompose and self.fp8_base_weights:
+        if self.lora_decompose and self.fp8_base():
             fail("lora_decompose", "(DoRA) needs the base weights' norms in full precision: set fp8_base_weights to false")
         if self.lora_dropout and self.peft_type != PeftType.LORA:
             fail("lora_dropout", f"applies to peft_type LORA only: set it to 0 for {self.peft_type.name}")
