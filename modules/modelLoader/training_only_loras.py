@@ -41,7 +41,7 @@ def check_memory_features(model: WanModel, fp8: bool, swapped: bool, sharded: bo
     """At start-up: the features under which the training-only LoRAs cannot be taken out for samples and saves."""
     if not model.training_only_loras:
         return
-    for on, key in ((fp8, "fp8_base_weights"), (swapped, "blocks_to_swap"), (sharded, "data_parallel FSDP")):
+    for on, key in ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"), (sharded, "data_parallel FSDP")):
         if on:
             raise UserError(f"base_loras: a training_only LoRA is taken out of the weights for samples and saves, "
                             f"which {key} does not allow: turn {key} off (memory_preset MANUAL), or merge the LoRA "

@@ -163,7 +163,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                 continue_from_embedding(self.model, self.setup, config.embedding_weight_path)
             self.setup.embedding_training.check_captions(self.data.encoded_captions())
         self.setup.prepare_device(self.dist)
-        check_memory_features(self.model, self.config.fp8_base_weights, bool(self.setup.swappers), self.setup.sharded)
+        check_memory_features(self.model, self.config.fp8_base(), bool(self.setup.swappers), self.setup.sharded)
         self.params = self.setup.trained_parameters() if self.setup.sharded else params  # sharding swaps them
         self.optimizer = create_optimizer(self.setup.parameter_groups(self.params), config)
         self.total_steps = self._total_steps()
