@@ -41,11 +41,41 @@ _private_home()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest work first, so that xdist (`--dist loadgroup`) starts it at once and the short tests fill in
     around it: the learning runs (one `xdist_group` per trained model: its tests share one worker and one
-    training), then the other slow tests, then the rest, each in collection order."""
+    training), then the other slow tests, then the rest, each in collection order. The groups that carry their
+    cost (`cpu_minutes`) go in `balanced_group_order`'s order."""
     def rank(item: pytest.Item) -> int:
         return 0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
 
-    items.sort(key=rank)
+    costs = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None and "cpu_minutes" in mark.kwargs:
+            costs[mark.args[0]] = mark.kwargs["cpu_minutes"]
+    order = {name: index for index, name in enumerate(balanced_group_order(costs))}
+
+    def group_position(item: pytest.Item) -> int:
+        mark = item.get_closest_marker("xdist_group")
+        return order.get(mark.args[0], len(order)) if mark is not None else 0
+
+    items.sort(key=lambda item: (rank(item), group_position(item)))
+
+
+def balanced_group_order(costs: dict[str, float]) -> list[str]:
+    """The groups split into two sets of nearly equal cost (the best of every split: a handful of groups), each
+    longest first, then interleaved: xdist's loadgroup hands worker 1 the first group and worker 2 the second, then
+    each its next while its queue holds at most two tests (a learning group's two or three), so worker 1 trains the
+    1st and 3rd, worker 2 the 2nd and 4th, and the rest go to whichever empties first."""
+    import itertools
+
+    names = sorted(costs, key=lambda name: -costs[name])
+    total = sum(costs.values())
+    best = min((set(chosen) for size in range(len(names) + 1) for chosen in itertools.combinations(names, size)),
+               key=lambda chosen: abs(total - 2 * sum(costs[n] for n in chosen)), default=set())
+    first = [n for n in names if n in best]
+    second = [n for n in names if n not in best]
+    if second and (not first or costs[second[0]] > costs[first[0]]):
+        first, second = second, first
+    return [name for pair in itertools.zip_longest(first, second) for name in pair if name is not None]
 
 
 @pytest.fixture(scope="module", name="one_torch_thread")

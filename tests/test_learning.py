@@ -17,9 +17,14 @@ from tests.learning_runs import (A14B_BOUNDARY, FRAMES, I2V_FIRST_FRAMES, SIZE, 
 pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
+#: CPU minutes of each run's training, extrapolated from its first 30-200 steps (benchmarks/learning_step.py, one
+#: thread, a busy 2-core machine): tests/conftest.py splits the runs over the two xdist workers by them
+CPU_MINUTES = {"t2v": 9.9, "i2v": 12.5, "a14b": 14.9, "e2v-i2v": 14.7, "e2v-t2v": 10.1}
+
+
 def same_run(name: str) -> pytest.MarkDecorator:
     """The tests of one trained model run on one xdist worker (`--dist loadgroup`), which trains it once."""
-    return pytest.mark.xdist_group(f"learning-{name}")
+    return pytest.mark.xdist_group(f"learning-{name}", cpu_minutes=CPU_MINUTES[name])
 
 
 @pytest.fixture(scope="module", autouse=True)

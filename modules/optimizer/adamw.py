@@ -42,8 +42,10 @@ def _adamw(params, lr: float, weight_decay: float, o: AdamWOptions) -> torch.opt
 
     params = list(params)
     fused = o.fused == "on" or (o.fused == "auto" and _on_cuda(params))
+    # unfused: torch's foreach step (one call per operation for all tensors, not a Python loop over them; the
+    # same arithmetic bit for bit), which torch picks by itself only on CUDA
     return torch.optim.AdamW(params, lr=lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=weight_decay,
-                             fused=fused or None)
+                             fused=fused or None, foreach=None if fused else True)
 
 
 def _adamw_8bit(params, lr: float, weight_decay: float, o: AdamW8bitOptions) -> torch.optim.Optimizer:

@@ -49,8 +49,9 @@ def normed(norm, x: torch.Tensor, heads: int, rotary_emb=None) -> torch.Tensor:
     """`norm(x)` split into heads and rotated, in float32 under autocast. With gradients, recomputed in the backward
     pass from `x` (a non-reentrant checkpoint): autograd would otherwise keep float32 copies of q and k (the norm's
     input and the rotary's) for the backward, where `x` is the projection's output in the compute dtype. The same
-    operations run again, so values and gradients are the same bit for bit."""
-    if not torch.is_grad_enabled():
+    operations run again, so values and gradients are the same bit for bit. Not when `x` is float32 outside autocast
+    (a float32 run, the CPU's tests and demo): no float32 copy to spare there, and recomputing is pure cost."""
+    if not torch.is_grad_enabled() or (x.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type)):
         return _normed(norm, x, heads, rotary_emb)
     return checkpoint(_normed, norm, x, heads, rotary_emb, use_reentrant=False, preserve_rng_state=False)
 
