@@ -15,7 +15,8 @@ from modules.ui.views.widgets import GRAY, RED
 def base_lora_summary(row: dict[str, Any]) -> str:
     name = Path(str(row.get("path") or "")).name or "(no file yet)"
     expert = row.get("expert") or "BOTH"
-    return f"{name} × {row.get('strength')}" + ("" if expert == "BOTH" else f" ({expert.lower()}-noise expert)")
+    only = " (training only)" if row.get("training_only") else " (samples only)" if row.get("sample_only") else ""
+    return f"{name} × {row.get('strength')}" + ("" if expert == "BOTH" else f" ({expert.lower()}-noise expert)") + only
 
 
 class ModelTab(BaseTab):
