@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 
+from modules.modelLoader.base_loras import merge_base_loras
 from modules.modelLoader.training_only_loras import check_memory_features, sampling_weights
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.comfy_workflow import workflow_models
@@ -82,6 +84,11 @@ def test_the_samples_weights_add_the_sample_only_stack_and_drop_training_only_in
         torch.testing.assert_close(dict(model.transformer.named_parameters()), merged_with(model_dir, (sample_lora, 0.7)),
                                    rtol=0, atol=1e-6)
     assert all(torch.equal(p, training[name]) for name, p in model.transformer.named_parameters())
+    misfit = tmp_path / "misfit.safetensors"  # a layer of another model's width: refused when the model loads
+    save_file({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": torch.zeros(4, 7),
+               "diffusion_model.blocks.0.self_attn.q.lora_up.weight": torch.zeros(7, 4)}, str(misfit))
+    with pytest.raises(UserError, match="misfit.safetensors' does not fit this model"):
+        merge_base_loras(model, [BaseLoRAConfig(str(misfit), sample_only=True)])
 
 
 def test_the_workflow_chains_sample_only_loras_as_the_samples_weights_hold_them_per_expert():
