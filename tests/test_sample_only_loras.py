@@ -19,6 +19,7 @@ from modules.modelSampler.comfy_workflow import workflow_models
 from modules.modelSaver.lora_formats import COMFY_LORA, extract_from_peft
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
+from modules.trainer.resume_check import config_fingerprint
 from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import WanExpert
@@ -117,3 +118,13 @@ def test_start_up_refuses_a_sample_only_lora_that_cannot_be_applied(tiny_model, 
     config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, base_loras=missing))
     with pytest.raises(UserError, match=r"base_loras\[0\]\.path"):
         GenericTrainer(config).start()
+
+
+def test_a_resume_may_add_or_drop_the_preview_stack():
+    def fingerprint(**values) -> str:
+        return config_fingerprint(TrainConfig.from_dict({"base_loras": [{"path": "merged.safetensors"}], **values}), 1)
+
+    preview = {"base_loras": [{"path": "merged.safetensors"}, {"path": "lightning.safetensors", "sample_only": True}],
+               "sample_overrides": {"steps": 4, "cfg_scale": 1.0}}
+    assert fingerprint(**preview) == fingerprint()
+    assert fingerprint(base_loras=[{"path": "lightning.safetensors"}]) != fingerprint()  # a merged one trains
