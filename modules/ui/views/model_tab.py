@@ -29,7 +29,8 @@ class ModelTab(BaseTab):
                                                     "Add base LoRA", base_lora_summary))
         self.note("Merged into the frozen base when it loads, in order (e.g. a Lightning speed LoRA): the LoRA trains "
                   "on the base you generate with, and its file records them so sample.py applies the same stack. "
-                  "Set the sampling tab's 'Every sample' steps and CFG for a distilled base.")
+                  "Set the sampling tab's 'Every sample' steps and CFG for a distilled base. 'sample only': merged "
+                  "for the samples only (preview with a speed LoRA you do not train on).")
 
     def refresh(self) -> None:
         super().refresh()
