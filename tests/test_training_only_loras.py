@@ -56,7 +56,7 @@ def test_the_saved_loras_header_leaves_training_only_loras_out():
                                                         (False, False, True, "FSDP")])
 def test_memory_features_that_hold_weights_elsewhere_are_refused_with_training_only_loras(fp8, swapped, sharded, key):
     class Model:
-        training_only_loras = [(0, object(), 1.0)]
+        training_only_loras, sample_only_loras = [(0, object(), 1.0)], []
 
     with pytest.raises(UserError, match=key):
         check_memory_features(Model(), fp8, swapped, sharded)

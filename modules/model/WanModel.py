@@ -48,6 +48,8 @@ class WanModel:
     # The `training_only` ones as read, (expert, file, strength) in merge order: taken out again for samples and
     # saved weights (modules/modelLoader/training_only_loras.py). The file type is the loader's (no import here).
     training_only_loras: list[tuple] = dataclasses.field(default_factory=list)
+    # The `sample_only` ones, read and checked but not merged: merged for the trainer's samples only (same module).
+    sample_only_loras: list[tuple] = dataclasses.field(default_factory=list)
 
     def component_source(self, name: str) -> Path:
         return self.component_sources.get(name, self.model_dir / name)

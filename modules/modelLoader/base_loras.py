@@ -199,9 +199,10 @@ def _patches(read: BaseLoRAFile, strength: float, transformer: torch.nn.Module,
     return patches, unknown
 
 
-def merge_stack(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, float]]) -> None:
-    """Merge every file of `stack` (in order, with its strength) into `transformer`'s parameters in place: per
-    changed weight one float32 copy, all patches applied to it, written back in the parameter's dtype."""
+def checked_patches(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, float]],
+                    warn: bool = True) -> dict[str, list[tuple[str, Patch]]]:
+    """Parameter name -> the stack's patches of it, in order; a file that does not fit the model is a `UserError`
+    and its keys nothing reads one warning (`warn`: not again where the file was checked when the model loaded)."""
     diff_names = _diff_names(transformer)
     by_param: dict[str, list[tuple[str, Patch]]] = defaultdict(list)
     for read, strength in stack:
@@ -209,12 +210,19 @@ def merge_stack(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, fl
         if not patches:
             raise UserError(f"base LoRA '{read.path}' changes none of this model's weights ({unknown} keys unknown to "
                             "WanTrainer): use a LoRA made for this Wan model")
-        if unknown:
+        if unknown and warn:
             example = f", e.g. '{read.skipped[0]}'" if read.skipped else ""
             logger.warning("base LoRA '%s': %d key(s) left out (unknown to WanTrainer's Wan transformer%s)",
                            read.path, unknown, example)
         for name, patch in patches.items():
             by_param[name].append((read.path, patch))
+    return by_param
+
+
+def merge_stack(transformer: torch.nn.Module, stack: list[tuple[BaseLoRAFile, float]], warn: bool = True) -> None:
+    """Merge every file of `stack` (in order, with its strength) into `transformer`'s parameters in place: per
+    changed weight one float32 copy, all patches applied to it, written back in the parameter's dtype."""
+    by_param = checked_patches(transformer, stack, warn)
     params = dict(transformer.named_parameters())
     with torch.no_grad():
         for name, patches in by_param.items():
@@ -239,7 +247,7 @@ def _check_finite(weight: torch.Tensor, path: str, name: str, dtype: torch.dtype
 
 def merge_base_loras(model: WanModel, entries: Iterable[BaseLoRAConfig]) -> list[dict[str, Any]]:
     """Merge the entries into the model's transformer(s) in place (in order; each file read once) and record them
-    in `model.base_loras`."""
+    in `model.base_loras`; `sample_only` ones are only checked against the weights and kept for the samples."""
     entries = list(entries)
     if not entries:
         return []
@@ -248,6 +256,11 @@ def merge_base_loras(model: WanModel, entries: Iterable[BaseLoRAConfig]) -> list
     for entry in entries:
         read = read_base_lora(entry.path)
         experts = experts_of(entry, model.variant)
+        if entry.sample_only:  # checked against the weights now, merged for the samples only (training_only_loras.py)
+            for expert in experts:
+                checked_patches(transformers[expert], [(read, entry.strength)])
+                model.sample_only_loras.append((expert, read, entry.strength))
+            continue
         if entry.training_only and read.weights.full_weights:
             raise UserError(f"base_loras: '{entry.path}' replaces whole weights, which cannot be taken out again for "
                             "samples and saves: it cannot be training_only")

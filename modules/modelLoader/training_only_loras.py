@@ -1,12 +1,15 @@
-"""`base_loras[].training_only`: a LoRA merged into the base for training only (a de-distill "training adapter" on a
-Lightning-merged base), taken out again wherever the result is used: samples during training and saved full
-weights. (The saved LoRA's header leaves it out, `stack_header`, so sample.py and evaluate.py do not apply it.)
+"""LoRAs in the weights for part of a run only, in and out by one context manager (`patched_weights`):
+`base_loras[].training_only` (a de-distill "training adapter" on a Lightning-merged base) is merged for training and
+taken out wherever the result is used, samples during training and saved full weights; `base_loras[].sample_only`
+(the stack users sample with, e.g. a Lightning LoRA) is merged for the trainer's samples only, never trained
+through. (The saved LoRA's header leaves both out, `stack_header`, so sample.py and evaluate.py do not apply them.)
 
 Taking out is the same merge at the negative strength, in reverse order (ΔW of LoRA, LoHa, LoKr and `diff` keys is
-linear in the strength; files that replace whole weights are refused at load). The weights it changes are copied
-to the CPU first and put back afterwards, so training goes on from bit-identical weights (exact resume). Needs the
-weights as plain tensors on one process: fp8 storage, block swap and FSDP shards are refused at start-up
-(`check_memory_features`)."""
+linear in the strength; training_only files that replace whole weights are refused at load); for samples both go in
+one pass (one float32 copy per weight). The weights a block changes are copied to the CPU first and put back
+afterwards, so training goes on from bit-identical weights (exact resume). On a LoRA run the names are the frozen
+`base_layer` weights, so the trained peft adapter stays active on top. Needs the weights as plain tensors on one
+process: fp8 storage, block swap and FSDP shards are refused at start-up (`check_memory_features`)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +19,7 @@ from typing import Iterator
 import torch
 
 from modules.model.WanModel import WanModel
-from modules.modelLoader.base_loras import _diff_names, _patches, merge_stack
+from modules.modelLoader.base_loras import checked_patches, merge_stack
 from modules.util.errors import UserError
 
 _PEFT_BASE = ".base_layer"  # peft's wrapped linear keeps the frozen weight as <module>.base_layer.weight
@@ -38,34 +41,53 @@ class _PlainNames(torch.nn.Module):
 
 
 def check_memory_features(model: WanModel, fp8: bool, swapped: bool, sharded: bool) -> None:
-    """At start-up: the features under which the training-only LoRAs cannot be taken out for samples and saves."""
-    if not model.training_only_loras:
-        return
-    for on, key in ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"), (sharded, "data_parallel FSDP")):
-        if on:
-            raise UserError(f"base_loras: a training_only LoRA is taken out of the weights for samples and saves, "
-                            f"which {key} does not allow: turn {key} off (memory_preset MANUAL), or merge the LoRA "
-                            "for good (training_only false)")
+    """At start-up: the features under which training-only / sample-only LoRAs cannot go in and out of the weights."""
+    for loras, which, instead in (
+            (model.training_only_loras, "a training_only LoRA is taken out of the weights for samples and saves",
+             "merge the LoRA for good (training_only false)"),
+            (model.sample_only_loras, "a sample_only LoRA is merged into the weights for the samples only",
+             "sample without it (remove the entry)")):
+        if not loras:
+            continue
+        for on, key in ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"), (sharded, "data_parallel FSDP")):
+            if on:
+                raise UserError(f"base_loras: {which}, which {key} does not allow: turn {key} off (memory_preset "
+                                f"MANUAL), or {instead}")
+
+
+def _taken_out(model: WanModel) -> list[tuple]:
+    """The training-only LoRAs at the negative strength, last merged first."""
+    return [(expert, read, -strength) for expert, read, strength in reversed(model.training_only_loras)]
+
+
+def without_training_only(model: WanModel) -> contextlib.AbstractContextManager[None]:
+    """Saved weights: without the training-only LoRAs."""
+    return patched_weights(model, _taken_out(model))
+
+
+def sampling_weights(model: WanModel) -> contextlib.AbstractContextManager[None]:
+    """The trainer's samples: without the training-only LoRAs, with the sample-only ones."""
+    return patched_weights(model, _taken_out(model) + list(model.sample_only_loras))
 
 
 @contextlib.contextmanager
-def without_training_only(model: WanModel) -> Iterator[None]:
-    """A block in which the transformers hold the weights without the training-only LoRAs; restored exactly."""
-    if not model.training_only_loras:
+def patched_weights(model: WanModel, loras: list[tuple]) -> Iterator[None]:
+    """A block in which the transformers hold their weights with `loras` ((expert, file, strength), in order)
+    merged; the weights they change are restored bit for bit afterwards."""
+    if not loras:
         yield
         return
     stacks: dict[int, list] = defaultdict(list)
-    for expert, read, strength in model.training_only_loras:
-        stacks[expert].append((read, -strength))
+    for expert, read, strength in loras:
+        stacks[expert].append((read, strength))
     kept: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
     try:
         for expert, stack in stacks.items():
             view = _PlainNames(model.transformers()[expert])
-            names = _diff_names(view)
-            changed = {name for read, strength in stack for name in _patches(read, strength, view, names)[0]}
             params = dict(view.named_parameters())
-            kept += [(params[name], params[name].detach().to("cpu", copy=True)) for name in sorted(changed)]
-            merge_stack(view, stack[::-1])
+            kept += [(params[name], params[name].detach().to("cpu", copy=True))
+                     for name in sorted(checked_patches(view, stack, warn=False))]
+            merge_stack(view, stack, warn=False)
         yield
     finally:
         with torch.no_grad():

@@ -175,8 +175,9 @@ def workflow_models(variant: WanVariant, base_model_name: str, overrides: dict[s
                     trained_unet: str | Path | None = None) -> WorkflowModels:
     """The loaders' files: ComfyUI single files named by the run's `*_override` keys, else the base folder's name
     (and ComfyUI's own file names for the encoders); the LoRA chain of each expert is the run's base LoRAs (not
-    those marked training_only) then the trained LoRA (`trained`: expert -> file); `trained_unet`: a fully trained
-    model's file instead of the base."""
+    those marked training_only; the sample_only ones after the others) then the trained LoRA (`trained`: expert ->
+    file), the order sample.py's `--base-lora` gives (it matters to a DoRA, whose norm is of the weight before it);
+    `trained_unet`: a fully trained model's file instead of the base."""
     experts = 2 if variant.two_experts else 1
     folder = Path(base_model_name).name or "wan"
     defaults = (f"{folder}.safetensors",) if experts == 1 else \
@@ -185,8 +186,11 @@ def workflow_models(variant: WanVariant, base_model_name: str, overrides: dict[s
     unets = tuple(_name(trained_unet) or _name(overrides.get(keys[e])) or defaults[e] for e in range(experts))
     chains = []
     for expert in range(experts):
-        chain = [(_name(e.path), float(e.strength)) for e in base_loras
-                 if not getattr(e, "training_only", False) and _applies(e, expert, experts)]
+        def entries(sample_only: bool) -> list[tuple[str, float]]:
+            return [(_name(e.path), float(e.strength)) for e in base_loras if not getattr(e, "training_only", False)
+                    and getattr(e, "sample_only", False) == sample_only and _applies(e, expert, experts)]
+
+        chain = entries(sample_only=False) + entries(sample_only=True)  # as the weights hold them when sampling
         if trained and expert in trained:
             chain.append((_name(trained[expert]), float(trained_scale)))
         chains.append(tuple(chain))

@@ -13,7 +13,7 @@ from modules.util.config.train_config import E2VConfig, TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
-                       "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "tensorboard",
+                       "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "sample_overrides", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
                        "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
                        "save_skip_first", "rolling_save_count", "output_dtype",
@@ -33,6 +33,8 @@ def training_settings(config: dict, world_size: int) -> dict:
     """The config keys a resume must keep to continue the same training. batch_size counts per GPU, so
     the global batch stands in for it: 1 GPU × 4 resumes as 2 GPUs × 2 without a warning."""
     settings = {k: v for k, v in config.items() if k not in RESUME_NEUTRAL_KEYS and k != "batch_size"}
+    if isinstance(settings.get("base_loras"), list):  # sample_only entries change the samples, not the training
+        settings["base_loras"] = [e for e in settings["base_loras"] if not (isinstance(e, dict) and e.get("sample_only"))]
     if isinstance(settings.get("e2v"), dict):
         settings["e2v"] = {k: v for k, v in settings["e2v"].items() if k not in RESUME_NEUTRAL_E2V_KEYS}
     settings["global_batch_size"] = config.get("batch_size", 1) * world_size

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from modules.modelLoader.training_only_loras import without_training_only
+from modules.modelLoader.training_only_loras import sampling_weights
 from modules.modelSampler.comfy_workflow import WorkflowModels, workflow_models
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import WanModelSaver
@@ -26,7 +26,7 @@ class TrainerSampling:
         apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
                                 training=False, what="sampling")
         try:
-            with self._averaged_weights(sampling=True), without_training_only(self.model):
+            with self._averaged_weights(sampling=True), sampling_weights(self.model):
                 return self._sample()
         finally:  # back to the training kernel
             apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)

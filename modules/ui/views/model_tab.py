@@ -15,7 +15,8 @@ from modules.ui.views.widgets import GRAY, RED
 def base_lora_summary(row: dict[str, Any]) -> str:
     name = Path(str(row.get("path") or "")).name or "(no file yet)"
     expert = row.get("expert") or "BOTH"
-    return f"{name} × {row.get('strength')}" + ("" if expert == "BOTH" else f" ({expert.lower()}-noise expert)")
+    only = " (training only)" if row.get("training_only") else " (samples only)" if row.get("sample_only") else ""
+    return f"{name} × {row.get('strength')}" + ("" if expert == "BOTH" else f" ({expert.lower()}-noise expert)") + only
 
 
 class ModelTab(BaseTab):
@@ -28,7 +29,8 @@ class ModelTab(BaseTab):
                                                     "Add base LoRA", base_lora_summary))
         self.note("Merged into the frozen base when it loads, in order (e.g. a Lightning speed LoRA): the LoRA trains "
                   "on the base you generate with, and its file records them so sample.py applies the same stack. "
-                  "Set the sampling tab's 'Every sample' steps and CFG for a distilled base.")
+                  "Set the sampling tab's 'Every sample' steps and CFG for a distilled base. 'sample only': merged "
+                  "for the samples only (preview with a speed LoRA you do not train on).")
 
     def refresh(self) -> None:
         super().refresh()

@@ -179,11 +179,15 @@ class BaseLoRAConfig(BaseConfig):
     strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
     training_only: bool = option(False, "Merged for training only (a de-distill training adapter): taken out again for samples, for the saved model's weights and from the saved LoRA's header, so scripts/sample.py and evaluate.py do not apply it either.")
+    sample_only: bool = option(False, "Merged for the trainer's samples only (e.g. a Lightning LoRA the trained LoRA will be used with, beside sample_overrides for its steps and CFG): never trained through, not in the saved model or the saved LoRA's header; stacked after the trained LoRA in each sample's ComfyUI workflow.")
 
     def validate(self, path: str) -> None:
         if not self.path:
             raise ConfigError(f"config key '{path}.path' is empty: set it to a LoRA .safetensors file (or remove the entry)")
         check_lora_strength(f"config key '{path}.strength'", self.strength)
+        if self.training_only and self.sample_only:
+            raise ConfigError(f"config key '{path}.sample_only': an entry is training_only or sample_only, not both: "
+                              "set one of them to false")
 
 
 @dataclasses.dataclass
@@ -255,7 +259,7 @@ class TrainConfig(BaseConfig):
     vae_override: str = option("", "Optional single-file VAE (.safetensors: ComfyUI's vae/wan_2.1_vae or wan2.2_vae, or diffusers key names) that replaces the folder's VAE.")
     text_encoder_override: str = option("", "Optional single-file UMT5 text encoder (.safetensors: ComfyUI's text_encoders/umt5_xxl_*, bf16/fp16/fp8/fp8_scaled) that replaces the folder's.")
     image_encoder_override: str = option("", "Optional single-file CLIP vision encoder (.safetensors: ComfyUI's clip_vision/clip_vision_h) that replaces the folder's (or e2v.image_encoder_model_name's).")
-    base_loras: list[BaseLoRAConfig] = option([], "LoRAs merged into the frozen base at load time, in order, before fp8 / block swap / the trained adapter (e.g. a Lightning speed LoRA the trained LoRA will be used with); recorded in the saved LoRA's header (file name, sha256, strength) so scripts/sample.py and evaluate.py apply the same stack.")
+    base_loras: list[BaseLoRAConfig] = option([], "LoRAs merged into the frozen base at load time, in order, before fp8 / block swap / the trained adapter (e.g. a Lightning speed LoRA the trained LoRA will be used with); recorded in the saved LoRA's header (file name, sha256, strength) so scripts/sample.py and evaluate.py apply the same stack. Entries marked sample_only are merged for the trainer's samples only.")
     transformer_dtype: DataType = option(DataType.AUTO, "Weight dtype of the transformer(s).")
     text_encoder_dtype: DataType = option(DataType.AUTO, "Weight dtype of the UMT5 text encoder.")
     vae_dtype: DataType = option(DataType.FLOAT32, "Weight dtype of the VAE.")
