@@ -49,7 +49,9 @@ def check_memory_features(model: WanModel, fp8: bool, swapped: bool, sharded: bo
              "sample without it (remove the entry)")):
         if not loras:
             continue
-        for on, key in ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"), (sharded, "data_parallel FSDP")):
+        features = ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"),
+                    (sharded, "data_parallel FSDP"))
+        for on, key in features:
             if on:
                 raise UserError(f"base_loras: {which}, which {key} does not allow: turn {key} off (memory_preset "
                                 f"MANUAL), or {instead}")
