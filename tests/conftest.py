@@ -41,10 +41,16 @@ _private_home()
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest work first, so that xdist (`--dist loadgroup`) starts it at once and the short tests fill in
-    around it: the learning runs (one `xdist_group` per trained model: its tests share one worker and one
-    training), then the other slow tests, then the rest, each in collection order."""
+    around it to the end: the learning runs (one `xdist_group` per trained model: its tests share one worker and
+    one training), then the other slow tests, then those that load a tiny model (seconds each), then the rest
+    (mostly milliseconds), each in collection order. A worker asks for more when 2 of its tests are left, so the
+    last ones handed out are the cheap ones and neither worker waits long for the other."""
     def rank(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+        if item.get_closest_marker("xdist_group"):
+            return 0
+        if item.get_closest_marker("slow"):
+            return 1
+        return 2 if "tiny_model" in getattr(item, "fixturenames", ()) else 3
 
     items.sort(key=rank)
 
