@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -41,8 +39,9 @@ from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
 from tests.comfyui_nodes import problems
-from tests.conftest import REPO_ROOT, train_config_dict
+from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.script_runner import run_script
 from tests.test_adapters import comfy_weight, file_modules, injected
 
 TYPES = {"lora": {}, "loha": {"peft_type": "LOHA"}, "lokr": {"peft_type": "LOKR", "lora_rank": 2},
@@ -230,22 +229,11 @@ def test_the_headers_stack_is_found_beside_the_lora_and_a_missing_file_is_a_warn
     assert any("gone.safetensors" in r.getMessage() and "sampling without it" in r.getMessage() for r in caplog.records)
 
 
-def run_script(script: str, args: list[str], monkeypatch) -> None:
-    """scripts/<script> in this process (the CLI path, without a new interpreter's imports)."""
-    import runpy
-
-    monkeypatch.syspath_prepend(str(REPO_ROOT / "scripts"))
-    monkeypatch.setattr(sys, "argv", [script, *args])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(REPO_ROOT / "scripts" / script), run_name="__main__")
-    if exit_.value.code:
-        raise AssertionError(f"{script} exited with {exit_.value.code}")
-
-
-def sample_strip(args: list[str], output, monkeypatch) -> np.ndarray:
-    run_script("sample.py", ["--prompt", "a red circle", "--frames", "5", "--height", "32", "--width", "32", "--steps",
-                             "2", "--cfg-scale", "1", "--seed", "3", "--device", "cpu", "--output", str(output), *args],
-               monkeypatch)
+def sample_strip(args: list[str], output) -> np.ndarray:
+    result = run_script("sample.py", "--prompt", "a red circle", "--frames", "5", "--height", "32", "--width", "32",
+                        "--steps", "2", "--cfg-scale", "1", "--seed", "3", "--device", "cpu", "--output", str(output),
+                        *args)
+    assert result.returncode == 0, result.stderr[-2000:]
     return np.asarray(Image.open(output.with_suffix(".png")))
 
 
@@ -253,9 +241,9 @@ def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model
     model_dir = tiny_model("t2v")
     lora, _ = random_file("lora", model_dir, tmp_path)
     merged_dir = merge_lora_into_model(MergeInputs(model_dir, lora, strength=0.6), tmp_path / "merged", DIFFUSERS)[0]
-    with_stack = sample_strip(["--model", str(model_dir), "--base-lora", f"{lora}:0.6"], tmp_path / "a.mp4", monkeypatch)
-    of_folder = sample_strip(["--model", str(merged_dir)], tmp_path / "b.mp4", monkeypatch)
-    plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4", monkeypatch)
+    with_stack = sample_strip(["--model", str(model_dir), "--base-lora", f"{lora}:0.6"], tmp_path / "a.mp4")
+    of_folder = sample_strip(["--model", str(merged_dir)], tmp_path / "b.mp4")
+    plain = sample_strip(["--model", str(model_dir)], tmp_path / "c.mp4")
     assert np.array_equal(with_stack, of_folder)
     assert not np.array_equal(with_stack, plain)
     # sample.py writes the ComfyUI workflow beside the video: the stack in LoraLoaderModelOnly, ComfyUI's names
@@ -337,7 +325,7 @@ def test_with_fp8_storage_the_merged_weights_are_quantised(tiny_model, video_dat
 
 
 @pytest.mark.parametrize("script", ["sample.py", "evaluate.py"])
-def test_the_scripts_check_base_lora_files_before_a_model_loads(script, tiny_model, tmp_path, monkeypatch, capsys):
+def test_the_scripts_check_base_lora_files_before_a_model_loads(script, tiny_model, tmp_path, monkeypatch):
     from modules.modelLoader.WanModelLoader import WanModelLoader
 
     monkeypatch.setattr(WanModelLoader, "load", lambda *a, **k: pytest.fail("a model loaded"))
@@ -345,8 +333,8 @@ def test_the_scripts_check_base_lora_files_before_a_model_loads(script, tiny_mod
     prompts.write_text("a fox\n")
     extra = ["--prompt", "a fox"] if script == "sample.py" else ["--prompts", str(prompts)]
     output = tmp_path / ("out.mp4" if script == "sample.py" else "report")
-    with pytest.raises(AssertionError, match="exited with 1"):
-        run_script(script, ["--model", str(tiny_model("t2v")), *extra, "--base-lora",
-                            f"{tmp_path / 'gone.safetensors'}:0.8", "--output", str(output)], monkeypatch)
-    lines = capsys.readouterr().err.strip().splitlines()
+    result = run_script(script, "--model", str(tiny_model("t2v")), *extra, "--base-lora",
+                        f"{tmp_path / 'gone.safetensors'}:0.8", "--output", str(output))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--base-lora" in lines[0] and "gone.safetensors" in lines[0], lines

@@ -13,12 +13,19 @@ from safetensors.torch import load_file
 
 from tests.conftest import REPO_ROOT, TORCHRUN, train_config_dict
 from tests.run_paths import last_run, run_dir
+from tests.script_runner import run_script
 
 pytestmark = pytest.mark.slow
 
 
 def train(args: list[str], config: dict, path) -> subprocess.CompletedProcess:
+    """scripts/train.py under torchrun, or (args [python]) as one process: that one in the test process (a new
+    interpreter's imports cost ~8 CPU-s; torchrun's ranks and test_end_to_end run the script as real processes)."""
     path.write_text(json.dumps(config))
+    if args == [sys.executable]:
+        result = run_script("train.py", "--config-path", str(path))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([*args, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(path)],
                             capture_output=True, text=True, timeout=600, env=env)

@@ -3,8 +3,6 @@ trains, resume, the files, continuing from one, sampling with one, config errors
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,8 @@ from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import write_video_dataset
-from tests.conftest import REPO_ROOT, stop_and_resume, train_config_dict
+from tests.conftest import stop_and_resume, train_config_dict
+from tests.script_runner import run_script
 
 PLACEHOLDER = "<sks>"
 
@@ -233,18 +232,16 @@ def test_sample_py_applies_an_embedding_file(tiny_model, tmp_path):
     path = tmp_path / "sks.safetensors"
     save_file({"umt5xxl": 3 * torch.randn(2, 32, generator=torch.Generator().manual_seed(1))}, str(path),
               metadata={"wantrainer.embedding.placeholder": PLACEHOLDER})
-    common = [sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("t2v")),
-              "--prompt", f"a {PLACEHOLDER} moving", "--frames", "5", "--height", "32", "--width", "32",
-              "--steps", "2", "--device", "cpu"]
+    common = ["--model", str(tiny_model("t2v")), "--prompt", f"a {PLACEHOLDER} moving", "--frames", "5",
+              "--height", "32", "--width", "32", "--steps", "2", "--device", "cpu"]
     for name, extra in (("plain", []), ("embedded", ["--embedding", str(path)])):
-        done = subprocess.run(common + extra + ["--output", str(tmp_path / f"{name}.mp4")], capture_output=True,
-                              text=True, timeout=300)
+        done = run_script("sample.py", *common, *extra, "--output", str(tmp_path / f"{name}.mp4"))
         assert done.returncode == 0, done.stderr
     strips = [np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(tmp_path / f"{n}.png")) for n in
               ("plain", "embedded")]
     assert not np.array_equal(*strips)
-    missing = subprocess.run(common + ["--embedding", str(tmp_path / "nope.safetensors"), "--output",
-                                       str(tmp_path / "x.mp4")], capture_output=True, text=True, timeout=300)
+    missing = run_script("sample.py", *common, "--embedding", str(tmp_path / "nope.safetensors"), "--output",
+                         str(tmp_path / "x.mp4"))
     assert missing.returncode != 0 and "--embedding" in missing.stderr and "Traceback" not in missing.stderr
 
 
@@ -285,10 +282,9 @@ def test_evaluate_compares_the_base_with_the_embedding(tiny_model, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(f"a {PLACEHOLDER} moving\na red square\n", encoding="utf-8")
     output = tmp_path / "report"
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "evaluate.py"), "--model", str(tiny_model("t2v")),
-                           "--embedding", str(path), "--compare-base", "--prompts", str(prompts), "--output",
-                           str(output), "--frames", "5", "--height", "32", "--width", "32", "--steps", "2",
-                           "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    done = run_script("evaluate.py", "--model", str(tiny_model("t2v")), "--embedding", str(path), "--compare-base",
+                      "--prompts", str(prompts), "--output", str(output), "--frames", "5", "--height", "32",
+                      "--width", "32", "--steps", "2", "--device", "cpu")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((output / "metrics.json").read_text())
     videos = {(v["model"], v["prompt"]): (output / v["video"]).read_bytes() for v in report["videos"]}

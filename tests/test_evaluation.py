@@ -16,6 +16,7 @@ from modules.evaluation import metrics
 from tests.comfyui_nodes import problems
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.run_paths import run_dir
+from tests.script_runner import run_script
 
 
 def moving_square(frames: int = 9, speed: int = 2, size: int = 48) -> np.ndarray:
@@ -207,10 +208,9 @@ def test_evaluate_e2v_elements_on_an_i2v_checkpoint_uses_its_image_encoder(tiny_
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps([{"prompt": "a cube", "elements": [str(element)]}]))
     output = tmp_path / "report"
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "evaluate.py"), "--model",
-                             str(tiny_model("i2v")), "--prompts", str(prompts), "--output", str(output), "--frames",
-                             "17", "--height", "32", "--width", "32", "--steps", "2", "--device", "cpu"],
-                            capture_output=True, text=True, timeout=600)
+    result = run_script("evaluate.py", "--model", str(tiny_model("i2v")), "--prompts", str(prompts), "--output",
+                        str(output), "--frames", "17", "--height", "32", "--width", "32", "--steps", "2", "--device",
+                        "cpu")  # in this process: the test above runs evaluate.py as a real one
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((output / "metrics.json").read_text())
     values = report["videos"][0]["metrics"]

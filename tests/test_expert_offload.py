@@ -116,7 +116,8 @@ def test_the_encoders_leave_the_train_device_after_caching_and_nothing_keeps_the
 
 def test_releasing_on_a_gpu_collects_and_empties_the_cache(monkeypatch):
     """What runs on CUDA/ROCm (faked here): the move, a garbage collection, then the caching allocator's
-    empty_cache, and the freed bytes are measured; on the CPU only the move and the collection."""
+    empty_cache, and the freed bytes are measured; on the CPU only the move (no device memory to give back, and a
+    full collection costs ~0.5 s of each start-up)."""
     calls = []
     allocated = iter([3 * 2 ** 30, 1 * 2 ** 30, 1 * 2 ** 30])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -130,7 +131,7 @@ def test_releasing_on_a_gpu_collects_and_empties_the_cache(monkeypatch):
     calls.clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert release_from_device([encoder], torch.device("cpu")) == 0
-    assert calls == ["to cpu", "collect"]
+    assert calls == ["to cpu"]
 
 
 def test_pinned_memory_only_beside_a_cuda_device(monkeypatch):

@@ -23,6 +23,7 @@ from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, lora_metadat
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.util.enum import DataType
 from tests.conftest import REPO_ROOT, train_config_dict
+from tests.script_runner import run_script
 
 VARIANT_TAGS = {"t2v": "wan-2.1-t2v", "i2v": "wan-2.1-i2v", "ti2v": "wan-2.2-ti2v", "a14b": "wan-2.2-a14b-t2v",
                 "a14b_i2v": "wan-2.2-a14b-i2v"}
@@ -322,6 +323,11 @@ def run_cli(*args) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def run_in_process(*args) -> subprocess.CompletedProcess:
+    """The same script in this process (test_cli_writes_the_merged_folder runs it as a real one)."""
+    return run_script("merge_lora.py", *args)
+
+
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -341,11 +347,13 @@ def test_cli_refuses_bad_inputs_in_one_line(tiny_model, tmp_path):
     model_dir = tiny_model("t2v")
     other = write_lora(tiny_model("i2v"), "i2v", tmp_path)
     (tmp_path / "a_file").write_text("x")
-    line = one_line_error(run_cli("--model", model_dir, "--lora", other, "--output", tmp_path / "out"))
+    line = one_line_error(run_in_process("--model", model_dir, "--lora", other, "--output", tmp_path / "out"))
     assert "wan-2.1-i2v" in line and "t2v" in line
-    line = one_line_error(run_cli("--model", model_dir, "--lora", other, "--output", tmp_path / "a_file" / "out.safetensors"))
+    line = one_line_error(run_in_process("--model", model_dir, "--lora", other, "--output",
+                                         tmp_path / "a_file" / "out.safetensors"))
     assert "--output" in line and "a_file" in line
-    line = one_line_error(run_cli("--model", model_dir, "--lora", other, "--output", tmp_path / "o", "--format", "ckpt"))
+    line = one_line_error(run_in_process("--model", model_dir, "--lora", other, "--output", tmp_path / "o", "--format",
+                                         "ckpt"))
     assert "--format" in line
     assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, e2v_on_t2v_config, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.script_runner import run_script
 
 PIPELINES = {"t2v": (WanPipeline, WanPipeline), "i2v": (WanImageToVideoPipeline, WanImageToVideoPipeline),
              "ti2v": (WanPipeline, WanImageToVideoPipeline), "a14b_t2v": (WanPipeline, WanPipeline),
@@ -114,9 +113,8 @@ def test_preview_e2v_works_on_a_t2v_base_and_shows_what_the_trainer_feeds(tiny_m
     expected, _ = trainer.data.preview(sample_id)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(values))
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "preview_e2v.py"), "--config-path",
-                             str(config), "--sample", sample_id, "--output", str(tmp_path / "preview")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    result = run_script("preview_e2v.py", "--config-path", str(config), "--sample", sample_id, "--output",
+                        str(tmp_path / "preview"))  # in this process: test_e2v_bad_data runs it as a real one
     assert result.returncode == 0, result.stderr[-2000:]
     tensors = load_file(tmp_path / "preview" / f"{sample_id}.safetensors")
     assert set(tensors) == set(expected) and {"mask", "condition_latents", "clip_embeds"} <= set(tensors)

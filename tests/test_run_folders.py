@@ -12,8 +12,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,8 +23,9 @@ from modules.ui.controllers.curves import LOSS, ScalarHistory, read_tensorboard_
 from modules.util.config.train_config import TrainConfig
 from modules.util.run_folder import list_runs, read_run
 from modules.util.sample_record import read_records
-from tests.conftest import REPO_ROOT, train_config_dict
+from tests.conftest import train_config_dict
 from tests.faults.test_lost_work import steps, train, trainer
+from tests.script_runner import run_script
 
 SAMPLE = {"prompt": "a red circle", "frames": 5, "height": 32, "width": 32, "steps": 2, "seed": 5}
 # 3 clips, batch 1: 3 steps an epoch; a backup after every step, the newest 2 kept; a sample every 3 steps
@@ -75,10 +74,9 @@ def test_three_runs_through_one_workspace_from_the_cli(tiny_model, video_dataset
     outputs, logs = [], []
 
     def cli(max_steps: int, resume: bool) -> None:
-        args = [sys.executable, "scripts/train.py", "--config-path", str(tmp_path / "config.json"),
-                "--config-value", f"max_steps={max_steps}", "--config-value", f"continue_last_backup={str(resume).lower()}"]
-        result = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        # in this process (test_end_to_end runs train.py as real processes)
+        result = run_script("train.py", "--config-path", str(tmp_path / "config.json"), "--config-value",
+                            f"max_steps={max_steps}", "--config-value", f"continue_last_backup={str(resume).lower()}")
         assert result.returncode == 0, result.stderr[-3000:]
         outputs.extend(line.split(" to ", 1)[1] for line in result.stdout.splitlines()
                        if line.startswith("model written to"))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,9 @@ from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
-from tests.conftest import REPO_ROOT, train_config_dict
+from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.script_runner import run_script
 
 SIZE, FRAMES = 32, 17  # 3 elements (P = 9 frames, K = 3 latents) leave 17 − 12 = 5 generated frames
 A2 = {"sampler": "diffusers_unipc", "shift": 8.0, "e2v_posterior": "sample"}
@@ -138,7 +137,7 @@ def test_the_a2_preset_samples_as_a2s_infer_py(i2v):
 
 def test_unipc_a2_is_a_scheduler_key_and_a_sample_py_choice():
     assert SampleConfig.from_dict({"prompt": "x", "sampler": "diffusers_unipc_a2"}, "sample").sampler == "diffusers_unipc_a2"
-    out = subprocess.run([sys.executable, "scripts/sample.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    out = run_script("sample.py", "--help")
     assert "unipc_a2" in out.stdout
 
 
@@ -276,12 +275,11 @@ def test_samples_in_the_config_take_a2s_settings():
 
 def test_cli_takes_a2s_settings(tiny_model, i2v, elements, tmp_path):
     out = tmp_path / "a2.mp4"
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("i2v")),
-         "--prompt", "a red circle", "--negative-prompt", "blurry", "--frames", str(FRAMES), "--height", str(SIZE),
-         "--width", str(SIZE), "--steps", "3", "--seed", "7", "--sampler", "diffusers_unipc", "--shift", "8",
-         "--e2v-posterior", "sample", "--elements", *elements, "--output", str(out)],
-        capture_output=True, text=True, timeout=300)
+    result = run_script(
+        "sample.py", "--model", str(tiny_model("i2v")), "--prompt", "a red circle", "--negative-prompt", "blurry",
+        "--frames", str(FRAMES), "--height", str(SIZE), "--width", str(SIZE), "--steps", "3", "--seed", "7",
+        "--sampler", "diffusers_unipc", "--shift", "8", "--e2v-posterior", "sample", "--elements", *elements,
+        "--output", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     strip = np.asarray(Image.open(out.with_suffix(".png")).convert("RGB")).astype(int)
     sampler = WanModelSampler(i2v)

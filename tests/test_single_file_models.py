@@ -369,16 +369,12 @@ def test_a_file_of_the_wrong_kind_is_one_line_naming_the_key(tiny_model, wrong_f
 
 
 def test_sample_py_generates_from_comfyui_files(tiny_model, comfy_files, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
+    from tests.script_runner import run_script
 
     out = tmp_path / "clip.mp4"
-    run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("t2v")),
-                          "--transformer-file", comfy_files["transformer_fp8_scaled"], "--vae-file", comfy_files["vae"],
-                          "--text-encoder-file", comfy_files["umt5"], "--prompt", "a red circle", "--frames", "5",
-                          "--height", "32", "--width", "32", "--steps", "2", "--output", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = run_script("sample.py", "--model", str(tiny_model("t2v")), "--transformer-file",
+                     comfy_files["transformer_fp8_scaled"], "--vae-file", comfy_files["vae"], "--text-encoder-file",
+                     comfy_files["umt5"], "--prompt", "a red circle", "--frames", "5", "--height", "32", "--width",
+                     "32", "--steps", "2", "--output", str(out))
     assert run.returncode == 0, run.stderr
     assert out.is_file() and out.with_suffix(".png").is_file()

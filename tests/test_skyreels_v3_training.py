@@ -4,8 +4,6 @@ checks refuse what the layout cannot take, in one line, before a model loads."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from safetensors import safe_open
@@ -16,8 +14,9 @@ from modules.util.config.base_config import ConfigError
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
-from tests.conftest import REPO_ROOT, train_config_dict, trains_and_resumes_exactly
+from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.run_paths import run_dir
+from tests.script_runner import run_script
 
 SIZE, FRAMES = 32, 17
 
@@ -69,12 +68,12 @@ def test_v3_layout_trains_resumes_saves_and_samples(tiny_model, v3_data, tmp_pat
     assert not (tmp_path / "full" / "output" / "lora-i2v").exists()  # no I2V export: the layout is the base's
 
     out = tmp_path / "sample.mp4"
-    args = [sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model", str(tiny_model("t2v")),
+    args = ["--model", str(tiny_model("t2v")),
             "--lora", str(lora), "--prompt", "a red circle", "--frames", str(FRAMES), "--height", str(SIZE),
             "--width", str(SIZE), "--steps", "2", "--cfg-scale", "3", "--image-guidance-scale", "2",
             "--e2v-posterior", "sample", "--output", str(out), "--elements",
             *(str(data / f"001_{name}.png") for name in ("subject", "object", "background"))]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    result = run_script("sample.py", *args)  # in this process: tests/faults/test_sample_faults.py runs real ones
     assert result.returncode == 0, result.stderr[-2000:]
     frames, _ = read_video_frames(out)
     assert len(frames) == FRAMES  # the references are not frames of the video: nothing is dropped

@@ -3,8 +3,6 @@ mask and references trains, resumes exactly, saves files ComfyUI's VACE model an
 samples through our sampler; its header keeps it off a plain base."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,8 +21,9 @@ from modules.modelSaver.WanLoRASaver import save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
-from tests.conftest import REPO_ROOT, train_config_dict, trains_and_resumes_exactly
+from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.script_runner import run_script
 
 
 def test_the_vace_context_is_the_one_diffusers_pipeline_builds(tiny_model):
@@ -124,13 +123,11 @@ def test_a_vace_lora_trains_resumes_saves_and_samples(tiny_model, tmp_path):
     assert before.shape == after.shape == (9, 32, 32, 3) and not np.array_equal(before, after)
 
     # the same through scripts/sample.py's options
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model",
-                             str(tiny_model("vace")), "--lora", str(path), "--prompt", "a red circle",
-                             "--control-video", str(data / "001_control.mp4"), "--control-mask",
-                             str(data / "001_control_mask.mp4"), "--elements", str(reference), "--frames", "9",
-                             "--height", "32", "--width", "32", "--steps", "2", "--seed", "3",
-                             "--output", str(tmp_path / "cli.mp4")], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = run_script("sample.py", "--model", str(tiny_model("vace")), "--lora", str(path), "--prompt",
+                        "a red circle", "--control-video", str(data / "001_control.mp4"), "--control-mask",
+                        str(data / "001_control_mask.mp4"), "--elements", str(reference), "--frames", "9",
+                        "--height", "32", "--width", "32", "--steps", "2", "--seed", "3",
+                        "--output", str(tmp_path / "cli.mp4"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "cli.mp4").is_file()
 
@@ -212,11 +209,9 @@ def test_an_e2v_dataset_on_a_vace_base_trains_resumes_saves_and_samples(tiny_mod
         assert f.metadata()["wantrainer.variant"] == "wan-2.1-vace"
 
     references = [str(tmp_path / "full" / "data" / f"002_{n}.png") for n in ("subject", "background")]
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "sample.py"), "--model",
-                             str(tiny_model("vace")), "--lora", str(path), "--prompt", "a red circle",
-                             "--elements", *references, "--frames", "9", "--height", "32", "--width", "32",
-                             "--steps", "2", "--seed", "3", "--output", str(tmp_path / "cli.mp4")], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = run_script("sample.py", "--model", str(tiny_model("vace")), "--lora", str(path), "--prompt",
+                        "a red circle", "--elements", *references, "--frames", "9", "--height", "32", "--width",
+                        "32", "--steps", "2", "--seed", "3", "--output", str(tmp_path / "cli.mp4"))
     assert result.returncode == 0, result.stderr[-2000:]
     from modules.dataLoader.video_io import read_video_frames
 

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -17,6 +16,7 @@ from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, TORCHRUN, train_config_dict
 from tests.run_paths import run_dir
+from tests.script_runner import run_script
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +146,17 @@ def test_two_ranks_share_the_validation_and_report_what_one_process_reports(tiny
                                    validate_after=1, validate_after_unit="STEP", backup_before_save=False)
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(config))
-        result = subprocess.run([*args, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(path)],
-                                capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if args is None:  # one process: in this one (the ranks are real processes)
+            result = run_script("train.py", "--config-path", str(path))
+        else:
+            result = subprocess.run([*args, str(REPO_ROOT / "scripts" / "train.py"), "--config-path", str(path)],
+                                    capture_output=True, text=True, timeout=600,
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert result.returncode == 0, result.stderr[-3000:]
         log = next((run_dir(tmp_path / name / "workspace") / "logs").iterdir()).read_text()
         return float(re.search(r"validation loss at step 1: (\S+)", log).group(1))
 
-    one = run([sys.executable], "one", 2)
+    one = run(None, "one", 2)
     two = run(TORCHRUN, "two", 1)
     assert one == pytest.approx(two, rel=1e-5)
 
