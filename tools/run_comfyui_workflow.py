@@ -1,0 +1,286 @@
+#!/usr/bin/env python
+"""Runs a sample's `.workflow.json` in ComfyUI's own nodes and compares the frames with the sample's.
+
+Not a CI test: it needs a ComfyUI source tree and a few of its packages, which the repo does not need. From the
+repo root (ComfyUI a125cd84 was used):
+
+    git clone https://github.com/Comfy-Org/ComfyUI /tmp/comfyui
+    .venv/bin/python -m pip install --target /tmp/comfydeps einops torchsde scipy aiohttp
+    (then delete torch, numpy and the nvidia packages pip put in /tmp/comfydeps: the venv's are used)
+    .venv/bin/python tools/run_comfyui_workflow.py --comfyui /tmp/comfyui --deps /tmp/comfydeps \
+        [--case t2v-uni_pc] [--case t2v-euler]
+
+Per case it writes the tiny T2V model (modules/synthetic), a random ComfyUI-format LoRA on it (alpha != rank),
+the base as one ComfyUI file (`merge_model` with no LoRA, float32: what merge_lora.py --format COMFY writes), then
+runs `scripts/sample.py --lora` (5 frames, so the PNG strip beside the video holds every frame, losslessly), reads
+the workflow file it wrote beside the video, puts the files it names into a temporary ComfyUI models tree
+(folder_paths pointed there) and executes the workflow's nodes in dependency order, each by its class from
+`nodes.NODE_CLASS_MAPPINGS` (+ comfy_extras) and its FUNCTION, up to the VAEDecode that feeds SaveAnimatedWEBP.
+It prints max |ComfyUI - ours| of the frames in 1/255 (ComfyUI's float frames against our uint8 ones).
+
+What is patched, and why (the tiny models are not the real sizes ComfyUI hard-codes; nothing in the sampling path
+is patched):
+- the diffusion model: ComfyUI derives the head count as dim // 128 (0 at the tiny width 32) and fixes the text
+  width at 4096; the tool sets num_heads 2 and text_dim 32 in the detected unet config (`model_config_from_unet`).
+- the text encoder: ComfyUI's own UMT5 (`comfy.text_encoders.t5.T5`, via CLIPLoader type wan) is built with the
+  tiny UMT5's sizes instead of umt5_config_xxl.json, and loads the tiny model's text_encoder weights (the same key
+  names); the tokenizer is the tiny model's (a tokenizers Unigram, not sentencepiece) through ComfyUI's
+  SDTokenizer with Wan's settings (min_length 512, no start token, end token 1, pad 0).
+- the VAE: ComfyUI's Wan 2.1 VAE class is built at the tiny VAE's sizes (dim 8, one residual block per stage
+  instead of 96 and 2); the file holds the tiny VAE in Wan's original key names (our converter, inverted).
+- modules ComfyUI imports but the nodes run here never call are stubbed (torchvision, torchaudio, kornia,
+  spandrel, comfy_kitchen, the database packages), as tools/check_comfyui_adapters.py does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CASES = {"t2v-uni_pc": ("t2v", "uni_pc", "simple"), "t2v-euler": ("t2v", "euler", "simple"),
+         "a14b-uni_pc": ("a14b", "uni_pc", "simple")}
+SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, height=64, width=64, steps=8,
+              cfg=5.0, seed=7)
+
+
+def prepare(case: str, root: Path) -> tuple[Path, Path, Path]:
+    """(tiny model folder, sample video, its workflow file) for one case."""
+    from modules.model.detection import detect_variant
+    from modules.modelSaver.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+    from modules.modelSaver.merged_model import COMFY, MergeInputs, merge_lora_into_model
+    from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
+    from modules.synthetic.tiny_model import write_tiny_model
+    from tests.test_merge_families import adapted
+
+    family, sampler, scheduler = CASES[case]
+    model_dir = root / family
+    if not model_dir.exists():
+        write_tiny_model(family, model_dir)
+    variant = detect_variant(model_dir)
+    lora = root / "loras" / f"{case}_lora.safetensors"
+    lora.parent.mkdir(parents=True, exist_ok=True)
+    files = [Path(p) for p in expert_lora_paths(lora)] if variant.two_experts else [lora]
+    for expert, file in enumerate(files):  # a random LoRA per expert (alpha 3 != rank)
+        save_lora(extract_from_peft(adapted(model_dir, expert, "lora", root)), file, COMFY_LORA,
+                  lora_metadata(f"wan-2.1-{variant.name.replace('_', '-')}"))
+    base = root / "diffusion_models" / f"{family}.safetensors"  # the workflow's default name: the folder's
+    base.parent.mkdir(parents=True, exist_ok=True)
+    if not any(base.parent.glob(f"{family}*.safetensors")):
+        merge_lora_into_model(MergeInputs(model_dir, None), base, COMFY, torch.float32)
+    video = root / "samples" / f"{case}.webp"
+    subprocess.run([sys.executable, str(ROOT / "scripts/sample.py"), "--model", str(model_dir), "--lora", str(files[0]),
+                    "--prompt", SAMPLE["prompt"], "--frames", str(SAMPLE["frames"]), "--height", str(SAMPLE["height"]),
+                    "--width", str(SAMPLE["width"]), "--steps", str(SAMPLE["steps"]),
+                    "--cfg-scale", str(SAMPLE["cfg"]), "--seed", str(SAMPLE["seed"]), "--sampler", sampler,
+                    "--scheduler", scheduler, "--device", "cpu", "--output", str(video)], check=True)
+    return model_dir, video, video.with_name(video.stem + ".workflow.json")
+
+
+def our_frames(video: Path) -> np.ndarray:
+    """Every frame of the sample, from the lossless PNG strip beside it (F, H, W, 3) uint8."""
+    import cv2
+
+    strip = cv2.cvtColor(cv2.imread(str(video.with_suffix(".png"))), cv2.COLOR_BGR2RGB)
+    return np.stack(np.split(strip, SAMPLE["frames"], axis=1))
+
+
+def models_tree(workflow: dict, model_dir: Path, root: Path, tree: Path) -> None:
+    """ComfyUI's models folders with the files the workflow's loaders name."""
+    from safetensors.torch import load_file, save_file
+
+    for node in workflow.values():
+        kind, inputs = node["class_type"], node["inputs"]
+        if kind == "UNETLoader":
+            _link(root / "diffusion_models" / inputs["unet_name"], tree / "diffusion_models" / inputs["unet_name"])
+        elif kind == "LoraLoaderModelOnly":
+            _link(root / "loras" / inputs["lora_name"], tree / "loras" / inputs["lora_name"])
+        elif kind == "CLIPLoader":
+            target = tree / "text_encoders" / inputs["clip_name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            save_file(load_file(str(model_dir / "text_encoder" / "model.safetensors")), str(target))
+        elif kind == "VAELoader":
+            target = tree / "vae" / inputs["vae_name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            save_file(original_vae(load_file(str(model_dir / "vae" / "diffusion_pytorch_model.safetensors"))),
+                      str(target))
+
+
+def _link(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        target.symlink_to(source)
+
+
+def original_vae(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """diffusers' Wan VAE names -> Wan's original ones, by inverting our original -> diffusers converter on the
+    names ComfyUI's own (tiny-sized) Wan VAE has."""
+    import comfy.ldm.wan.vae
+    from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
+
+    names = list(comfy.ldm.wan.vae.WanVAE(**TINY_VAE).state_dict())
+    renamed = wan_vae_to_diffusers({name: torch.tensor(i) for i, name in enumerate(names)})
+    inverse = {diffusers: names[int(index)] for diffusers, index in renamed.items()}
+    missing = sorted(set(state) - set(inverse))
+    if missing:
+        raise SystemExit(f"VAE names not mapped: {missing[:5]}")
+    return {inverse[name]: tensor for name, tensor in state.items()}
+
+
+# ComfyUI on the CPU keeps the text encoder in fp16 (its default); the comparison is of float32 runs
+FP32_FLAGS = ("--fp32-unet", "--fp32-vae", "--fp32-text-enc")
+TINY_TEXT_DIM = 32  # the tiny UMT5's d_model (the transformer's text_dim)
+TINY_VAE = dict(dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
+                temperal_downsample=[False, True, True], dropout=0.0)
+
+
+def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
+    """Import ComfyUI (CPU) with the tiny-size patches the docstring lists."""
+    sys.path[:0] = [str(comfyui), str(deps)]
+    from tools.check_comfyui_adapters import StubModules
+
+    StubModules.roots = tuple(r for r in StubModules.roots if r not in ("scipy", "aiohttp", "yaml", "psutil", "av"))
+    sys.meta_path.append(StubModules())
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+    sys.argv = [sys.argv[0], "--cpu", *FP32_FLAGS]
+    import comfy.ldm.wan.vae
+    import comfy.model_detection
+    import comfy.sd
+    import comfy.sd1_clip
+    import comfy.text_encoders.t5
+    import comfy.text_encoders.wan
+    from tokenizers import normalizers
+    from transformers import AutoTokenizer
+
+    vae_class = comfy.ldm.wan.vae.WanVAE
+    comfy.ldm.wan.vae.WanVAE = lambda **kwargs: vae_class(**{**kwargs, **TINY_VAE})
+
+    detect = comfy.model_detection.detect_unet_config
+
+    def tiny_unet_config(*args, **kwargs):
+        config = detect(*args, **kwargs)
+        if config.get("image_model") == "wan2.1":
+            config.update(num_heads=2, text_dim=TINY_TEXT_DIM)
+        return config
+
+    comfy.model_detection.detect_unet_config = tiny_unet_config
+    detect_te = comfy.sd.detect_te_model
+
+    def tiny_te_model(sd):  # ComfyUI knows umT5-XXL by its 24th block; the tiny one has 2
+        if sd.get("shared.weight", torch.empty(0, 0)).shape[-1] == TINY_TEXT_DIM:
+            return comfy.sd.TEModel.T5_XXL
+        return detect_te(sd)
+
+    comfy.sd.detect_te_model = tiny_te_model
+    te_config = json.loads((model_dir / "text_encoder" / "config.json").read_text())
+    te_config = {k: te_config[k] for k in ("d_ff", "d_kv", "d_model", "num_heads", "num_layers", "vocab_size",
+                                           "relative_attention_num_buckets", "layer_norm_epsilon", "model_type")}
+    te_config.update(dense_act_fn="gelu_pytorch_tanh", is_gated_act=True)
+
+    class TinyUMT5(comfy.sd1_clip.SDClipModel):
+        def __init__(self, device="cpu", layer="last", layer_idx=None, dtype=None, model_options={}):
+            super().__init__(device=device, layer=layer, layer_idx=layer_idx, textmodel_json_config=dict(te_config),
+                             dtype=dtype, special_tokens={"end": 1, "pad": 0}, model_class=comfy.text_encoders.t5.T5,
+                             enable_attention_masks=True, zero_out_masked=True, model_options=model_options)
+
+    class HFTokenizer:
+        @staticmethod
+        def from_pretrained(path, **_):
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer.backend_tokenizer.normalizer = normalizers.NFKC()  # as umT5's spiece model (nmt_nfkc)
+            return tokenizer
+
+    class TinyTokenizer(comfy.sd1_clip.SDTokenizer):
+        def __init__(self, embedding_directory=None, tokenizer_data={}):
+            super().__init__(str(model_dir / "tokenizer"), pad_with_end=False, embedding_size=te_config["d_model"],
+                             embedding_key="umt5xxl", tokenizer_class=HFTokenizer, has_start_token=False,
+                             pad_to_max_length=False, max_length=99999999, min_length=512, pad_token=0,
+                             tokenizer_data=tokenizer_data)
+
+    comfy.text_encoders.wan.UMT5XXlModel = TinyUMT5
+    comfy.text_encoders.wan.UMT5XXlTokenizer = TinyTokenizer
+
+
+def run_workflow(workflow: dict, tree: Path) -> torch.Tensor:
+    """Execute the API graph in ComfyUI's node classes; the images the save node gets (F, H, W, 3) in 0..1."""
+    import asyncio
+
+    import folder_paths
+    import nodes
+
+    for folder in ("diffusion_models", "loras", "text_encoders", "vae", "clip_vision"):
+        folder_paths.add_model_folder_path(folder, str(tree / folder), is_default=True)
+    folder_paths.set_input_directory(str(tree / "input"))
+    if "ModelSamplingSD3" not in nodes.NODE_CLASS_MAPPINGS:
+        asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
+    outputs: dict[str, tuple] = {}
+
+    def value(node_id: str):
+        if node_id in outputs:
+            return outputs[node_id]
+        node = workflow[node_id]
+        inputs = {k: value(v[0])[v[1]] if isinstance(v, list) else v for k, v in node["inputs"].items()}
+        cls = nodes.NODE_CLASS_MAPPINGS[node["class_type"]]
+        if hasattr(cls, "FUNCTION"):
+            result = getattr(cls(), cls.FUNCTION)(**inputs)
+        else:  # a v3 node (comfy_api): a classmethod execute returning NodeOutput
+            result = cls.execute(**inputs)
+            result = result.args if hasattr(result, "args") else result
+        if isinstance(result, dict):
+            result = result["result"]
+        outputs[node_id] = tuple(result)
+        logging.info("ran %s %s", node_id, node["class_type"])
+        return outputs[node_id]
+
+    save = next(n for n in workflow.values() if n["class_type"] == "SaveAnimatedWEBP")
+    link = save["inputs"]["images"]
+    with torch.inference_mode():  # as ComfyUI's executor runs every node
+        return value(link[0])[link[1]]
+
+
+def without_loras(workflow: dict) -> dict:
+    """The workflow with every LoraLoaderModelOnly at strength 0 (the control: how far a missing LoRA is)."""
+    copy = json.loads(json.dumps(workflow))
+    for node in copy.values():
+        if node["class_type"] == "LoraLoaderModelOnly":
+            node["inputs"]["strength_model"] = 0.0
+    return copy
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--comfyui", type=Path, required=True)
+    parser.add_argument("--deps", type=Path, required=True, help="the --target folder of ComfyUI's extra packages")
+    parser.add_argument("--case", action="append", choices=sorted(CASES))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="comfyrun-"))
+    prepared = {case: prepare(case, root) for case in args.case or CASES}
+    load_comfyui(args.comfyui, args.deps, next(iter(prepared.values()))[0])
+    for case, (model_dir, video, workflow_file) in prepared.items():
+        workflow = json.loads(workflow_file.read_text())
+        tree = root / f"comfy-{case}"
+        models_tree(workflow, model_dir, root, tree)
+        ours = our_frames(video).astype(np.float32)
+        theirs = run_workflow(workflow, tree).float().numpy() * 255
+        saved = np.clip(theirs, 0, 255).astype(np.uint8)  # as SaveAnimatedWEBP converts them
+        without = run_workflow(without_loras(workflow), tree).float().numpy() * 255  # what a lost LoRA would show
+        print(f"{case:12s} {theirs.shape[0]} frames {theirs.shape[1]}x{theirs.shape[2]}: "
+              f"max |ComfyUI - ours| {np.abs(theirs - ours).max():.3f}/255 (mean {np.abs(theirs - ours).mean():.3f}), "
+              f"as saved {np.abs(saved - ours).max():.0f}/255 ({(saved != ours).mean():.1%} of values); "
+              f"ComfyUI with the LoRA at 0: {np.abs(without - ours).max():.1f}/255", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
