@@ -48,7 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CASES = {"t2v-uni_pc": ("t2v", "uni_pc", "simple"), "t2v-euler": ("t2v", "euler", "simple"),
-         "a14b-uni_pc": ("a14b", "uni_pc", "simple")}
+         "a14b-uni_pc": ("a14b", "uni_pc", "simple"), "i2v-uni_pc": ("i2v", "uni_pc", "simple"),
+         "flf2v-uni_pc": ("flf2v", "uni_pc", "simple")}
+IMAGE_FAMILIES = ("i2v", "flf2v")
 SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, height=64, width=64, steps=8,
               cfg=5.0, seed=7)
 
@@ -78,12 +80,30 @@ def prepare(case: str, root: Path) -> tuple[Path, Path, Path]:
     if not any(base.parent.glob(f"{family}*.safetensors")):
         merge_lora_into_model(MergeInputs(model_dir, None), base, COMFY, torch.float32)
     video = root / "samples" / f"{case}.webp"
+    image = ["--image", str(first_frame(root / "samples" / "first.png"))] if family in IMAGE_FAMILIES else []
+    if family == "flf2v":
+        image += ["--last-image", str(first_frame(root / "samples" / "last.png", flip=True))]
     subprocess.run([sys.executable, str(ROOT / "scripts/sample.py"), "--model", str(model_dir), "--lora", str(files[0]),
                     "--prompt", SAMPLE["prompt"], "--frames", str(SAMPLE["frames"]), "--height", str(SAMPLE["height"]),
                     "--width", str(SAMPLE["width"]), "--steps", str(SAMPLE["steps"]),
                     "--cfg-scale", str(SAMPLE["cfg"]), "--seed", str(SAMPLE["seed"]), "--sampler", sampler,
-                    "--scheduler", scheduler, "--device", "cpu", "--output", str(video)], check=True)
+                    "--scheduler", scheduler, "--device", "cpu", "--output", str(video), *image], check=True)
     return model_dir, video, video.with_name(video.stem + ".workflow.json")
+
+
+def first_frame(path: Path, flip: bool = False) -> Path:
+    """An I2V start image of the sample's size (a gradient and a disc), so neither side resizes it for the VAE."""
+    import cv2
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h, w = SAMPLE["height"], SAMPLE["width"]
+        y, x = np.mgrid[0:h, 0:w]
+        image = np.stack([x * 255 // w, y * 255 // h, np.full_like(x, 90)], -1).astype(np.uint8)
+        cv2.circle(image, (w // 3, h // 2), h // 5, (250, 240, 40), -1)
+        image = image[:, ::-1] if flip else image
+        cv2.imwrite(str(path), cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2BGR))
+    return path
 
 
 def our_frames(video: Path) -> np.ndarray:
@@ -104,6 +124,15 @@ def models_tree(workflow: dict, model_dir: Path, root: Path, tree: Path) -> None
             _link(root / "diffusion_models" / inputs["unet_name"], tree / "diffusion_models" / inputs["unet_name"])
         elif kind == "LoraLoaderModelOnly":
             _link(root / "loras" / inputs["lora_name"], tree / "loras" / inputs["lora_name"])
+        elif kind == "LoadImage":
+            _link(root / "samples" / inputs["image"], tree / "input" / inputs["image"])
+        elif kind == "CLIPVisionLoader":
+            target = tree / "clip_vision" / inputs["clip_name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            state = load_file(str(model_dir / "image_encoder" / "model.safetensors"))
+            # transformers 5 saves the tower without its prefix; ComfyUI's clip_vision_h has it
+            save_file({k if k.startswith("vision_model.") else f"vision_model.{k}": v for k, v in state.items()},
+                      str(target))
         elif kind == "CLIPLoader":
             target = tree / "text_encoders" / inputs["clip_name"]
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +167,8 @@ def original_vae(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 # ComfyUI on the CPU keeps the text encoder in fp16 (its default); the comparison is of float32 runs
 FP32_FLAGS = ("--fp32-unet", "--fp32-vae", "--fp32-text-enc")
-TINY_TEXT_DIM = 32  # the tiny UMT5's d_model (the transformer's text_dim)
+TINY_TEXT_DIM = 32
+TINY_CLIP_DIM = 32  # the tiny CLIP vision tower's hidden size  # the tiny UMT5's d_model (the transformer's text_dim)
 TINY_VAE = dict(dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
                 temperal_downsample=[False, True, True], dropout=0.0)
 
@@ -175,6 +205,10 @@ def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
         return config
 
     comfy.model_detection.detect_unet_config = tiny_unet_config
+    import comfy.ldm.wan.model
+
+    projection = comfy.ldm.wan.model.MLPProj  # the image embedder: MLPProj(1280, dim), 1280 = ViT-H's width
+    comfy.ldm.wan.model.MLPProj = lambda in_dim, out_dim, **kwargs: projection(TINY_CLIP_DIM, out_dim, **kwargs)
     detect_te = comfy.sd.detect_te_model
 
     def tiny_te_model(sd):  # ComfyUI knows umT5-XXL by its 24th block; the tiny one has 2
@@ -209,6 +243,27 @@ def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
                              tokenizer_data=tokenizer_data)
 
     comfy.text_encoders.wan.UMT5XXlModel = TinyUMT5
+    vision = next(model_dir.parent.glob("*/image_encoder/config.json"), None)  # the tiny CLIP vision tower, if any
+    if vision is not None:
+        import comfy.clip_vision
+
+        tiny = json.loads(vision.read_text())
+        tiny = {k: tiny[k] for k in ("hidden_size", "intermediate_size", "projection_dim", "num_hidden_layers",
+                                     "num_attention_heads", "num_channels", "image_size", "patch_size",
+                                     "hidden_act", "layer_norm_eps")}
+        config_file = model_dir.parent / "comfy_clip_vision_tiny.json"
+        config_file.write_text(json.dumps({**tiny, "model_type": "clip_vision_model"}))
+        load_vision = comfy.clip_vision.load_clipvision_from_sd
+
+        def tiny_vision(sd, prefix="", convert_keys=False):  # ComfyUI knows ViT-H by its 31st layer
+            if f"vision_model.encoder.layers.{tiny['num_hidden_layers']}.layer_norm1.weight" in sd or \
+                    "vision_model.encoder.layers.0.layer_norm1.weight" not in sd:
+                return load_vision(sd, prefix, convert_keys)
+            clip = comfy.clip_vision.ClipVisionModel(str(config_file))
+            clip.load_sd(sd)
+            return clip
+
+        comfy.clip_vision.load_clipvision_from_sd = tiny_vision
     comfy.text_encoders.wan.UMT5XXlTokenizer = TinyTokenizer
 
 
@@ -221,6 +276,7 @@ def run_workflow(workflow: dict, tree: Path) -> torch.Tensor:
 
     for folder in ("diffusion_models", "loras", "text_encoders", "vae", "clip_vision"):
         folder_paths.add_model_folder_path(folder, str(tree / folder), is_default=True)
+    (tree / "input").mkdir(parents=True, exist_ok=True)
     folder_paths.set_input_directory(str(tree / "input"))
     if "ModelSamplingSD3" not in nodes.NODE_CLASS_MAPPINGS:
         asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
