@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 CASES = {"t2v-uni_pc": ("t2v", "uni_pc", "simple"), "t2v-euler": ("t2v", "euler", "simple"),
          "a14b-uni_pc": ("a14b", "uni_pc", "simple"), "i2v-uni_pc": ("i2v", "uni_pc", "simple"),
-         "flf2v-uni_pc": ("flf2v", "uni_pc", "simple")}
-IMAGE_FAMILIES = ("i2v", "flf2v")
+         "flf2v-uni_pc": ("flf2v", "uni_pc", "simple"), "ti2v-uni_pc": ("ti2v", "uni_pc", "simple")}
+IMAGE_FAMILIES = ("i2v", "flf2v", "ti2v")
 SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, height=64, width=64, steps=8,
               cfg=5.0, seed=7)
 
@@ -140,8 +140,8 @@ def models_tree(workflow: dict, model_dir: Path, root: Path, tree: Path) -> None
         elif kind == "VAELoader":
             target = tree / "vae" / inputs["vae_name"]
             target.parent.mkdir(parents=True, exist_ok=True)
-            save_file(original_vae(load_file(str(model_dir / "vae" / "diffusion_pytorch_model.safetensors"))),
-                      str(target))
+            save_file(original_vae(load_file(str(model_dir / "vae" / "diffusion_pytorch_model.safetensors")),
+                                   "wan2.2" in inputs["vae_name"]), str(target))
 
 
 def _link(source: Path, target: Path) -> None:
@@ -150,13 +150,15 @@ def _link(source: Path, target: Path) -> None:
         target.symlink_to(source)
 
 
-def original_vae(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def original_vae(state: dict[str, torch.Tensor], wan22: bool) -> dict[str, torch.Tensor]:
     """diffusers' Wan VAE names -> Wan's original ones, by inverting our original -> diffusers converter on the
     names ComfyUI's own (tiny-sized) Wan VAE has."""
     import comfy.ldm.wan.vae
+    import comfy.ldm.wan.vae2_2
     from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
 
-    names = list(comfy.ldm.wan.vae.WanVAE(**TINY_VAE).state_dict())
+    vae = comfy.ldm.wan.vae2_2.WanVAE(**TINY_VAE22) if wan22 else comfy.ldm.wan.vae.WanVAE(**TINY_VAE)
+    names = list(vae.state_dict())
     renamed = wan_vae_to_diffusers({name: torch.tensor(i) for i, name in enumerate(names)})
     inverse = {diffusers: names[int(index)] for diffusers, index in renamed.items()}
     missing = sorted(set(state) - set(inverse))
@@ -171,6 +173,7 @@ TINY_TEXT_DIM = 32
 TINY_CLIP_DIM = 32  # the tiny CLIP vision tower's hidden size  # the tiny UMT5's d_model (the transformer's text_dim)
 TINY_VAE = dict(dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
                 temperal_downsample=[False, True, True], dropout=0.0)
+TINY_VAE22 = {**TINY_VAE, "dim": 4, "dec_dim": 8, "z_dim": 48}  # the real one: 160, 256
 
 
 def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
@@ -185,6 +188,7 @@ def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
     comfy.options.enable_args_parsing()
     sys.argv = [sys.argv[0], "--cpu", *FP32_FLAGS]
     import comfy.ldm.wan.vae
+    import comfy.ldm.wan.vae2_2
     import comfy.model_detection
     import comfy.sd
     import comfy.sd1_clip
@@ -195,6 +199,8 @@ def load_comfyui(comfyui: Path, deps: Path, model_dir: Path) -> None:
 
     vae_class = comfy.ldm.wan.vae.WanVAE
     comfy.ldm.wan.vae.WanVAE = lambda **kwargs: vae_class(**{**kwargs, **TINY_VAE})
+    vae22_class = comfy.ldm.wan.vae2_2.WanVAE
+    comfy.ldm.wan.vae2_2.WanVAE = lambda **kwargs: vae22_class(**{**kwargs, **TINY_VAE22})
 
     detect = comfy.model_detection.detect_unet_config
 
@@ -334,7 +340,8 @@ def main() -> int:
         print(f"{case:12s} {theirs.shape[0]} frames {theirs.shape[1]}x{theirs.shape[2]}: "
               f"max |ComfyUI - ours| {np.abs(theirs - ours).max():.3f}/255 (mean {np.abs(theirs - ours).mean():.3f}), "
               f"as saved {np.abs(saved - ours).max():.0f}/255 ({(saved != ours).mean():.1%} of values); "
-              f"ComfyUI with the LoRA at 0: {np.abs(without - ours).max():.1f}/255", flush=True)
+              f"ComfyUI with the LoRA at 0: {np.abs(without - ours).max():.1f}/255; per frame max "
+              f"{[round(float(d), 2) for d in np.abs(theirs - ours).reshape(len(ours), -1).max(1)]}", flush=True)
     return 0
 
 
