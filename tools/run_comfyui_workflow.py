@@ -8,26 +8,38 @@ repo root (ComfyUI a125cd84 was used):
     .venv/bin/python -m pip install --target /tmp/comfydeps einops torchsde scipy aiohttp
     (then delete torch, numpy and the nvidia packages pip put in /tmp/comfydeps: the venv's are used)
     .venv/bin/python tools/run_comfyui_workflow.py --comfyui /tmp/comfyui --deps /tmp/comfydeps \
-        [--case t2v-uni_pc] [--case t2v-euler]
+        [--case t2v-uni_pc] [--case vace-uni_pc] ...   (default: every case; about 3 minutes on 2 CPU cores)
 
-Per case it writes the tiny T2V model (modules/synthetic), a random ComfyUI-format LoRA on it (alpha != rank),
-the base as one ComfyUI file (`merge_model` with no LoRA, float32: what merge_lora.py --format COMFY writes), then
-runs `scripts/sample.py --lora` (5 frames, so the PNG strip beside the video holds every frame, losslessly), reads
+Cases: T2V (uni_pc and euler), A14B, I2V, FLF2V, TI2V 5B (with a first image) and VACE (a control video and one
+reference image), every one with its default uni_pc / simple unless named. Per case it writes the tiny model
+of the family (modules/synthetic), a random ComfyUI-format LoRA on it (alpha != rank), the base as one ComfyUI
+file (`merge_lora_into_model` with no LoRA, float32: merge_lora.py --format COMFY's writer), then runs
+`scripts/sample.py --lora` (5 frames, so the PNG strip beside the video holds every frame, losslessly), reads
 the workflow file it wrote beside the video, puts the files it names into a temporary ComfyUI models tree
 (folder_paths pointed there) and executes the workflow's nodes in dependency order, each by its class from
 `nodes.NODE_CLASS_MAPPINGS` (+ comfy_extras) and its FUNCTION, up to the VAEDecode that feeds SaveAnimatedWEBP.
-It prints max |ComfyUI - ours| of the frames in 1/255 (ComfyUI's float frames against our uint8 ones).
+It prints max |ComfyUI - ours| of the frames in 1/255 (ComfyUI's float frames against our uint8 ones, so 0.5 is a
+perfect match), the same for the frames as SaveAnimatedWEBP would save them (it truncates, we round), and, as a
+control that the comparison sees the LoRA, ComfyUI's frames with every LoRA at strength 0 against ours.
 
 What is patched, and why (the tiny models are not the real sizes ComfyUI hard-codes; nothing in the sampling path
 is patched):
 - the diffusion model: ComfyUI derives the head count as dim // 128 (0 at the tiny width 32) and fixes the text
   width at 4096; the tool sets num_heads 2 and text_dim 32 in the detected unet config (`model_config_from_unet`).
 - the text encoder: ComfyUI's own UMT5 (`comfy.text_encoders.t5.T5`, via CLIPLoader type wan) is built with the
-  tiny UMT5's sizes instead of umt5_config_xxl.json, and loads the tiny model's text_encoder weights (the same key
+  tiny UMT5's sizes instead of umt5_config_xxl.json (and is picked for the file, which ComfyUI recognises as
+  umT5-XXL by its 24th block), and loads the tiny model's text_encoder weights (the same key
   names); the tokenizer is the tiny model's (a tokenizers Unigram, not sentencepiece) through ComfyUI's
   SDTokenizer with Wan's settings (min_length 512, no start token, end token 1, pad 0).
-- the VAE: ComfyUI's Wan 2.1 VAE class is built at the tiny VAE's sizes (dim 8, one residual block per stage
-  instead of 96 and 2); the file holds the tiny VAE in Wan's original key names (our converter, inverted).
+- the VAE: ComfyUI's Wan 2.1 / 2.2 VAE classes are built at the tiny VAEs' sizes (dim 8 / 4 and 8, one residual
+  block per stage, where ComfyUI fixes 96 / 160 and 256, and 2); the file holds the tiny VAE in Wan's original key
+  names (our converter, inverted).
+- the image encoder: ComfyUI knows ViT-H by its layer count and fixes the Wan image embedder's input at 1280; the
+  tool builds ComfyUI's CLIP vision class from the tiny tower's sizes and the embedder at its width (32), and
+  writes the tower's weights with the `vision_model.` prefix ComfyUI's clip_vision_h file has.
+- the tokenizer gets NFKC normalisation (sentencepiece's default, see docs/comfyui_samples.md): our prompt cleaning
+  (ftfy) turns the full-width commas of Wan's negative prompt into ASCII ones, ComfyUI does not clean.
+- ComfyUI runs with --cpu --fp32-unet --fp32-vae --fp32-text-enc (on the CPU it keeps text encoders in fp16).
 - modules ComfyUI imports but the nodes run here never call are stubbed (torchvision, torchaudio, kornia,
   spandrel, comfy_kitchen, the database packages), as tools/check_comfyui_adapters.py does.
 """
@@ -49,7 +61,8 @@ sys.path.insert(0, str(ROOT))
 
 CASES = {"t2v-uni_pc": ("t2v", "uni_pc", "simple"), "t2v-euler": ("t2v", "euler", "simple"),
          "a14b-uni_pc": ("a14b", "uni_pc", "simple"), "i2v-uni_pc": ("i2v", "uni_pc", "simple"),
-         "flf2v-uni_pc": ("flf2v", "uni_pc", "simple"), "ti2v-uni_pc": ("ti2v", "uni_pc", "simple")}
+         "flf2v-uni_pc": ("flf2v", "uni_pc", "simple"), "ti2v-uni_pc": ("ti2v", "uni_pc", "simple"),
+         "vace-uni_pc": ("vace", "uni_pc", "simple")}
 IMAGE_FAMILIES = ("i2v", "flf2v", "ti2v")
 SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, height=64, width=64, steps=8,
               cfg=5.0, seed=7)
@@ -81,6 +94,9 @@ def prepare(case: str, root: Path) -> tuple[Path, Path, Path]:
         merge_lora_into_model(MergeInputs(model_dir, None), base, COMFY, torch.float32)
     video = root / "samples" / f"{case}.webp"
     image = ["--image", str(first_frame(root / "samples" / "first.png"))] if family in IMAGE_FAMILIES else []
+    if family == "vace":  # a control video and one reference image (WanVaceToVideo, then TrimVideoLatent)
+        image = ["--control-video", str(control_video(root / "samples" / "control.mp4")),
+                 "--elements", str(first_frame(root / "samples" / "first.png"))]
     if family == "flf2v":
         image += ["--last-image", str(first_frame(root / "samples" / "last.png", flip=True))]
     subprocess.run([sys.executable, str(ROOT / "scripts/sample.py"), "--model", str(model_dir), "--lora", str(files[0]),
@@ -106,6 +122,22 @@ def first_frame(path: Path, flip: bool = False) -> Path:
     return path
 
 
+def control_video(path: Path) -> Path:
+    """A VACE control video of the sample's size and length: a disc moving across a gradient."""
+    from modules.util.video_write import write_video
+
+    if not path.exists():
+        import cv2
+
+        h, w = SAMPLE["height"], SAMPLE["width"]
+        frames = np.zeros((SAMPLE["frames"], h, w, 3), np.uint8)
+        for i, frame in enumerate(frames):
+            frame[:] = np.linspace(0, 200, w, dtype=np.uint8)[None, :, None]
+            cv2.circle(frame, (8 + 10 * i, h // 2), h // 6, (255, 255, 255), -1)
+        write_video(path, frames, 16)
+    return path
+
+
 def our_frames(video: Path) -> np.ndarray:
     """Every frame of the sample, from the lossless PNG strip beside it (F, H, W, 3) uint8."""
     import cv2
@@ -124,6 +156,8 @@ def models_tree(workflow: dict, model_dir: Path, root: Path, tree: Path) -> None
             _link(root / "diffusion_models" / inputs["unet_name"], tree / "diffusion_models" / inputs["unet_name"])
         elif kind == "LoraLoaderModelOnly":
             _link(root / "loras" / inputs["lora_name"], tree / "loras" / inputs["lora_name"])
+        elif kind == "LoadVideo":
+            _link(root / "samples" / inputs["file"], tree / "input" / inputs["file"])
         elif kind == "LoadImage":
             _link(root / "samples" / inputs["image"], tree / "input" / inputs["image"])
         elif kind == "CLIPVisionLoader":
