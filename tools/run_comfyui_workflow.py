@@ -62,8 +62,9 @@ sys.path.insert(0, str(ROOT))
 CASES = {"t2v-uni_pc": ("t2v", "uni_pc", "simple"), "t2v-euler": ("t2v", "euler", "simple"),
          "a14b-uni_pc": ("a14b", "uni_pc", "simple"), "i2v-uni_pc": ("i2v", "uni_pc", "simple"),
          "flf2v-uni_pc": ("flf2v", "uni_pc", "simple"), "ti2v-uni_pc": ("ti2v", "uni_pc", "simple"),
-         "vace-uni_pc": ("vace", "uni_pc", "simple")}
-IMAGE_FAMILIES = ("i2v", "flf2v", "ti2v")
+         "vace-uni_pc": ("vace", "uni_pc", "simple"), "t2v-dpmpp_2m-beta": ("t2v", "dpmpp_2m", "beta"),
+         "a14b_i2v-uni_pc": ("a14b_i2v", "uni_pc", "simple"), "a14b_vace-uni_pc": ("a14b_vace", "uni_pc", "simple")}
+IMAGE_FAMILIES = ("i2v", "flf2v", "ti2v", "a14b_i2v")
 SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, height=64, width=64, steps=8,
               cfg=5.0, seed=7)
 
@@ -94,7 +95,7 @@ def prepare(case: str, root: Path) -> tuple[Path, Path, Path]:
         merge_lora_into_model(MergeInputs(model_dir, None), base, COMFY, torch.float32)
     video = root / "samples" / f"{case}.webp"
     image = ["--image", str(first_frame(root / "samples" / "first.png"))] if family in IMAGE_FAMILIES else []
-    if family == "vace":  # a control video and one reference image (WanVaceToVideo, then TrimVideoLatent)
+    if family.endswith("vace"):  # a control video and one reference image (WanVaceToVideo, then TrimVideoLatent)
         image = ["--control-video", str(control_video(root / "samples" / "control.mp4")),
                  "--elements", str(first_frame(root / "samples" / "first.png"))]
     if family == "flf2v":
