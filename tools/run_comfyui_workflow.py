@@ -8,10 +8,10 @@ repo root (ComfyUI a125cd84 was used):
     .venv/bin/python -m pip install --target /tmp/comfydeps einops torchsde scipy aiohttp
     (then delete torch, numpy and the nvidia packages pip put in /tmp/comfydeps: the venv's are used)
     .venv/bin/python tools/run_comfyui_workflow.py --comfyui /tmp/comfyui --deps /tmp/comfydeps \
-        [--case t2v-uni_pc] [--case vace-uni_pc] ...   (default: every case; about 3 minutes on 2 CPU cores)
+        [--case t2v-uni_pc] [--case vace-uni_pc] ...   (default: every case; about 4 minutes on 2 CPU cores)
 
-Cases: T2V (uni_pc and euler), A14B, I2V, FLF2V, TI2V 5B (with a first image) and VACE (a control video and one
-reference image), every one with its default uni_pc / simple unless named. Per case it writes the tiny model
+Cases: T2V (uni_pc / simple, euler / simple, dpmpp_2m / beta), A14B, I2V, I2V A14B, FLF2V, TI2V 5B (with a first
+image), VACE and VACE-Fun A14B (a control video and one reference image); uni_pc / simple where not named. Per case it writes the tiny model
 of the family (modules/synthetic), a random ComfyUI-format LoRA on it (alpha != rank), the base as one ComfyUI
 file (`merge_lora_into_model` with no LoRA, float32: merge_lora.py --format COMFY's writer), then runs
 `scripts/sample.py --lora` (5 frames, so the PNG strip beside the video holds every frame, losslessly), reads
