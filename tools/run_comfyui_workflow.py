@@ -12,8 +12,9 @@ repo root (ComfyUI a125cd84 was used):
 
 Cases: T2V (uni_pc / simple, euler / simple, dpmpp_2m / beta), A14B, I2V, I2V A14B, FLF2V, TI2V 5B (with a first
 image), VACE and VACE-Fun A14B (a control video and one reference image); uni_pc / simple where not named.
-Per case it writes the tiny model of the family (modules/synthetic), a random ComfyUI-format LoRA on it (alpha != rank), the base as one ComfyUI
-file (`merge_lora_into_model` with no LoRA, float32: merge_lora.py --format COMFY's writer), then runs
+Per case it writes the tiny model of the family (modules/synthetic), a random ComfyUI-format LoRA on it
+(alpha != rank), the base as one ComfyUI file (`merge_lora_into_model` with no LoRA, float32: merge_lora.py
+--format COMFY's writer), then runs
 `scripts/sample.py --lora` (5 frames, so the PNG strip beside the video holds every frame, losslessly), reads
 the workflow file it wrote beside the video, puts the files it names into a temporary ComfyUI models tree
 (folder_paths pointed there) and executes the workflow's nodes in dependency order, each by its class from
