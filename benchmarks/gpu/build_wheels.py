@@ -11,7 +11,7 @@ a package of requirements.txt that is not there is fetched, with every dependenc
 that is not there either. The machine's Python is 3.12 (KINDS.md): pure-Python wheels serve any version; the two
 binary ones, av and wcwidth, are abi3 wheels (cp311-abi3, cp310-abi3), which every later CPython loads, so one
 file each covers 3.11 to 3.13. Left out on purpose: torch and pytest (the machine's own), customtkinter (the GUI,
-not run there) and bitsandbytes (optional, 41 MiB: with av's 34 MiB over the limit; ADAMW_8BIT's test skips).
+not run there), comfy-kitchen (the int8 tests' CPU reference, 68 MiB) and bitsandbytes (optional, 41 MiB: with av's 34 MiB over the limit; ADAMW_8BIT's test skips).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ PYTHON = "3.12"
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 LIMIT_MIB = 64  # the device tool's limit on what travels: the working tree and the carried wheels together
-NOT_FETCHED = {"torch", "pytest", "customtkinter"}
+NOT_FETCHED = {"torch", "pytest", "customtkinter", "comfy-kitchen"}  # comfy-kitchen: a CPU test reference, 68 MiB
 # The GPU image's Python packages (the device docs' KINDS.md, "Python packages already there", 2026-11-17).
 MACHINE_HAS = set("""
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +21,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VERDICT = re.compile(r"^\s+(\w+ \w+ moving \w+): (yes|no) \((\d+)/(\d+) seeds")
 LOSS = re.compile(r"^\s+loss:\s+([\d.]+) .*-> ([\d.]+)")
+# tqdm's training bar (stderr, carriage returns between updates): "training:  50%|...| 2/4 [00:01<00:01, 12.71step/s"
+PROGRESS = re.compile(r"training:[^|]*\|[^|]*\|\s*(\d+)/(\d+) \[[^,\]]*,\s*([\d.]+)(step/s|s/step)")
+
+
+def progress(log: str) -> dict:
+    """The last training-bar update: steps done of the total and the rate (what a timed-out run reached)."""
+    updates = PROGRESS.findall(log.replace("\r", "\n"))
+    if not updates:
+        return {}
+    done, total, rate, unit = updates[-1]
+    per_second = float(rate) if unit == "step/s" else 1.0 / float(rate) if float(rate) else None
+    return {"steps_done": int(done), "steps_total": int(total), "steps_per_s": per_second}
 
 
 def parse(output: str) -> dict:
@@ -37,22 +51,34 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     parser.add_argument("--strip", default=None, help="also write seed 0's frames of each prompt as a PNG here")
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--seconds", type=float, default=None, help="stop the demo at this deadline")
     args = parser.parse_args()
     command = [sys.executable, str(ROOT / "scripts" / "demo.py"), "--folder", args.folder]
     command += ["--steps", str(args.steps)] if args.steps else []
     command += ["--strip", args.strip] if args.strip else []
     started = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    print(done.stdout + done.stderr[-4000:], flush=True)
-    result = {"status": "ok" if done.returncode == 0 else "failed", "demo_rc": done.returncode,
-              "steps": args.steps or "recipe", "seconds": round(time.monotonic() - started, 1), **parse(done.stdout)}
-    if done.returncode:
-        result["error"] = done.stderr.strip().splitlines()[-1:] or None
+    log_path = Path(args.folder).parent / (Path(args.folder).name + ".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log:  # a file, not a pipe: nothing is lost when the deadline ends it
+        demo = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = demo.wait(args.seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+            rc = None
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    print(output[-4000:], flush=True)
+    status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
+    result = {"status": status, "demo_rc": rc, "steps": args.steps or "recipe",
+              "seconds": round(time.monotonic() - started, 1), **parse(output), **progress(output)}
+    if rc:
+        result["error"] = output.strip().splitlines()[-1:] or None
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:
         Path(args.json).write_text(text)
-    return 0 if done.returncode == 0 else 3
+    return 0 if rc == 0 else 3
 
 
 if __name__ == "__main__":

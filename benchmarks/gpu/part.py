@@ -69,7 +69,8 @@ def main() -> int:
     if args.part == "learn":
         from benchmarks.gpu.kit import Job
 
-        steps = ["--steps", "3"] if args.dry_run else []
+        # a real run stops the demo itself before the part's limit, so that the JSON says how far it got
+        steps = ["--steps", "3"] if args.dry_run else ["--seconds", str(max(args.seconds - 20, 10))]
         job = Job("demo", ["benchmarks/gpu/learn.py", "--folder", str(part.scratch / "demo"), "--strip",
                            str(args.out / "learn_strip.png"), *steps], args.seconds, needs=0)
         row = part.add(part.run(job))

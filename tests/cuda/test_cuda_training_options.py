@@ -120,8 +120,9 @@ def test_ema_on_the_gpu_and_on_the_cpu_average_alike_and_leave_training_alone(cu
     averages = {}
     for mode, device in (("GPU", DEVICE), ("CPU", "cpu")):
         trainer, history = ema_run(cuda_run, tmp_path / mode, mode)
+        # where the average lives while training (state_dict() is the backup's copy, always on the CPU)
+        assert {v.device.type for v in trainer.ema.shadow.values()} == {torch.device(device).type}, mode
         state = trainer.ema.state_dict()
-        assert {v.device.type for v in state.values()} == {torch.device(device).type}, mode
         expected = dict(history[0])
         for weights in history[1:]:
             expected = {k: DECAY * expected[k] + (1 - DECAY) * weights[k] for k in expected}
