@@ -11,7 +11,8 @@ a package of requirements.txt that is not there is fetched, with every dependenc
 that is not there either. The machine's Python is 3.12 (KINDS.md): pure-Python wheels serve any version; the two
 binary ones, av and wcwidth, are abi3 wheels (cp311-abi3, cp310-abi3), which every later CPython loads, so one
 file each covers 3.11 to 3.13. Left out on purpose: torch and pytest (the machine's own), customtkinter (the GUI,
-not run there), comfy-kitchen (the int8 tests' CPU reference, 68 MiB) and bitsandbytes (optional, 41 MiB: with av's 34 MiB over the limit; ADAMW_8BIT's test skips).
+not run there), comfy-kitchen (the int8 tests' CPU reference, 68 MiB) and bitsandbytes (optional, 41 MiB: with
+av's 34 MiB over the limit; ADAMW_8BIT's test skips).
 """
 from __future__ import annotations
 

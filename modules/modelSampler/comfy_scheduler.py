@@ -59,7 +59,8 @@ class ComfyFlowScheduler(SchedulerMixin, ConfigMixin):
 
     def _start(self, noise: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         """A ComfyUI run over the next segment from CONST.noise_scaling(σ_0, noise, latent); its first model input."""
-        sigmas = self._segments.pop(0).to(noise.device)  # as CFGGuider.outer_sample: the solver works on the latent's device
+        # on the latent's device, as CFGGuider.outer_sample moves them: uni_pc's per-sample sigma vectors meet x there
+        sigmas = self._segments.pop(0).to(noise.device)
         self._solver = SOLVERS[self.config.sampler](sigmas)
         sigma = sigmas[0]
         return self._solver.begin(sigma * noise + (1.0 - sigma) * latent)
