@@ -21,6 +21,7 @@ from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guide
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.chunking import split_blocks
 from modules.modelSetup.compile import CompileLog, compile_blocks
+from modules.modelSetup.kept_attention import KeptAttention, keep_self_attention
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.config.train_config import TrainConfig
@@ -168,6 +169,7 @@ class BaseWanSetup:
         dist = dist or DistributedContext()
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
         self.swappers, self.ddp, self.offloader, self.compile_log = [], {}, None, None
+        self.kept_attention: list[KeptAttention] = []
         device = self.model.train_device
         apply_attention_backend(self.model.transformers(), self.config.attention_backend, device.type, training=True)
         trained = self.trained_transformers()
@@ -175,7 +177,9 @@ class BaseWanSetup:
         if self.config.offload_inactive_expert and not offload:
             logger.warning("offload_inactive_expert: this run trains one transformer, so there is no idle expert to offload")
         for expert, transformer in trained:
-            if self.config.gradient_checkpointing:
+            if self.config.gradient_checkpointing and self.config.keep_self_attention:
+                self.kept_attention.append(keep_self_attention(transformer))
+            elif self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()
             split_blocks(transformer, self.config.ffn_chunks, self.config.checkpoint_attention)
             if self._sharded:  # from the CPU, block by block
@@ -362,6 +366,7 @@ class BaseWanSetup:
         prompt_embeds = self.prompt_embeds(inputs)  # outside autocast: UMT5 runs in its own dtype, as at inference
         with self._autocast(), activation_offload(self.config.activation_offload, device):
             predicted = conditioning.predict(transformer, x_t, sigmas * TRAIN_TIMESTEPS, prompt_embeds, payload, dtype)
+        self._check_kept_attention()
         target = flow_target(x0, noise)
         if unconditional is not None:
             target = guided_target(target, unconditional, scales_at(guidance, sigmas))
@@ -369,6 +374,13 @@ class BaseWanSetup:
                          payload.sample_weights, payload.loss_mask)
         return StepOutput(loss=loss, predicted=predicted, target=target, noisy_latents=x_t, input_latents=x0,
                           sigmas=sigmas, expert=expert)
+
+    def _check_kept_attention(self) -> None:
+        """After the first step with keep_self_attention: say so once if no kernel was kept (another backend's)."""
+        if self.kept_attention and torch.is_grad_enabled() and not any(k.matched for k in self.kept_attention):
+            logger.warning("keep_self_attention: the attention backend (%s) does not run torch's SDPA kernels, so "
+                           "self-attention is recomputed as without it", self.config.attention_backend.name)
+            self.kept_attention = []
 
     def unconditional_prediction(self, inputs: StepInputs, x_t: torch.Tensor, sigmas: torch.Tensor,
                                  expert: int) -> torch.Tensor:

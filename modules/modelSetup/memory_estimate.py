@@ -300,6 +300,9 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
             activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS * block_linear * batch
         if per_token_timesteps:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
+        if train.keep_self_attention:  # each block's self-attention output and float32 log-sum-exp (128-wide heads)
+            activations["activations.kept_self_attention"] = (
+                tokens * (dim * activation_bytes + dim // 128 * 4) * layers * batch)
     else:  # not measured: every block's working set is kept until its backward
         activations = {"activations.all_blocks": working_set * layers}
     if driving_tokens:  # not measured: every layer's driving K and V, kept for the generation pass's backward

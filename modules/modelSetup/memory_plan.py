@@ -85,7 +85,9 @@ def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
               ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
               ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
-              ("training", {"ffn_chunks": 8, "checkpoint_attention": True} if config.gradient_checkpointing else {}),
+              # keep_self_attention set by the user is kept: the FFN is split alone then (the two pull opposite ways)
+              ("training", ({"ffn_chunks": 8} if config.keep_self_attention else
+                            {"ffn_chunks": 8, "checkpoint_attention": True}) if config.gradient_checkpointing else {}),
               # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
               ("training", {"fp8_base_weights": True} if frozen and _free(config, "base_weight_format") else {}),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]

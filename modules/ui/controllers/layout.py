@@ -104,7 +104,7 @@ TABS: tuple[Tab, ...] = (
                          "timestep_shift", "dynamic_timestep_shifting", "min_sigma", "max_sigma")),
          ("Validation (concepts of type VALIDATION)", ("validate_after", "validate_after_unit",
                                                        "validation_sigma_count")),
-         ("Speed", ("attention_backend", "compile")),
+         ("Speed", ("attention_backend", "compile", "keep_self_attention")),
          ("Memory", ("memory_preset", "gpu_memory_gib", "gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
                      "base_weight_format", "fp8_base_weights",
                      "fp8_scale", "offload_inactive_expert", "vae_tiling")),

@@ -326,6 +326,7 @@ class TrainConfig(BaseConfig):
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices, each recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
     checkpoint_attention: bool = option(False, "Recompute each block's self- and cross-attention separately right before its backward: a smaller working set per block for about one extra attention pass per step.")
+    keep_self_attention: bool = option(False, "With gradient_checkpointing: keep each block's self-attention output from the forward pass instead of recomputing it in the backward (torch's SDPA kernels: NATIVE, CUDNN, AUTO without flash-attn). Faster by one attention forward per block (a 1.3B step at 832x480x81 spent ~12 % of its time there on an H200); costs tokens x width x 2 bytes per block until its backward (1.3B at 832x480x81: 2.9 GiB; 14B: 12.7 GiB). Same values and gradients bit for bit. Not with checkpoint_attention.")
     fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
     base_weight_format: BaseWeightFormat = option(BaseWeightFormat.BF16, "How the frozen transformer's block Linears are stored (LORA and EMBEDDING; embedders, modulation, head and norms stay as loaded): BF16 (as loaded, in transformer_dtype), FP8 (float8, upcast per layer; fp8_base_weights true is the older spelling), FP8_SCALED (float8 with one scale per weight, ComfyUI's fp8_scaled) or INT8_CONVROT (ComfyUI's int8 with a Hadamard rotation, int8 matmuls: half of bf16's weight memory, faster on consumer GPUs, slower than bf16 on Hopper; a ComfyUI int8 ConvRot file as transformer_override trains as stored). See docs/base_weights.md.", structural=True)
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
@@ -505,6 +506,12 @@ class TrainConfig(BaseConfig):
         if self.blocks_to_swap and not self.gradient_checkpointing:
             fail("blocks_to_swap", "needs gradient_checkpointing: without it autograd keeps each block's weights for the "
                                    "backward pass, so they cannot go back to the CPU: set gradient_checkpointing true")
+        if self.keep_self_attention and not self.gradient_checkpointing:
+            fail("keep_self_attention", "keeps what gradient_checkpointing would recompute: set gradient_checkpointing "
+                                        "true (without it every activation is kept anyway) or keep_self_attention false")
+        if self.keep_self_attention and self.checkpoint_attention:
+            fail("keep_self_attention", "and checkpoint_attention pull opposite ways (keep the attention output / "
+                                        "recompute the attention separately): set one of them false")
         self._check_base_weight_format(fail)
         if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base():
             fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
