@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.cuda.device import MARKS
+from tests.cuda.device import MARKS, needs_gpu
 from tests.cuda.runs import BF16_GRAD, BF16_LOSS, FP8_GRAD, FP8_LOSS, assert_close_step, assert_same_run, release
 
 pytestmark = MARKS
@@ -76,6 +76,21 @@ def test_checkpoint_attention_alone_is_bit_exact(cuda_run, tmp_path, checkpointe
     result = cuda_run(tmp_path, checkpoint_attention=True, **GC).train()
     assert_same_run(result, checkpointed)
     release(result.trainer)
+
+
+@pytest.mark.parametrize("backend", ["NATIVE", pytest.param("CUDNN", marks=needs_gpu("cuDNN attention"))])
+def test_kept_self_attention_trains_bit_for_bit_as_recomputed(cuda_run, tmp_path, checkpointed, backend):
+    """The recompute takes the forward's attention output (the same kernel on the same inputs): equal bit for bit,
+    and every block's self-attention kernel matched (else this backend's kernel is not one torch's SDPA runs)."""
+    reference = checkpointed if backend == "NATIVE" else cuda_run(tmp_path / "ref", attention_backend=backend,
+                                                                  **GC).train()
+    result = cuda_run(tmp_path / "kept", keep_self_attention=True, attention_backend=backend, **GC).train()
+    (kept,) = result.trainer.setup.kept_attention
+    assert kept.matched == len(result.trainer.model.transformer.blocks) * len(result.losses)
+    assert_same_run(result, reference)
+    release(result.trainer)
+    if reference is not checkpointed:
+        release(reference.trainer)
 
 
 @pytest.mark.parametrize("scale", ["NONE", "TENSOR", "CHANNEL"])
