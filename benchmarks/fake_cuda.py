@@ -215,6 +215,21 @@ def _fused_sdpa(original):
     return sdpa
 
 
+def _cuda_int_mm(original):
+    """torch._int_mm with CUDA's shape rules (cuBLASLt's int8 GEMM: `_int_mm_out_cuda` refuses M <= 16, K or N not
+    a multiple of 8), which the meta kernel behind a FakeTensor does not check: a call the GPU would refuse fails
+    here too. What it allocates is the meta kernel's, CUDA's own: the int32 [M, N] result."""
+    def int_mm(a, b, *args, **kwargs):
+        if a.device.type == "cuda":
+            if a.size(0) <= 16:
+                raise RuntimeError(f"self.size(0) needs to be greater than 16, but got {a.size(0)}")
+            if a.size(1) % 8 or b.size(1) % 8:
+                raise RuntimeError(f"self.size(1) and mat2.size(1) must be multiples of 8, got {a.shape}, {b.shape}")
+        return original(a, b, *args, **kwargs)
+
+    return int_mm
+
+
 def _swap_or_set_data(original):
     """`Module.to()` swaps FakeTensor parameters (torch._apply), which refuses a parameter that has a weak reference,
     and a FakeTensorMode keeps one to every Parameter it made. `.data =`, what the same call does to real tensors,
@@ -270,6 +285,7 @@ def fake_cuda_patches():
     patch(torch.Tensor, "record_stream", lambda self, stream: None)
     patch(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patch(F, "scaled_dot_product_attention", _fused_sdpa(F.scaled_dot_product_attention))
+    patch(torch, "_int_mm", _cuda_int_mm(torch._int_mm))
     patch(torch.utils, "swap_tensors", _swap_or_set_data(torch.utils.swap_tensors))
     patch(FakeTensor, "data", _data_with_device())
     try:

@@ -40,6 +40,7 @@ class MemoryConfig:
     frames: int = 81
     checkpointing: bool = True
     fp8: bool = False
+    base_weight_format: str = "BF16"  # train_config's base_weight_format (fp8 above: FP8's older spelling)
     blocks_to_swap: int = 0
     activation_offload: bool = False
     experts: int = 1
@@ -61,6 +62,7 @@ class MemoryConfig:
 
 SPLIT = dict(ffn_chunks=8, checkpoint_attention=True)  # a block's recompute in parts (modelSetup/chunking.py)
 LIGHT = dict(fp8=True, blocks_to_swap=30, activation_offload=True)  # what docs/performance.md says fits 24 GB
+LIGHT_INT8 = dict(LIGHT, fp8=False, base_weight_format="INT8_CONVROT")  # the same with the int8 ConvRot base
 CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, limit_gib=10.89, note="1.3B 832x480x81, training, GC only"),
     "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.64, ci=True,
@@ -76,6 +78,11 @@ CONFIGS: dict[str, MemoryConfig] = {
     "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0, limit_gib=14.07, ci=True,
                                     note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + "
                                          "checkpoint_attention"),
+    "14b_light_int8": MemoryConfig("14b", **LIGHT_INT8, goal_gib=12.0, limit_gib=None,
+                                   note="14B 832x480x81, int8 ConvRot + 30 swapped blocks + activation offload"),
+    "14b_light_split_int8": MemoryConfig("14b", **LIGHT_INT8, **SPLIT, goal_gib=12.0, limit_gib=None,
+                                         note="14B, int8 ConvRot + 30 swapped + activation offload + ffn_chunks 8 "
+                                              "+ checkpoint_attention"),
     "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, limit_gib=27.85,
                           note="5B TI2V 1280x704x121, GC"),
     "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0, limit_gib=24.38,
@@ -107,7 +114,7 @@ def measure(name: "str | MemoryConfig") -> dict:
                                   activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
                                   ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
-                                  guidance_scale=spec.guidance_scale)
+                                  guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format)
     device, dtype = torch.device("cuda"), torch.bfloat16
     started = time.perf_counter()
     with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):
