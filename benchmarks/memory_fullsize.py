@@ -78,9 +78,9 @@ CONFIGS: dict[str, MemoryConfig] = {
     "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0, limit_gib=14.07, ci=True,
                                     note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + "
                                          "checkpoint_attention"),
-    "14b_light_int8": MemoryConfig("14b", **LIGHT_INT8, goal_gib=12.0, limit_gib=None,
+    "14b_light_int8": MemoryConfig("14b", **LIGHT_INT8, goal_gib=12.0, limit_gib=19.10,
                                    note="14B 832x480x81, int8 ConvRot + 30 swapped blocks + activation offload"),
-    "14b_light_split_int8": MemoryConfig("14b", **LIGHT_INT8, **SPLIT, goal_gib=12.0, limit_gib=None,
+    "14b_light_split_int8": MemoryConfig("14b", **LIGHT_INT8, **SPLIT, goal_gib=12.0, limit_gib=13.92,
                                          note="14B, int8 ConvRot + 30 swapped + activation offload + ffn_chunks 8 "
                                               "+ checkpoint_attention"),
     "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, limit_gib=27.85,
@@ -104,6 +104,7 @@ def measure(name: "str | MemoryConfig") -> dict:
     from benchmarks import gpu_step
     from benchmarks.device_memory import DeviceMemoryCounter
     from benchmarks.fake_cuda import fake_cuda_patches
+    from modules.modelSetup.int8_storage import int8_layers
 
     spec = CONFIGS[name] if isinstance(name, str) else name
     name = name if isinstance(name, str) else "custom"
@@ -131,6 +132,7 @@ def measure(name: "str | MemoryConfig") -> dict:
             if spec.guidance_scale:  # the unconditional prompt's text rows, as the loaders add them
                 inputs.unconditional_embeds = torch.zeros_like(inputs.prompt_embeds)
             after_setup = counter.current
+            int8 = sum(len(int8_layers(t)) for t in setup.model.transformers())  # the base's layers stored in int8
             # the optimizer's state exists from the first step on (for both experts once each has trained), so a
             # later step holds the most: create it with one step on zero gradients (AdamW's state, same shapes) and
             # measure the steps after it (two experts: a step routed to each)
@@ -145,7 +147,7 @@ def measure(name: "str | MemoryConfig") -> dict:
     estimated = estimate.get("estimate_training_gib")
     return {
         "config": name, "note": spec.note, **dataclasses.asdict(spec), "tokens": gpu_step.video_tokens(config, shape),
-        "measured": result, "after_setup_gib": round(after_setup / 2 ** 30, 3), "steps": phases,
+        "measured": result, "after_setup_gib": round(after_setup / 2 ** 30, 3), "steps": phases, "int8_layers": int8,
         "goal_gib": spec.goal_gib, "meets_goal": spec.goal_gib is None or measured <= spec.goal_gib,
         "estimate_gib": estimated,
         "estimate_error": round(estimated / measured - 1, 4) if estimated and measured else None,
