@@ -49,6 +49,18 @@ def int8_measured_faster(capability: tuple[int, int] | None) -> bool:
     return capability is not None and INT8_FASTER.get(tuple(capability), (False, ""))[0]
 
 
+def int8_note(capability: tuple[int, int] | None) -> str:
+    """What is known of int8 ConvRot's speed on a card of `capability` (estimate_vram.py prints it)."""
+    if capability is None:
+        return "no CUDA card known: AUTO keeps fp8 (give --compute-capability to plan for a card)"
+    faster, source = INT8_FASTER.get(tuple(capability), (None, ""))
+    name = f"sm_{capability[0]}{capability[1]}"
+    if faster is None:
+        return f"{name}: int8 ConvRot not measured on such a card: AUTO keeps fp8"
+    return f"{name}: int8 ConvRot measured {'faster' if faster else 'slower'} ({source}): AUTO " + (
+        "chooses it where fp8 would go" if faster else "keeps fp8")
+
+
 def detected_capability() -> tuple[int, int] | None:
     """The first CUDA GPU's compute capability, or None without one (ROCm reports its own numbers: not in the
     table)."""
@@ -169,11 +181,11 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
     return MemoryPlan(current, changes, result, gpu, host_estimate(current, ram_gib))
 
 
-def planned_estimate(config: TrainConfig, gpu_gib: float | None,
-                     ram_gib: float | None = None) -> tuple[Estimate, MemoryPlan]:
-    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib`), and the plan (its host RAM
-    estimate always there): what estimate_vram.py and the GUI show before Start."""
-    plan = plan_memory(config, gpu_gib, ram_gib)
+def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float | None = None,
+                     capability: tuple[int, int] | None = None) -> tuple[Estimate, MemoryPlan]:
+    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib` of compute `capability`), and the
+    plan (its host RAM estimate always there): what estimate_vram.py and the GUI show before Start."""
+    plan = plan_memory(config, gpu_gib, ram_gib, capability)
     if plan.host is None:
         plan.host = host_estimate(plan.config, ram_gib)
     return (plan.estimate if plan.estimate is not None else estimate(plan.config, gpu_gib)), plan
