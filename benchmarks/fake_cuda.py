@@ -21,6 +21,9 @@ Which patched calls reach ops below autocast, and how each honours it (docs/perf
   `_scaled_dot_product_cudnn_attention` or `_scaled_dot_product_efficient_attention` itself, so the AutocastCUDA
   kernel of `aten::scaled_dot_product_attention` (a lower-precision op: q, k, v and a float mask cast to the autocast
   dtype) never runs. `_autocast_inputs` makes that cast first, then the kernel is chosen on the cast dtypes.
+- `torch._int_mm` (the int8 ConvRot base): the op itself after CUDA's shape checks (M > 16, K and N multiples of 8,
+  which its meta kernel lacks), so a call a GPU refuses fails here too; the meta kernel allocates what CUDA returns
+  (int32 [M, N]). Its inputs are int8: autocast has nothing to cast.
 - `Tensor.pin_memory`, `torch.utils.swap_tensors` (falls back to `.data =`), `FakeTensor.data` (keeps the device):
   no computation, only which storage a tensor holds; nothing for autocast to cast.
 - The stream, event, synchronize and empty_cache stand-ins and `record_stream`: no tensor op at all.
