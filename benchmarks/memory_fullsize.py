@@ -5,10 +5,10 @@ Each configuration runs the project's own step (`WanLoRASetup`: fp8 or int8 Conv
 `prepare_device` with gradient checkpointing, block swap, activation and expert offload; `predict`, backward,
 gradient clipping, the optimizer step: benchmarks/gpu_step.py) for 2 optimizer steps on a full-size random Wan
 transformer whose tensors are FakeTensors on a fake CUDA device (benchmarks/fake_cuda.py): shapes, dtypes, CUDA
-autocast and the fused attention kernels are a GPU's, no memory is allocated and nothing is computed. `DeviceMemoryCounter`
-(benchmarks/device_memory.py) counts the live device bytes as `torch.cuda.max_memory_allocated` would, and names the
-phase, op and module at the peak with a breakdown. Beside it: the project's estimate (memory_estimate.py) of the
-same run, and the goal from issue #24.
+autocast and the fused attention kernels are a GPU's, no memory is allocated and nothing is computed.
+`DeviceMemoryCounter` (benchmarks/device_memory.py) counts the live device bytes as
+`torch.cuda.max_memory_allocated` would, and names the phase, op and module at the peak with a breakdown. Beside it:
+the project's estimate (memory_estimate.py) of the same run, and the goal from issue #24.
 
     python benchmarks/memory_fullsize.py --config 1.3b_gc          # one configuration, one JSON
     python benchmarks/memory_fullsize.py --all --json out.json     # the table (each configuration in its own process)
