@@ -215,3 +215,29 @@ def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_esti
     assert frozen == pytest.approx(int8_frozen_bytes(transformer_config("1.3b", 2)) / GIB, abs=0.001)
     assert result["measured"]["peak_gib"] <= INT8_LIMIT_GIB, result["measured"]
     assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
+
+
+def test_the_fake_int_mm_refuses_what_cuda_refuses():
+    """benchmarks/fake_cuda's torch._int_mm: on the (fake) CUDA device CUDA's shape rules hold (M > 16, K and N
+    multiples of 8), which the meta kernel alone does not check; other devices and valid shapes reach the op."""
+    from benchmarks.fake_cuda import _cuda_int_mm
+
+    calls = []
+    int_mm = _cuda_int_mm(lambda a, b: calls.append((tuple(a.shape), tuple(b.shape))) or "result")
+
+    class OnCuda:  # the shape and device of a FakeTensor on the fake GPU
+        def __init__(self, *shape):
+            self.shape, self.device = torch.Size(shape), torch.device("cuda")
+
+        def size(self, dim):
+            return self.shape[dim]
+
+    with pytest.raises(RuntimeError, match="greater than 16, but got 16"):
+        int_mm(OnCuda(16, 64), OnCuda(64, 32))
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        int_mm(OnCuda(32, 60), OnCuda(60, 32))
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        int_mm(OnCuda(32, 64), OnCuda(64, 36))
+    assert int_mm(OnCuda(17, 64), OnCuda(64, 32)) == "result" and calls == [((17, 64), (64, 32))]
+    cpu = torch.ones(4, 6, dtype=torch.int8)  # the CPU's op has no such rules
+    assert int_mm(cpu, cpu.T) == "result"
