@@ -21,6 +21,9 @@ Which patched calls reach ops below autocast, and how each honours it (docs/perf
   `_scaled_dot_product_cudnn_attention` or `_scaled_dot_product_efficient_attention` itself, so the AutocastCUDA
   kernel of `aten::scaled_dot_product_attention` (a lower-precision op: q, k, v and a float mask cast to the autocast
   dtype) never runs. `_autocast_inputs` makes that cast first, then the kernel is chosen on the cast dtypes.
+- `torch._int_mm` (the int8 ConvRot base): the op itself after CUDA's shape checks (M > 16, K and N multiples of 8,
+  which its meta kernel lacks), so a call a GPU refuses fails here too; the meta kernel allocates what CUDA returns
+  (int32 [M, N]). Its inputs are int8: autocast has nothing to cast.
 - `Tensor.pin_memory`, `torch.utils.swap_tensors` (falls back to `.data =`), `FakeTensor.data` (keeps the device):
   no computation, only which storage a tensor holds; nothing for autocast to cast.
 - The stream, event, synchronize and empty_cache stand-ins and `record_stream`: no tensor op at all.
@@ -215,6 +218,21 @@ def _fused_sdpa(original):
     return sdpa
 
 
+def _cuda_int_mm(original):
+    """torch._int_mm with CUDA's shape rules (cuBLASLt's int8 GEMM: `_int_mm_out_cuda` refuses M <= 16, K or N not
+    a multiple of 8), which the meta kernel behind a FakeTensor does not check: a call the GPU would refuse fails
+    here too. What it allocates is the meta kernel's, CUDA's own: the int32 [M, N] result."""
+    def int_mm(a, b, *args, **kwargs):
+        if a.device.type == "cuda":
+            if a.size(0) <= 16:
+                raise RuntimeError(f"self.size(0) needs to be greater than 16, but got {a.size(0)}")
+            if a.size(1) % 8 or b.size(1) % 8:
+                raise RuntimeError(f"self.size(1) and mat2.size(1) must be multiples of 8, got {a.shape}, {b.shape}")
+        return original(a, b, *args, **kwargs)
+
+    return int_mm
+
+
 def _swap_or_set_data(original):
     """`Module.to()` swaps FakeTensor parameters (torch._apply), which refuses a parameter that has a weak reference,
     and a FakeTensorMode keeps one to every Parameter it made. `.data =`, what the same call does to real tensors,
@@ -270,6 +288,7 @@ def fake_cuda_patches():
     patch(torch.Tensor, "record_stream", lambda self, stream: None)
     patch(torch.Tensor, "pin_memory", lambda self, device=None: self)
     patch(F, "scaled_dot_product_attention", _fused_sdpa(F.scaled_dot_product_attention))
+    patch(torch, "_int_mm", _cuda_int_mm(torch._int_mm))
     patch(torch.utils, "swap_tensors", _swap_or_set_data(torch.utils.swap_tensors))
     patch(FakeTensor, "data", _data_with_device())
     try:

@@ -15,6 +15,7 @@ and a random 512 x 4096 text context (plus 257 x 1280 CLIP tokens and 20 conditi
         --blocks-to-swap 30 --fp8 --activation-offload
     python benchmarks/gpu_step.py --model 1.3b --checkpointing --compile --attention-backend FLASH
     python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --fp8 --fp8-scale CHANNEL
+    python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --base-weight-format INT8_CONVROT
     python benchmarks/gpu_step.py --model 14b --layers 8 --checkpointing --experts 2 --offload-inactive-expert
     python benchmarks/gpu_step.py --model 5b --size 1280x704 --frames 121 --checkpointing   # Wan 2.2 TI2V
     python benchmarks/gpu_step.py --device cpu --smoke      # 2 narrow layers, proves the script runs
@@ -39,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from benchmarks.step_estimate import vram_estimate, write_model_configs  # noqa: E402, F401 - re-exported
 
 # --- the real transformer configs (Wan-AI/Wan2.1-*-Diffusers transformer/config.json) -----------------
 _WAN21_COMMON = dict(patch_size=[1, 2, 2], attention_head_dim=128, in_channels=16, out_channels=16, text_dim=4096,
@@ -223,7 +225,7 @@ def check_flop_table(transformer, config: dict) -> None:
 def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
-                 checkpoint_attention: bool = False, guidance_scale: float = 0.0):
+                 checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16"):
     from modules.util.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
@@ -234,6 +236,7 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
         "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
+        "base_weight_format": base_weight_format,
     })
 
 
@@ -354,38 +357,6 @@ def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda:
     return [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key, 0) / 1000, 3)} for e in rows]
 
 
-def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int,
-                  vae: dict | None = None) -> dict:
-    """The GUI's VRAM estimate of this run (its configs in a temporary folder), beside peak_vram_gib: the training
-    phase, with the VAE term only when `vae` (its config) is given, as the measurement then holds that VAE."""
-    import dataclasses
-    import tempfile
-
-    from modules.modelSetup.memory_estimate import estimate
-
-    with tempfile.TemporaryDirectory() as folder:
-        write_model_configs(Path(folder), config, experts, vae)
-        run = dataclasses.replace(train, base_model_name=folder, resolution=[height, width], frames=frames,
-                                  batch_size=batch)
-        try:
-            terms = estimate(run).phases["training"]
-        except Exception as e:  # the estimate is a side result: never lose the measurement to it
-            return {"estimate_error": str(e).splitlines()[0]}
-    kept = {k: v for k, v in terms.items() if vae is not None or k != "vae_weights"}
-    return {"estimate_training_gib": round(sum(kept.values()), 3),
-            "estimate_terms_gib": {k: round(v, 3) for k, v in kept.items()}}
-
-
-def write_model_configs(folder: Path, config: dict, experts: int = 1, vae: dict | None = None) -> None:
-    """The model folder's configs the estimate reads: transformer(s), the VAE's (`vae`, or TI2V's 16x latent width)."""
-    for name in ["transformer", "transformer_2"][:experts]:
-        (folder / name).mkdir()
-        (folder / name / "config.json").write_text(json.dumps({"_class_name": "WanTransformer3DModel", **config}))
-    if vae is not None or per_token_timesteps(config):
-        (folder / "vae").mkdir()
-        (folder / "vae" / "config.json").write_text(json.dumps(vae or {"z_dim": config["out_channels"]}))
-
-
 def host_peak_rss_gib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)  # Linux: KiB
 
@@ -424,6 +395,8 @@ def main() -> int:
                         "steps include compiling: see warmup_times)")
     parser.add_argument("--fp8-scale", choices=["NONE", "TENSOR", "CHANNEL"], default="NONE",
                         help="with --fp8: plain e4m3 cast, one scale per weight (ComfyUI fp8_scaled) or per channel")
+    parser.add_argument("--base-weight-format", choices=["BF16", "FP8", "FP8_SCALED", "INT8_CONVROT"], default="BF16",
+                        help="base_weight_format of the frozen block Linears (--fp8 is FP8's older spelling)")
     parser.add_argument("--ffn-chunks", type=int, default=0, help="ffn_chunks (a block's FFN recomputed in parts)")
     parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
     parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
@@ -484,7 +457,8 @@ def main() -> int:
                              fp8_scale=args.fp8_scale, compile=args.compile,
                              attention_backend=(args.attention_backend or "AUTO").upper() if ours else "NATIVE",
                              offload_inactive_expert=args.offload_inactive_expert, device=device.type,
-                             ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention)
+                             ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention,
+                             base_weight_format=args.base_weight_format)
     except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
         text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
                            "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)
@@ -504,6 +478,7 @@ def main() -> int:
         "image_tokens": IMAGE_TOKENS if config["image_dim"] is not None else 0,
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
         "activation_offload": args.activation_offload, "fp8_scale": args.fp8_scale, "compile": args.compile,
+        "base_weight_format": args.base_weight_format,
         "experts": args.experts, "offload_inactive_expert": args.offload_inactive_expert,
         "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup, "build_on": args.build_on,
     }

@@ -2,7 +2,7 @@
 (SM >= 8.9), raw int8 `torch._int_mm`, and our whole int8 ConvRot layer (rotate, quantise, GEMM, epilogue) forward
 and forward + input-gradient backward. For a lent GPU (not run in CI); `--dry-run` runs tiny shapes on the CPU.
 
-    python benchmarks/int8_gemm.py [--tokens 32760] [--json OUT.json]    # 14B at 832x480x81: 32,760 tokens
+    python benchmarks/int8_gemm.py [--models 1.3b 14b] [--tokens 32760] [--json OUT.json]   # 832x480x81: 32,760
     python benchmarks/int8_gemm.py --dry-run
 """
 from __future__ import annotations
@@ -21,8 +21,9 @@ from modules.modelSetup.int8_convrot import (  # noqa: E402
     Int8ConvRotLinearFunction, group_size_for, int8_linear, quantize_rows, quantize_weight, rotate,
 )
 
-# (name, in_features, out_features) of the 14B's block Linears (the 1.3B: 1536 / 8960)
-SHAPES_14B = [("attn q/k/v/o", 5120, 5120), ("ffn up", 5120, 13824), ("ffn down", 13824, 5120)]
+# (name, in_features, out_features) of the block Linears: Wan 2.1 1.3B (1536 wide, FFN 8960) and 14B (5120, 13824)
+SHAPES = {"1.3b": [("attn q/k/v/o", 1536, 1536), ("ffn up", 1536, 8960), ("ffn down", 8960, 1536)],
+          "14b": [("attn q/k/v/o", 5120, 5120), ("ffn up", 5120, 13824), ("ffn down", 13824, 5120)]}
 DRY_SHAPES = [("attn", 256, 256), ("ffn up", 256, 512), ("ffn down", 512, 256)]
 
 
@@ -73,6 +74,7 @@ def rows_for(name: str, k: int, n: int, tokens: int, device: torch.device, dtype
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(SHAPES), default=["14b"])
     parser.add_argument("--tokens", type=int, default=32760, help="rows of the GEMM (tokens of one clip)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (float32)")
@@ -81,14 +83,16 @@ def main() -> int:
     cuda = torch.cuda.is_available() and not args.dry_run
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
-    shapes, tokens = (SHAPES_14B, args.tokens) if cuda else (DRY_SHAPES, 64)
+    shapes = [(f"{model} {name}", k, n) for model in args.models for name, k, n in SHAPES[model]]
+    shapes, tokens = (shapes, args.tokens) if cuda else (DRY_SHAPES, 64)
     rows = [rows_for(name, k, n, tokens, device, dtype, args.repeats if cuda else 2) for name, k, n in shapes]
     for row in rows:
         times = {key: f"{value * 1e3:.2f} ms" for key, value in row.items() if key.endswith("_s")}
         print(f"{row['layer']} {row['tokens']}x{row['k']}->{row['n']}: {times}")
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device_name, "dry_run": not cuda, "rows": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"status": "ok", "device": device_name, "torch": torch.__version__,
+                                               "dry_run": not cuda, "rows": rows}, indent=2))
     return 0
 
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Peak device memory of the real training step at full size, measured without a GPU.
 
-Each configuration runs the project's own step (`WanLoRASetup`: fp8 storage, LoRA injection, `prepare_device` with
-gradient checkpointing, block swap, activation and expert offload; `predict`, backward, gradient clipping, the
-optimizer step: benchmarks/gpu_step.py) for 2 optimizer steps on a full-size random Wan transformer whose tensors are
-FakeTensors on a fake CUDA device (benchmarks/fake_cuda.py): shapes, dtypes, CUDA autocast and the fused attention
-kernels are a GPU's, no memory is allocated and nothing is computed. `DeviceMemoryCounter`
-(benchmarks/device_memory.py) counts the live device bytes as `torch.cuda.max_memory_allocated` would, and names the
-phase, op and module at the peak with a breakdown. Beside it: the project's estimate (memory_estimate.py) of the
-same run, and the goal from issue #24.
+Each configuration runs the project's own step (`WanLoRASetup`: fp8 or int8 ConvRot storage, LoRA injection,
+`prepare_device` with gradient checkpointing, block swap, activation and expert offload; `predict`, backward,
+gradient clipping, the optimizer step: benchmarks/gpu_step.py) for 2 optimizer steps on a full-size random Wan
+transformer whose tensors are FakeTensors on a fake CUDA device (benchmarks/fake_cuda.py): shapes, dtypes, CUDA
+autocast and the fused attention kernels are a GPU's, no memory is allocated and nothing is computed.
+`DeviceMemoryCounter` (benchmarks/device_memory.py) counts the live device bytes as
+`torch.cuda.max_memory_allocated` would, and names the phase, op and module at the peak with a breakdown. Beside it:
+the project's estimate (memory_estimate.py) of the same run, and the goal from issue #24.
 
     python benchmarks/memory_fullsize.py --config 1.3b_gc          # one configuration, one JSON
     python benchmarks/memory_fullsize.py --all --json out.json     # the table (each configuration in its own process)
@@ -40,6 +40,7 @@ class MemoryConfig:
     frames: int = 81
     checkpointing: bool = True
     fp8: bool = False
+    base_weight_format: str = "BF16"  # train_config's base_weight_format (fp8 above: FP8's older spelling)
     blocks_to_swap: int = 0
     activation_offload: bool = False
     experts: int = 1
@@ -61,6 +62,7 @@ class MemoryConfig:
 
 SPLIT = dict(ffn_chunks=8, checkpoint_attention=True)  # a block's recompute in parts (modelSetup/chunking.py)
 LIGHT = dict(fp8=True, blocks_to_swap=30, activation_offload=True)  # what docs/performance.md says fits 24 GB
+LIGHT_INT8 = dict(LIGHT, fp8=False, base_weight_format="INT8_CONVROT")  # the same with the int8 ConvRot base
 CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.0, limit_gib=10.89, note="1.3B 832x480x81, training, GC only"),
     "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.64, ci=True,
@@ -76,6 +78,11 @@ CONFIGS: dict[str, MemoryConfig] = {
     "14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, goal_gib=12.0, limit_gib=14.07, ci=True,
                                     note="14B, fp8 + 30 swapped + activation offload + ffn_chunks 8 + "
                                          "checkpoint_attention"),
+    "14b_light_int8": MemoryConfig("14b", **LIGHT_INT8, goal_gib=12.0, limit_gib=19.10,
+                                   note="14B 832x480x81, int8 ConvRot + 30 swapped blocks + activation offload"),
+    "14b_light_split_int8": MemoryConfig("14b", **LIGHT_INT8, **SPLIT, goal_gib=12.0, limit_gib=13.92,
+                                         note="14B, int8 ConvRot + 30 swapped + activation offload + ffn_chunks 8 "
+                                              "+ checkpoint_attention"),
     "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, limit_gib=27.85,
                           note="5B TI2V 1280x704x121, GC"),
     "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0, limit_gib=24.38,
@@ -97,6 +104,7 @@ def measure(name: "str | MemoryConfig") -> dict:
     from benchmarks import gpu_step
     from benchmarks.device_memory import DeviceMemoryCounter
     from benchmarks.fake_cuda import fake_cuda_patches
+    from modules.modelSetup.int8_storage import int8_layers
 
     spec = CONFIGS[name] if isinstance(name, str) else name
     name = name if isinstance(name, str) else "custom"
@@ -107,7 +115,7 @@ def measure(name: "str | MemoryConfig") -> dict:
                                   activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
                                   ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
-                                  guidance_scale=spec.guidance_scale)
+                                  guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format)
     device, dtype = torch.device("cuda"), torch.bfloat16
     started = time.perf_counter()
     with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):
@@ -124,6 +132,7 @@ def measure(name: "str | MemoryConfig") -> dict:
             if spec.guidance_scale:  # the unconditional prompt's text rows, as the loaders add them
                 inputs.unconditional_embeds = torch.zeros_like(inputs.prompt_embeds)
             after_setup = counter.current
+            int8 = sum(len(int8_layers(t)) for t in setup.model.transformers())  # the base's layers stored in int8
             # the optimizer's state exists from the first step on (for both experts once each has trained), so a
             # later step holds the most: create it with one step on zero gradients (AdamW's state, same shapes) and
             # measure the steps after it (two experts: a step routed to each)
@@ -138,7 +147,7 @@ def measure(name: "str | MemoryConfig") -> dict:
     estimated = estimate.get("estimate_training_gib")
     return {
         "config": name, "note": spec.note, **dataclasses.asdict(spec), "tokens": gpu_step.video_tokens(config, shape),
-        "measured": result, "after_setup_gib": round(after_setup / 2 ** 30, 3), "steps": phases,
+        "measured": result, "after_setup_gib": round(after_setup / 2 ** 30, 3), "steps": phases, "int8_layers": int8,
         "goal_gib": spec.goal_gib, "meets_goal": spec.goal_gib is None or measured <= spec.goal_gib,
         "estimate_gib": estimated,
         "estimate_error": round(estimated / measured - 1, 4) if estimated and measured else None,

@@ -17,6 +17,8 @@ def main() -> int:
     parser.add_argument("--config-path", required=True, help="training config JSON")
     parser.add_argument("--preset-path", help="a preset layered under the config")
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
+    parser.add_argument("--compute-capability", help="the GPU's CUDA compute capability, e.g. 8.6 (default: the "
+                        "detected GPU's): AUTO stores the base in int8 ConvRot only where that was measured faster")
     parser.add_argument("--json", action="store_true",
                         help='print {"peak_gib", "terms", "fits", "suggestions", "memory_plan", "ram_gib", '
                              '"ram_terms", "machine_ram_gib", "ram_fits", "refusal"}')
@@ -24,19 +26,23 @@ def main() -> int:
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
     from modules.modelSetup.memory_estimate import detected_gpu_gib
-    from modules.modelSetup.memory_plan import planned_estimate
+    from modules.modelSetup.memory_plan import detected_capability, int8_note, planned_estimate
     from modules.util.config.e2v_dataset_config import with_dataset_shapes
     from modules.util.config.loading import load_train_config
 
     config = with_dataset_shapes(load_train_config(args.config_path, args.preset_path))  # E2V: the dataset's
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
-    result, plan = planned_estimate(config, gpu)
+    capability = parse_capability(parser, args.compute_capability) or detected_capability()
+    result, plan = planned_estimate(config, gpu, capability=capability)
     if args.json:
         print(json.dumps({**result.to_json(), "memory_plan": plan.changes_json(), **plan.host.to_json(),
-                          "refusal": plan.refusal}, indent=2))
+                          "refusal": plan.refusal, "base_weight_format": plan.config.base_weight_format.name,
+                          "int8_convrot": int8_note(capability)}, indent=2))
         return 0
     if plan.estimate is not None:
         print(plan.summary())
+    print(f"base weights: {plan.config.base_weight_format.name}"
+          f"{' (fp8_base_weights)' if plan.config.fp8_base_weights else ''}; {int8_note(capability)}")
     for phase, terms in result.phases.items():
         print(f"{phase}: {sum(terms.values()):.2f} GiB")
         for name, gib in terms.items():
@@ -53,6 +59,16 @@ def main() -> int:
     if plan.refusal:
         print(f"AUTO will not start: {plan.refusal}")
     return 0
+
+
+def parse_capability(parser, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        major, minor = (int(part) for part in text.split("."))
+    except ValueError:
+        parser.error(f"--compute-capability must be MAJOR.MINOR, e.g. 8.6, got {text!r}")
+    return major, minor
 
 
 if __name__ == "__main__":

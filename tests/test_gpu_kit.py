@@ -69,9 +69,24 @@ def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():
     assert args[args.index("--blocks-to-swap") + 1] == "30" and args[args.index("--ffn-chunks") + 1] == "8"
     assert {"--fp8", "--activation-offload", "--offload-inactive-expert", "--checkpoint-attention",
             "--checkpointing"} <= set(args) and args[args.index("--experts") + 1] == "2"
+    int8 = step_arguments(CONFIGS["14b_light_int8"])
+    assert int8[int8.index("--base-weight-format") + 1] == "INT8_CONVROT" and "--fp8" not in int8
     help_text = subprocess.run([sys.executable, "benchmarks/gpu_step.py", "--help"], cwd=REPO_ROOT,
                                capture_output=True, text=True).stdout
-    assert all(flag in help_text for flag in args if flag.startswith("--"))
+    assert all(flag in help_text for flag in args + int8 if flag.startswith("--"))
+
+
+def test_the_int8_part_times_the_gemms_then_each_model_with_and_without_int8():
+    from benchmarks.gpu.int8 import jobs
+
+    planned = jobs(dry_run=False)
+    assert [job.name for job in planned][:5] == ["gemm", "13b_BF16", "13b_INT8_CONVROT", "14b8_BF16",
+                                                 "14b8_INT8_CONVROT"]
+    assert planned[0].argv[planned[0].argv.index("--models") + 1:] == ["1.3b", "14b"]
+    for job in planned[1:]:
+        fmt = job.argv[job.argv.index("--base-weight-format") + 1]
+        assert job.name.endswith(fmt) and "--checkpointing" in job.argv and "5" in job.argv
+    assert [job.name for job in planned][5:] == ["13b_FP8_SCALED", "14b8_FP8_SCALED"]  # a budget cut loses these
 
 
 @pytest.mark.slow
@@ -85,7 +100,7 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
     assert summary["dry_run"] is True
-    parts = ["correct", "learn", "speed", "profile", "memory", "auto"]
+    parts = ["correct", "learn", "speed", "profile", "memory", "auto", "int8"]
     assert all(summary[part]["rc"] == 0 for part in parts), summary
     results = {part: json.loads((out / f"{part}.json").read_text()) for part in parts}
     assert all(r["dry_run"] and r["environment"]["packages"]["torch"] and r["rows"] for r in results.values())
@@ -100,4 +115,9 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     assert row["status"] == "ok" and row["fake_gib"] > 0 and row["estimate_training_gib"] > 0
     (plan,) = results["auto"]["rows"]
     assert plan["status"] == "ok" and plan["changes"] and plan["estimate_fits"] and len(plan["losses"]) == 3
-    assert len(list(out.iterdir())) <= 10  # the device tool returns 8 files a command: at most 3 parts a command
+    gemm, *steps = results["int8"]["rows"]
+    assert gemm["status"] == "ok" and len(gemm["rows"]) == 3 and all(r["int8_int_mm_s"] > 0 for r in gemm["rows"])
+    assert [(r["base_weight_format"], r["status"]) for r in steps] == [("BF16", "ok"), ("INT8_CONVROT", "ok")]
+    # the device tool returns 8 files a command: any 3 parts' files with run.json and run.log fit
+    per_part = sorted((sum(f.name.startswith(part) for f in out.iterdir()) for part in parts), reverse=True)
+    assert sum(per_part[:3]) + 2 <= 8 and len(list(out.iterdir())) == sum(per_part) + 2

@@ -149,6 +149,17 @@ def test_the_gui_and_the_script_show_autos_plan_and_both_phases(tmp_path):
                              str(config), "--gpu-gib", "24", "--json"], capture_output=True, text=True, timeout=120)
     report = json.loads(result.stdout)
     assert report["fits"] and report["memory_plan"]["fp8_base_weights"] is True
+    # on an RTX 3090 (sm_86), where int8 ConvRot was measured faster, the plan stores the base in int8 instead
+    app.vram.capability = (8, 6)
+    text = app.vram.wait()
+    assert "checkpoint_attention True, base_weight_format INT8_CONVROT" in text and "fits 24 GiB" in text
+    assert app.config.display("base_weight_format") == "INT8_CONVROT"
+    assert app.config.auto_note("base_weight_format").startswith("chosen by AUTO for 24 GiB")
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "estimate_vram.py"), "--config-path",
+                             str(config), "--gpu-gib", "24", "--compute-capability", "8.6"], capture_output=True,
+                            text=True, timeout=120)
+    assert "base_weight_format=INT8_CONVROT" in result.stdout, result.stdout + result.stderr
+    assert "base weights: INT8_CONVROT; sm_86: int8 ConvRot measured faster (others'" in result.stdout
 
 
 def _e2v_dataset(path, elements: int):

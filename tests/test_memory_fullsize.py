@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks.device_memory import DeviceMemoryCounter
-from benchmarks.memory_fullsize import CONFIGS, MemoryConfig, run_in_subprocess
+from benchmarks.memory_fullsize import CONFIGS, SPLIT, MemoryConfig, run_in_subprocess
 
 GIB = 2 ** 30
 SMALL = dict(model="1.3b", layers=8, width=416, height=240, frames=21)  # full-width 1.3B blocks, a short clip
@@ -171,3 +171,73 @@ def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent(
         spec, measured = CONFIGS[name], result["measured"]["peak_gib"]
         assert measured <= spec.limit_gib, f"{name}: {measured} GiB > {spec.limit_gib} ({result['measured']})"
         assert abs(result["estimate_error"]) <= 0.10, f"{name}: estimate {result['estimate_gib']} vs {measured}"
+
+
+# 2 full-width 1.3B blocks at 832x480x81 (32,760 tokens: the int8 calls' real row counts) on an int8 ConvRot base;
+# the full-size int8 rows (14b_light_int8, 14b_light_split_int8) take 4-5 minutes each: the benchmark measures them
+INT8_SPEC = MemoryConfig("1.3b", layers=2, base_weight_format="INT8_CONVROT", activation_offload=True, **SPLIT)
+INT8_LIMIT_GIB = 2.75  # measured 2.692 (2026-11-28) + 2 %
+
+
+def int8_frozen_bytes(config: dict) -> int:
+    """The frozen bytes of an int8 ConvRot base and the run's float32 VAE: N·K + 4N per quantised Linear (int8
+    weight, float32 row scale), the rest as loaded (bf16, float32 where diffusers keeps it), the buffers."""
+    import re
+
+    from diffusers import WanTransformer3DModel
+
+    from benchmarks.memory_fullsize import fake_vae
+
+    with torch.device("meta"):
+        model = WanTransformer3DModel.from_config(config)
+        vae = fake_vae(config)
+    keep, skip = set(model._keep_in_fp32_modules), model._skip_layerwise_casting_patterns
+    total = sum(b.numel() * b.element_size() for b in model.buffers()) + sum(p.numel() * 4 for p in vae.parameters())
+    for name, module in model.named_modules():
+        for key, param in module.named_parameters(recurse=False):
+            if type(module) is torch.nn.Linear and key == "weight" and not any(re.search(s, name) for s in skip):
+                total += param.numel() + 4 * param.shape[0]
+            else:
+                total += param.numel() * (4 if keep & set(f"{name}.{key}".split(".")) else 2)
+    return total
+
+
+@pytest.mark.slow  # one child process, ~14 CPU-s
+def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_estimate():
+    """The int8 ConvRot path on the fake CUDA device (torch._int_mm with CUDA's shape rules): the 20 block Linears
+    and proj_out stored in int8, the device holding exactly their int8 bytes and row scales, the peak at its limit
+    and the estimate (which counts one int8 call's transients) within 10 %."""
+    from benchmarks.gpu_step import transformer_config
+
+    result = run_in_subprocess(INT8_SPEC)
+    assert result["int8_layers"] == 21
+    frozen = result["measured"]["breakdown_gib"]["frozen_weights"]
+    assert frozen == pytest.approx(int8_frozen_bytes(transformer_config("1.3b", 2)) / GIB, abs=0.001)
+    assert result["measured"]["peak_gib"] <= INT8_LIMIT_GIB, result["measured"]
+    assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
+
+
+def test_the_fake_int_mm_refuses_what_cuda_refuses():
+    """benchmarks/fake_cuda's torch._int_mm: on the (fake) CUDA device CUDA's shape rules hold (M > 16, K and N
+    multiples of 8), which the meta kernel alone does not check; other devices and valid shapes reach the op."""
+    from benchmarks.fake_cuda import _cuda_int_mm
+
+    calls = []
+    int_mm = _cuda_int_mm(lambda a, b: calls.append((tuple(a.shape), tuple(b.shape))) or "result")
+
+    class OnCuda:  # the shape and device of a FakeTensor on the fake GPU
+        def __init__(self, *shape):
+            self.shape, self.device = torch.Size(shape), torch.device("cuda")
+
+        def size(self, dim):
+            return self.shape[dim]
+
+    with pytest.raises(RuntimeError, match="greater than 16, but got 16"):
+        int_mm(OnCuda(16, 64), OnCuda(64, 32))
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        int_mm(OnCuda(32, 60), OnCuda(60, 32))
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        int_mm(OnCuda(32, 64), OnCuda(64, 36))
+    assert int_mm(OnCuda(17, 64), OnCuda(64, 32)) == "result" and calls == [((17, 64), (64, 32))]
+    cpu = torch.ones(4, 6, dtype=torch.int8)  # the CPU's op has no such rules
+    assert int_mm(cpu, cpu.T) == "result"

@@ -89,3 +89,25 @@ def test_the_vae_encodes_in_float32_unless_the_caching_phase_would_not_fit(folde
     assert "vae_tiling=True" in tight.summary()
     tiny = plan_memory(config(folder_14b, **frames, vae_tiling=False, memory_preset="AUTO"), gpu_gib=2.5)
     assert tiny.changes.get("vae_dtype").name == "BFLOAT16" and "vae_dtype=BFLOAT16" in tiny.summary()
+
+
+def test_auto_stores_the_base_in_int8_only_on_a_card_where_int8_was_measured_faster(folder_14b):
+    """INT8_FASTER by compute capability: an RTX 3090 (8.6, measured faster than fp8) gets INT8_CONVROT where fp8
+    would go; Hopper (9.0, measured slower than bf16), an unmeasured card (8.9) and no known card get fp8. Keys that
+    decide the base (fp8_base_weights, base_loras) and compile keep fp8."""
+    from modules.util.enum import BaseWeightFormat
+
+    ampere = plan_memory(config(folder_14b), gpu_gib=24, capability=(8, 6))
+    assert ampere.estimate.fits and ampere.config.int8_base() and not ampere.config.fp8_base()
+    assert ampere.changes["base_weight_format"] == BaseWeightFormat.INT8_CONVROT
+    assert list(ampere.changes) == ["activation_offload", "ffn_chunks", "checkpoint_attention", "base_weight_format"]
+    assert "base_weight_format INT8_CONVROT" in ampere.short()
+    for capability in [(9, 0), (8, 9), None]:
+        other = plan_memory(config(folder_14b), gpu_gib=24, capability=capability)
+        assert other.changes.get("fp8_base_weights") and not other.config.int8_base(), capability
+    for kept in [dict(compile=True),
+                 dict(base_loras=[{"path": "speed.safetensors", "strength": 1.0}])]:
+        plan = plan_memory(config(folder_14b, **kept), gpu_gib=24, capability=(8, 6))
+        assert not plan.config.int8_base(), kept
+    roomy = plan_memory(config(folder_14b), gpu_gib=80, capability=(8, 6))
+    assert roomy.changes == {}  # int8 is a saver: a run that fits keeps its bf16 base

@@ -27,6 +27,8 @@ def step_arguments(spec) -> list[str]:
     args += [flag for flag, on in flags.items() if on]
     if spec.ffn_chunks:
         args += ["--ffn-chunks", str(spec.ffn_chunks)]
+    if spec.base_weight_format != "BF16":
+        args += ["--base-weight-format", spec.base_weight_format]
     if spec.experts == 2:
         args += ["--experts", "2"]
     if spec.layers:

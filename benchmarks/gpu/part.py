@@ -5,7 +5,8 @@
 
 PART: correct (`pytest -m cuda`), learn (the shapes demo on the GPU), speed (gpu_step's s/step and MFU table;
 SPEED_MODELS="13b 14b8 5b" picks the models), profile (one 1.3B step under torch.profiler), memory (the full-size
-table real beside fake and estimate), auto (AUTO's plans on 8-24 GiB cards). --dry-run: the same code at tiny size
+table real beside fake and estimate), auto (AUTO's plans on 8-24 GiB cards), int8 (per-GEMM timings and step times
+of the int8 ConvRot base against bf16 and fp8). --dry-run: the same code at tiny size
 on the CPU. Exit status: 0 when every job ran as expected, 1 otherwise (the JSON says which).
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.gpu.kit import Part, spawn  # noqa: E402
 
-PARTS = ("correct", "learn", "speed", "profile", "memory", "auto")
+PARTS = ("correct", "learn", "speed", "profile", "memory", "auto", "int8")
 # The one test the dry run runs on the CPU (WANTRAINER_CUDA_TESTS_DEVICE=cpu): fixtures, runs and comparison.
 DRY_TESTS = "test_gradient_checkpointing_trains_bit_for_bit_as_without"
 
@@ -79,6 +80,10 @@ def main() -> int:
         from benchmarks.gpu import speed
 
         return int(bool(speed.run(part, models) if args.part == "speed" else speed.run_profile(part)))
+    if args.part == "int8":
+        from benchmarks.gpu import int8
+
+        return int(bool(int8.run(part)))
     from benchmarks.gpu import memory
 
     if args.part == "auto":

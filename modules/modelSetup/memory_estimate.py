@@ -16,7 +16,8 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   VACE base's one per element) count as frames; an Animate-2 base's driving stream and reference slot count too
   (1 + 2 x the latent frames), plus each layer's cached driving keys and values (held until the backward). Not
   counted: a VACE transformer's own blocks' activations on its
-  control context (not measured).
+  control context (not measured). With an int8 ConvRot base one block's working set is at least one int8 call's
+  transients (`int8_call_bytes`; for Wan's shapes a fraction of it, as the fake-CUDA rows measure).
 The peak is the larger phase. It is a model, not a measurement: it leaves out allocator fragmentation and
 CUDA's own context (about 0.5 GiB), which `headroom_gib` stands for.
 """
@@ -54,6 +55,24 @@ FP8_DEQUANTIZED_BLOCKS = 2.0
 # Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and, in a block's backward,
 # its float32 modulation (6 x width) and gradients, also per token: bytes per token x width, measured on the 5B
 PER_TOKEN_TIMESTEP = 42.3
+
+
+def int8_call_bytes(tokens: int, dim: int, ffn: int, ffn_chunks: int, activation_bytes: int) -> float:
+    """The transients of the largest int8 ConvRot Linear call of a block (int8_convrot.int8_linear and its backward),
+    beside its input: the rotated input (M x K), its int8 copy and the division before it (quantisation per token),
+    one slice of rows' int32 accumulator with its float32 epilogue (three EPILOGUE_BYTES tensors at once) and the
+    output (M x N); in the backward the weight dequantised (float32 int8 upcast and product, then the compute
+    dtype) with dY·W and its rotation. Calls of one block run one after another, so the largest counts."""
+    from modules.modelSetup.int8_convrot import EPILOGUE_BYTES
+
+    def call(m: int, k: int, n: int) -> float:
+        forward = m * k * (2 * activation_bytes + 1) + 3 * min(EPILOGUE_BYTES, 4 * m * n) + m * n * activation_bytes
+        # the float32 upcast and product at once; then the weight in the compute dtype, dY·W and its rotation
+        backward = max(8 * n * k, n * k * activation_bytes + 2 * m * k * activation_bytes)
+        return max(forward, backward)
+
+    ffn_rows = -(-tokens // ffn_chunks) if ffn_chunks > 1 else tokens
+    return max(call(tokens, dim, dim), call(ffn_rows, dim, ffn), call(ffn_rows, ffn, dim))
 
 
 def _bytes(dtype: DataType, on_gpu: bool = True) -> int:
@@ -292,6 +311,8 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     working_set = (tokens - driving_tokens) * (per_dim * dim + per_ffn * ffn) * scale * batch
     saved_inputs = tokens * dim * activation_bytes * layers * batch
     per_token_timesteps = (vae or {}).get("z_dim") == 48  # TI2V: the 16x VAE, a timestep per token
+    if lora and train.int8_base():  # a block's working set, or one int8 call's transients where they are larger
+        working_set = max(working_set, int8_call_bytes(tokens, dim, ffn, train.ffn_chunks, activation_bytes) * batch)
     if train.gradient_checkpointing:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
@@ -380,7 +401,8 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
     if train.ema == EmaMode.GPU:
         out.append(f"ema: CPU (saves {training['ema']:.1f} GiB; no speed cost)")
     if lora and not train.fp8_base() and not train.int8_base():
-        out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost)")
+        out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost) or base_weight_format: "
+                   "INT8_CONVROT (the same bytes; int8 matmuls, measured faster on RTX 30xx, slower on Hopper)")
     if train.gradient_checkpointing and not train.activation_offload:
         out.append(f"activation_offload: true (saves {training.get('activations.block_inputs', 0):.1f} GiB; "
                    "host copies each step)")

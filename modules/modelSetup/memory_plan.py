@@ -9,7 +9,9 @@ Starting from the config as set, savers are added in order of what they cost in 
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
   ffn_chunks + checkpoint_attention
                           a block's recompute in parts: about one more forward of each part (~20 % per step)
-  fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding)
+  fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding); on a
+                          card where int8 ConvRot was measured faster (INT8_FASTER, by compute capability)
+                          base_weight_format INT8_CONVROT instead (the same bytes, int8 matmuls)
   offload_inactive_expert two experts trained: the idle one in host memory, a transfer at each switch
   blocks_to_swap N        the fewest blocks whose frozen weights stream from host memory (slower the more)
 A key the user set away from its default is theirs: no saver touches it. Savers that do not apply to the run
@@ -27,11 +29,46 @@ from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
 from modules.util.errors import UserError
 from modules.util.config.train_config import TrainConfig
-from modules.util.enum import DataType, EncoderDevice, MemoryPreset, TrainingMethod
+from modules.util.enum import BaseWeightFormat, DataType, EncoderDevice, MemoryPreset, TrainingMethod
 
 logger = logging.getLogger(__name__)
 
 _DEFAULTS = TrainConfig()
+
+# Whether an int8 ConvRot base trains faster than an fp8 one, by CUDA compute capability, and whose measurement says
+# so (docs/base_weights.md). AUTO chooses int8 only where True; an unmeasured card keeps fp8.
+INT8_FASTER: dict[tuple[int, int], tuple[bool, str]] = {
+    # Ampere consumer (RTX 30xx, A-series workstation cards)
+    (8, 6): (True, "others': musubi-tuner PR #1008, RTX 3090, fp8_scaled 7.1 -> int8 5.3 s/step"),
+    # Hopper: int8 slower than bf16 itself
+    (9, 0): (False, "others': musubi-tuner PR #1008, H100, bf16 4.10 vs int8 6.22 s/it"),
+}
+
+
+def int8_measured_faster(capability: tuple[int, int] | None) -> bool:
+    return capability is not None and INT8_FASTER.get(tuple(capability), (False, ""))[0]
+
+
+def int8_note(capability: tuple[int, int] | None) -> str:
+    """What is known of int8 ConvRot's speed on a card of `capability` (estimate_vram.py prints it)."""
+    if capability is None:
+        return "no CUDA card known: AUTO keeps fp8 (give --compute-capability to plan for a card)"
+    faster, source = INT8_FASTER.get(tuple(capability), (None, ""))
+    name = f"sm_{capability[0]}{capability[1]}"
+    if faster is None:
+        return f"{name}: int8 ConvRot not measured on such a card: AUTO keeps fp8"
+    return f"{name}: int8 ConvRot measured {'faster' if faster else 'slower'} ({source}): AUTO " + (
+        "chooses it where fp8 would go" if faster else "keeps fp8")
+
+
+def detected_capability() -> tuple[int, int] | None:
+    """The first CUDA GPU's compute capability, or None without one (ROCm reports its own numbers: not in the
+    table)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip:
+        return None
+    return tuple(torch.cuda.get_device_capability(0))
 
 
 @dataclasses.dataclass
@@ -77,7 +114,19 @@ def _frozen_base(config: TrainConfig) -> bool:
     return config.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
 
 
-def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
+def _base_saver(config: TrainConfig, capability: tuple[int, int] | None) -> dict:
+    """The frozen base's saver: fp8, or int8 ConvRot on a card where it was measured faster (never with base_loras,
+    which cannot merge into int8, or compile, not yet tried on int8)."""
+    if not _frozen_base(config) or not _free(config, "base_weight_format"):
+        return {}
+    if int8_measured_faster(capability) and _free(config, "fp8_base_weights") and not config.base_loras \
+            and not config.compile:
+        return {"base_weight_format": BaseWeightFormat.INT8_CONVROT}
+    return {"fp8_base_weights": True}
+
+
+def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int] | None = None
+            ) -> list[tuple[str, dict]]:
     """(the phase it shrinks, the changes), in order of cost; only where its keys are free and it means something for
     the run."""
     frozen = _frozen_base(config)
@@ -89,7 +138,7 @@ def _savers(config: TrainConfig, both_experts: bool) -> list[tuple[str, dict]]:
               ("training", ({"ffn_chunks": 8} if config.keep_self_attention else
                             {"ffn_chunks": 8, "checkpoint_attention": True}) if config.gradient_checkpointing else {}),
               # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
-              ("training", {"fp8_base_weights": True} if frozen and _free(config, "base_weight_format") else {}),
+              ("training", _base_saver(config, capability)),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
     return [(phase, changes) for phase, changes in savers if changes and _free(config, *changes)]
 
@@ -99,16 +148,18 @@ def _over(result: Estimate, phase: str) -> bool:
     return sum(result.phases[phase].values()) + HEADROOM_GIB > result.gpu_gib
 
 
-def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: float | None = None) -> MemoryPlan:
-    """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU) on a
-    machine of `ram_gib` (default: its RAM), with that run's host estimate."""
+def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: float | None = None,
+                capability: tuple[int, int] | None = None) -> MemoryPlan:
+    """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU) of compute
+    `capability` (default: the detected GPU's) on a machine of `ram_gib` (default: its RAM), with that run's host
+    estimate."""
     if config.memory_preset != MemoryPreset.AUTO:
         return MemoryPlan(config, {}, None, None)
     gpu = gpu_gib if gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     if not gpu:
         return MemoryPlan(config, {}, None, None)
     current, result, changes = config, estimate(config, gpu), {}
-    savers = _savers(config, result.both_experts)
+    savers = _savers(config, result.both_experts, capability or detected_capability())
     # caching's savers once more: VAE tiling saves nothing while UMT5 is the phase's peak, and may once it left
     for phase, saver in savers + [(phase, saver) for phase, saver in savers if phase == "caching"]:
         if not _over(result, phase) or saver.keys() <= changes.keys():
@@ -132,11 +183,11 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
     return MemoryPlan(current, changes, result, gpu, host_estimate(current, ram_gib))
 
 
-def planned_estimate(config: TrainConfig, gpu_gib: float | None,
-                     ram_gib: float | None = None) -> tuple[Estimate, MemoryPlan]:
-    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib`), and the plan (its host RAM
-    estimate always there): what estimate_vram.py and the GUI show before Start."""
-    plan = plan_memory(config, gpu_gib, ram_gib)
+def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float | None = None,
+                     capability: tuple[int, int] | None = None) -> tuple[Estimate, MemoryPlan]:
+    """The estimate of the run as it will start (after AUTO's plan for `gpu_gib` of compute `capability`), and the
+    plan (its host RAM estimate always there): what estimate_vram.py and the GUI show before Start."""
+    plan = plan_memory(config, gpu_gib, ram_gib, capability)
     if plan.host is None:
         plan.host = host_estimate(plan.config, ram_gib)
     return (plan.estimate if plan.estimate is not None else estimate(plan.config, gpu_gib)), plan

@@ -20,9 +20,11 @@ SETTLE_S = 0.3
 
 
 class VramEstimate:
-    def __init__(self, config: ConfigController, gpu_gib: float | None = None, detect: bool = True):
+    def __init__(self, config: ConfigController, gpu_gib: float | None = None, detect: bool = True,
+                 capability: tuple[int, int] | None = None):
         self.config = config
         self.gpu_gib = gpu_gib
+        self.capability = capability  # compute capability AUTO plans for (None: the detected GPU's, if detect)
         self.detect = detect  # take the GPU's size from torch when gpu_gib is not given
         self._lock = threading.Lock()
         self._result: tuple[str, str, dict, float | None] = ("", "", {}, None)  # (config key, text, AUTO's changes, GPU)
@@ -36,7 +38,7 @@ class VramEstimate:
         except UserError:
             self.config.set_auto_choices({}, None)  # no plan for a config that does not check
             return ""
-        key = json.dumps(train.to_dict(), sort_keys=True, default=str)
+        key = json.dumps([train.to_dict(), self.capability], sort_keys=True, default=str)
         with self._lock:
             if self._result[0] == key:
                 self.config.set_auto_choices(*self._result[2:])  # the Tk thread: the switches show AUTO's choices
@@ -64,7 +66,7 @@ class VramEstimate:
 
     def _estimate(self, train, key: str) -> None:
         from modules.modelSetup.memory_estimate import detected_gpu_gib
-        from modules.modelSetup.memory_plan import planned_estimate
+        from modules.modelSetup.memory_plan import detected_capability, planned_estimate
         from modules.util.config.e2v_dataset_config import with_dataset_shapes
 
         changes: dict = {}
@@ -72,7 +74,9 @@ class VramEstimate:
         try:
             gpu = self.gpu_gib if self.gpu_gib is not None else (
                 train.gpu_memory_gib or (detected_gpu_gib() if self.detect else None))
-            result, plan = planned_estimate(with_dataset_shapes(train), gpu)  # E2V: the dataset's resolution, frames
+            capability = self.capability or (detected_capability() if self.detect else None)
+            # E2V: the dataset's resolution and frames
+            result, plan = planned_estimate(with_dataset_shapes(train), gpu, capability=capability)
             verdict = "" if result.fits is None else (f", fits {gpu:.0f} GiB" if result.fits
                                                       else f", over {gpu:.0f} GiB: {result.suggestions[0]}"
                                                       if result.suggestions else f", over {gpu:.0f} GiB")
