@@ -225,7 +225,8 @@ def check_flop_table(transformer, config: dict) -> None:
 def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bool, activation_offload: bool,
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
-                 checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16"):
+                 checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16",
+                 keep_self_attention: bool = False):
     from modules.util.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
@@ -236,7 +237,7 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
         "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
-        "base_weight_format": base_weight_format,
+        "base_weight_format": base_weight_format, "keep_self_attention": keep_self_attention,
     })
 
 
@@ -399,6 +400,8 @@ def main() -> int:
                         help="base_weight_format of the frozen block Linears (--fp8 is FP8's older spelling)")
     parser.add_argument("--ffn-chunks", type=int, default=0, help="ffn_chunks (a block's FFN recomputed in parts)")
     parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
+    parser.add_argument("--keep-self-attention", action="store_true",
+                        help="keep_self_attention (with --checkpointing: the recompute skips self-attention)")
     parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
                         "(Wan 2.2 A14B-like, train_expert BOTH, half the steps on each)")
     parser.add_argument("--offload-inactive-expert", action="store_true", help="with --experts 2: the idle "
@@ -458,7 +461,8 @@ def main() -> int:
                              attention_backend=(args.attention_backend or "AUTO").upper() if ours else "NATIVE",
                              offload_inactive_expert=args.offload_inactive_expert, device=device.type,
                              ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention,
-                             base_weight_format=args.base_weight_format)
+                             base_weight_format=args.base_weight_format,
+                             keep_self_attention=args.keep_self_attention)
     except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
         text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
                            "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)

@@ -47,6 +47,7 @@ class MemoryConfig:
     offload_inactive_expert: bool = False
     ffn_chunks: int = 0
     checkpoint_attention: bool = False
+    keep_self_attention: bool = False  # each block's self-attention output kept for the backward (kept_attention.py)
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
     guidance_scale: float = 0.0  # guidance_preserving.scale: the step's extra no-grad unconditional pass (0 = off)
@@ -115,7 +116,8 @@ def measure(name: "str | MemoryConfig") -> dict:
                                   activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
                                   ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
-                                  guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format)
+                                  guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format,
+                                  keep_self_attention=spec.keep_self_attention)
     device, dtype = torch.device("cuda"), torch.bfloat16
     started = time.perf_counter()
     with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):

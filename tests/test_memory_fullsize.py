@@ -217,6 +217,21 @@ def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_esti
     assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
 
 
+@pytest.mark.slow  # one child process, ~11 CPU-s
+def test_kept_self_attention_holds_each_blocks_output_from_the_forward_as_estimated():
+    """keep_self_attention on 2 full-width 1.3B blocks at 832x480x81: the fused kernel's outputs (bf16 output, float32
+    log-sum-exp) of both blocks are held from the forward pass, not made again in the backward; the peak (measured
+    5.263 GiB, plain checkpointing 5.168: one block's output more) within its limit and the estimate within 10 %."""
+    result = run_in_subprocess(MemoryConfig("1.3b", layers=2, keep_self_attention=True))
+    per_block = 32760 * (1536 * 2 + 12 * 4) / GIB  # tokens x (width in bf16 + a float32 log-sum-exp per head)
+    held = dict(result["measured"]["largest_activations_gib"])
+    forward = "forward: aten._scaled_dot_product_cudnn_attention.default in blocks.*.attn1"
+    assert held[forward] == pytest.approx(2 * per_block, abs=0.002), held
+    assert not any(k.startswith("backward: aten._scaled_dot_product_cudnn_attention") for k in held), held
+    assert result["measured"]["peak_gib"] <= 5.37, result["measured"]  # measured 5.263 (2026-11-28) + 2 %
+    assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
+
+
 def test_the_fake_int_mm_refuses_what_cuda_refuses():
     """benchmarks/fake_cuda's torch._int_mm: on the (fake) CUDA device CUDA's shape rules hold (M > 16, K and N
     multiples of 8), which the meta kernel alone does not check; other devices and valid shapes reach the op."""

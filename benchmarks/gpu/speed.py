@@ -24,7 +24,8 @@ STEP = "benchmarks/gpu_step.py"
 
 
 def jobs(models: list[str], dry_run: bool) -> list[Job]:
-    """In order of what matters most, so that a budget cut loses the least: NATIVE eager and compiled first."""
+    """In order of what matters most, so that a budget cut loses the least: NATIVE eager and compiled first, then
+    1.3B with keep_self_attention (eager and compiled) against them."""
     common = ["--checkpointing", "--lora-rank", "32"]
     if dry_run:  # the first model's first job at 2 narrow blocks on the CPU: the same script, arguments and JSON
         return [Job(f"{models[0]}_NATIVE_eager", [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size",
@@ -39,6 +40,11 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
                                                       "--steps", "5", "--warmup", "2"], 240, needs=40))
                 out.append(Job(f"{model}_{b}_compiled", [STEP, *MODELS[model], *common, "--attention-backend", b,
                                                          "--compile", "--steps", "5", "--warmup", "3"], 300, needs=60))
+            if model == "13b" and backend == "NATIVE":  # keep_self_attention: the recompute without the attention
+                kept = [STEP, *MODELS[model], *common, "--attention-backend", backend, "--keep-self-attention"]
+                out.append(Job(f"{model}_{backend}_kept_eager", [*kept, "--steps", "5", "--warmup", "2"], 240, needs=40))
+                out.append(Job(f"{model}_{backend}_kept_compiled", [*kept, "--compile", "--steps", "5", "--warmup",
+                                                                    "3"], 300, needs=60))
     return out
 
 

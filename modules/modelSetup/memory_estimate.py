@@ -321,9 +321,10 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
             activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS * block_linear * batch
         if per_token_timesteps:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
-        if train.keep_self_attention:  # each block's self-attention output and float32 log-sum-exp (128-wide heads)
+        if train.keep_self_attention:  # each block's self-attention output and float32 log-sum-exp (128-wide heads);
+            # at the peak (the last block's backward) that block's kept output stands in for its recomputed one
             activations["activations.kept_self_attention"] = (
-                tokens * (dim * activation_bytes + dim // 128 * 4) * layers * batch)
+                tokens * (dim * activation_bytes + dim // 128 * 4) * (layers - 1) * batch)
     else:  # not measured: every block's working set is kept until its backward
         activations = {"activations.all_blocks": working_set * layers}
     if driving_tokens:  # not measured: every layer's driving K and V, kept for the generation pass's backward
