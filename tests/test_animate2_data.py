@@ -52,7 +52,7 @@ def test_a_target_used_as_its_own_driving_video_is_refused_in_one_line(tmp_path,
         assert frame_psnr(folder / "001.mp4", folder / "001_driving.mp4") >= COPY_PSNR_DB
 
 
-def test_start_up_checks_an_animate_2_base_data_then_says_in_one_line_it_cannot_train_yet(tiny_model, tmp_path):
+def test_start_up_checks_an_animate_2_base_data_and_its_keys_in_one_line(tiny_model, tmp_path):
     data = tmp_path / "data"
     (data).mkdir()
     write_video(data / "001.mp4", render_clip("square", "red", "left to right", 17, 64, 64), 16.0)
@@ -60,9 +60,10 @@ def test_start_up_checks_an_animate_2_base_data_then_says_in_one_line_it_cannot_
     with pytest.raises(UserError, match="no clip has its Animate-2 inputs beside it"):
         check_paths(config)
     _triplet(data)
+    check_paths(config)  # the data checks out: the run may start
     with pytest.raises(UserError) as error:
-        check_paths(config)
-    assert "is Wan2.2-Animate-2" in str(error.value) and "cannot train it yet" in str(error.value)
+        check_paths(TrainConfig.from_dict({**config.to_dict(), "last_frame_condition": True}))
+    assert "'last_frame_condition' does not apply to a Wan2.2-Animate-2 base" in str(error.value)
     assert "\n" not in str(error.value)
 
 
