@@ -118,6 +118,43 @@ def test_the_loader_feeds_what_diffusers_animate_2_pipeline_builds_and_skips_cli
     assert again.encoder_calls == 0 and calls  # a warm cache runs no encoder, the driving stream's included
 
 
+def test_a_sample_is_diffusers_animate_2_pipeline_for_the_same_files_and_noise(tiny_model, tmp_path, monkeypatch):
+    """diffusers' whole modular Animate-2 pipeline (its preprocessing, encoders, guider, scheduler, flex block mask and
+    decoder) against our sample of the same reference image and driving video, fp32, same seed."""
+    import diffusers.models.transformers.transformer_wan_animate_2 as animate2
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanAnimate2Transformer3DModel
+    from diffusers.guiders import ClassifierFreeGuidance
+    from diffusers.modular_pipelines.wan_animate_2.modular_blocks_wan_animate_2 import WanAnimate2Blocks
+
+    from modules.dataLoader.video_io import read_image, read_video_frames
+    from modules.modelSampler.animate2_inputs import sample_animate2
+    from modules.util.config.sample_config import SampleConfig
+
+    original = animate2.create_block_mask  # flex uncompiled on the CPU
+    monkeypatch.setattr(animate2, "create_block_mask", lambda *a, **k: original(*a, **{**k, "_compile": False}))
+    data = triplets(tmp_path / "data")
+    folder = tiny_model("animate_2")
+    model = WanModelLoader().load(str(folder), torch.device("cpu"))
+    pipe = WanAnimate2Blocks().init_pipeline()
+    pipe.update_components(transformer=WanAnimate2Transformer3DModel.from_pretrained(folder / "transformer"),
+                           vae=model.vae, text_encoder=model.text_encoder, tokenizer=model.tokenizer,
+                           image_encoder=model.image_encoder, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+                           guider=ClassifierFreeGuidance(guidance_scale=3.0))
+    frames, _ = read_video_frames(data / "001_driving.mp4")
+    theirs = pipe(image=Image.open(data / "001_reference.png").convert("RGB"),
+                  driving_video=[Image.fromarray(f) for f in frames[:FRAMES]], prompt="a red square",
+                  negative_prompt="blurry", height=SIZE, width=SIZE, segment_frame_length=FRAMES, fps=16,
+                  num_inference_steps=3, generator=torch.Generator().manual_seed(3), output="videos",
+                  output_type="np")[0]
+    sample = SampleConfig.from_dict({"prompt": "a red square", "negative_prompt": "blurry", "frames": FRAMES,
+                                     "height": SIZE, "width": SIZE, "steps": 3, "seed": 3, "cfg_scale": 3.0,
+                                     "sampler": "diffusers_euler", "shift": 3.0, "image": str(data / "001_reference.png"),
+                                     "driving_video": str(data / "001_driving.mp4")}, "sample")
+    ours = sample_animate2(model, sample, read_image(str(data / "001_reference.png")))
+    assert ours.shape == theirs.shape == (FRAMES, SIZE, SIZE, 3) and ours.std() > 0.05
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+
+
 def make_trainer(tiny_model, data, work, **overrides) -> GenericTrainer:
     return GenericTrainer(_config(tiny_model, data, work, epochs=2, learning_rate=1e-2, output_dtype="FLOAT32",
                                   **overrides))
@@ -129,8 +166,14 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
     data = triplets(tmp_path / "data")
     (data / "002_driving.mp4").write_bytes((data / "001_driving.mp4").read_bytes())  # 002 trains too now
     (data / "002_reference.png").write_bytes((data / "001_reference.png").read_bytes())
-    trainer = trains_and_resumes_exactly(lambda name, **o: make_trainer(tiny_model, data, tmp_path / name, **o))
+    sample = {"prompt": "a red square", "frames": FRAMES, "height": SIZE, "width": SIZE, "steps": 2,
+              "image": str(data / "001_reference.png"), "driving_video": str(data / "001_driving.mp4")}
+    trainer = trains_and_resumes_exactly(lambda name, **o: make_trainer(
+        tiny_model, data, tmp_path / name, **({"samples": [sample], "sample_at_end": True} if name == "full" else {}),
+        **o))
     assert len(trainer.data.items) == 2 and trainer.progress.global_step == 4
+    videos = list((tmp_path / "full" / "workspace").rglob("*.mp4"))  # the run's sample, through the Animate-2 loop
+    assert len(videos) == 1 and videos[0].with_suffix(".png").is_file()
     assert sorted({key.split(".lora")[0] for key in trainer.setup.trainable_state()}) == [
         f"transformer.blocks.{b}.self_attn.{m}" for b in (0, 1) for m in ("to_k", "to_q", "to_v")]
     with safe_open(str(tmp_path / "full" / "output" / "lora.safetensors"), framework="pt") as f:
@@ -138,13 +181,20 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
     assert "diffusion_model.blocks.0.block.self_attn.q.lora_down.weight" in keys and len(keys) == 6 * 3
 
 
-def test_start_up_refuses_an_e2v_dataset_on_an_animate_2_base_in_one_line(tiny_model, tmp_path):
+def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_model, tmp_path):
     from modules.trainer.preflight import check_paths
     from modules.util.errors import UserError
 
     data = triplets(tmp_path / "data")
     dataset = tmp_path / "dataset.json"
     dataset.write_text("{}", encoding="utf-8")
-    with pytest.raises(UserError, match="config key 'dataset_config' is set") as error:
-        check_paths(_config(tiny_model, data, tmp_path, dataset_config=str(dataset)))
-    assert "\n" not in str(error.value)
+    cases = [({"dataset_config": str(dataset)}, tiny_model("animate_2"), "config key 'dataset_config' is set"),
+             ({"samples": [{"prompt": "a", "image": str(data / "001_reference.png")}]}, tiny_model("animate_2"),
+              r"config key 'samples\[0\]': .* set the sample's 'image' and 'driving_video'"),
+             ({"samples": [{"prompt": "a", "driving_video": str(data / "001_driving.mp4")}]}, tiny_model("t2v"),
+              r"'samples\[0\].driving_video' is set, but only Wan2.2-Animate-2 bases follow")]
+    for overrides, base, message in cases:
+        config = TrainConfig.from_dict({**train_config_dict(base, data, tmp_path), **overrides})
+        with pytest.raises(UserError, match=message) as error:
+            check_paths(config)
+        assert "\n" not in str(error.value)

@@ -33,12 +33,9 @@ from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoding_modules import EncodePosterior
 from modules.dataLoader.errors import MISSING_FILE
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities, WanBaseDataLoader
-from modules.model.animate2 import DrivingStream
+from modules.model.animate2 import REFERENCE_SLOTS, DrivingStream, condition_channels
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.util.errors import UserError
-
-REFERENCE_SLOTS = 1  # the reference image's leading latent frame, out of the loss
-
 
 class WanAnimate2DataLoader(WanBaseDataLoader):
     own_condition = True
@@ -98,11 +95,8 @@ class WanAnimate2DataLoader(WanBaseDataLoader):
         device = inputs.x0.device
         reference = batch["reference_latents"].to(device)
         driving = batch["driving_latents"].to(device)
-        b, _, frames, h, w = inputs.x0.shape
-        mask = torch.zeros(b, 4, REFERENCE_SLOTS + frames, h, w, device=device)
-        mask[:, :, :REFERENCE_SLOTS] = 1
-        condition = torch.cat([mask, torch.cat([reference, batch["empty_latents"].to(device)], dim=2)], dim=1)
-        driving_condition = torch.cat([torch.ones(b, 4, frames, h, w, device=device), driving], dim=1)
+        condition, driving_condition = condition_channels(reference, batch["empty_latents"].to(device), driving)
+        b, _, _, h, w = inputs.x0.shape
         payload = inputs.payload
         loss_mask = payload.loss_mask
         if loss_mask is not None:  # masked training: the slot is out of the loss anyway
