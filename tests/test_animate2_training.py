@@ -67,7 +67,8 @@ def _diffusers_inputs(model, data) -> SimpleNamespace:
     frames, fps = read_video_frames(data / "001_driving.mp4")
     state = PipelineState()
     for key, value in dict(image=Image.open(data / "001_reference.png").convert("RGB"), height=SIZE, width=SIZE,
-                           driving_video=[Image.fromarray(f) for f in frames], driving_video_fps=fps, fps=16,
+                           driving_video=[Image.fromarray(f) for f in frames], driving_video_fps=fps,
+                           fps=model.variant.fps,
                            segment_frame_length=FRAMES, prompt="a red square", max_sequence_length=512).items():
         state.set(key, value)
     for step in (encoders.WanAnimate2TextEncoderStep, encoders.WanAnimate2ProcessImagesInputStep,
@@ -140,10 +141,12 @@ def test_a_sample_is_diffusers_animate_2_pipeline_for_the_same_files_and_noise(t
                            vae=model.vae, text_encoder=model.text_encoder, tokenizer=model.tokenizer,
                            image_encoder=model.image_encoder, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
                            guider=ClassifierFreeGuidance(guidance_scale=3.0))
-    frames, _ = read_video_frames(data / "001_driving.mp4")
+    frames, fps = read_video_frames(data / "001_driving.mp4")
+    assert (fps, model.variant.fps) == (16, 24)  # resampled alike: diffusers' frame indices, our timestamps
     theirs = pipe(image=Image.open(data / "001_reference.png").convert("RGB"),
-                  driving_video=[Image.fromarray(f) for f in frames[:FRAMES]], prompt="a red square",
-                  negative_prompt="blurry", height=SIZE, width=SIZE, segment_frame_length=FRAMES, fps=16,
+                  driving_video=[Image.fromarray(f) for f in frames[:6]], driving_video_fps=fps,  # 9 at 24 fps
+                  prompt="a red square",
+                  negative_prompt="blurry", height=SIZE, width=SIZE, segment_frame_length=FRAMES, fps=model.variant.fps,
                   num_inference_steps=3, generator=torch.Generator().manual_seed(3), output="videos",
                   output_type="np")[0]
     sample = SampleConfig.from_dict({"prompt": "a red square", "negative_prompt": "blurry", "frames": FRAMES,
