@@ -18,7 +18,9 @@ from modules.synthetic.synthetic_data import render_clip
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.config.train_config import TrainConfig
 from modules.util.video_write import write_video
+from tests import comfyui_wan
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
+from tests.test_adapters import comfy_loaded_keys
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 SIZE, FRAMES = 32, 9
@@ -180,8 +182,22 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
     assert sorted({key.split(".lora")[0] for key in trainer.setup.trainable_state()}) == [
         f"transformer.blocks.{b}.self_attn.{m}" for b in (0, 1) for m in ("to_k", "to_q", "to_v")]
     with safe_open(str(tmp_path / "full" / "output" / "lora.safetensors"), framework="pt") as f:
-        keys = set(f.keys())
-    assert "diffusion_model.blocks.0.block.self_attn.q.lora_down.weight" in keys and len(keys) == 6 * 3
+        lora = {key: f.get_tensor(key) for key in f.keys()}
+    # ComfyUI's LoRA loader, 0 keys left unloaded: its WanAnimate2Model (comfy/ldm/wan/model_animate2.py) keeps
+    # the Wan 2.1 I2V model's parameter names (its block and self-attention subclass WanAttentionBlock and
+    # WanSelfAttention, adding none), whose state dict comfyui_wan re-states
+    config = dict(model_type="i2v", num_layers=2)
+    modules = {key.removesuffix(".weight") for key in comfyui_wan.model_keys(config) if key.endswith(".weight")}
+    assert "diffusion_model.blocks.0.self_attn.q.lora_down.weight" in lora and len(lora) == 6 * 3
+    assert comfy_loaded_keys(lora, modules) == set(lora)
+    # and back into ours (sample.py --lora): its header names Animate-2, so ComfyUI's names reach Animate-2's modules
+    from modules.modelLoader.lora_inference import attach_lora_for_inference
+
+    base = WanModelLoader().load(str(tiny_model("animate_2")), torch.device("cpu"))
+    before = {key: value.clone() for key, value in base.transformer.state_dict().items()}
+    attach_lora_for_inference(base, tmp_path / "full" / "output" / "lora.safetensors")
+    changed = sorted(k for k, v in base.transformer.state_dict().items() if not torch.equal(v, before[k]))
+    assert changed == [f"blocks.{b}.self_attn.{m}.weight" for b in (0, 1) for m in ("to_k", "to_q", "to_v")]
 
 
 def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_model, tmp_path):

@@ -181,9 +181,10 @@ def attach_lora_for_inference(model: WanModel, lora: str | Path | LoRAFiles, sca
     if any(TRANSFORMER_CONFIG_KEY in metadata for metadata in checked.metadata.values()):
         attach_expanded_lora(model, checked, scale)
         return
-    # diffusers' converter knows no VACE block keys of a ComfyUI-named file: our codec reads every format
-    if model.variant.vace_layers or not all(read_lora_adapter(file).diffusers_loadable
-                                            for file in checked.files.values()):
+    # diffusers' converter knows no VACE block keys of a ComfyUI-named file, and its Wan LoRA loader no Animate-2
+    # transformer: our codec reads every format
+    if model.variant.vace_layers or model.variant.name == "animate_2" or not all(
+            read_lora_adapter(file).diffusers_loadable for file in checked.files.values()):
         merge_lora_files(model, checked, scale)
         return
     pipe = model.pipeline()
