@@ -147,13 +147,14 @@ def test_a_sample_is_diffusers_animate_2_pipeline_for_the_same_files_and_noise(t
     assert (fps, model.variant.fps) == (16, 24)  # resampled alike: diffusers' frame indices, our timestamps
     theirs = pipe(image=Image.open(data / "001_reference.png").convert("RGB"),
                   driving_video=[Image.fromarray(f) for f in frames[:6]], driving_video_fps=fps,  # 9 at 24 fps
-                  prompt="a red square",
-                  negative_prompt="blurry", height=SIZE, width=SIZE, segment_frame_length=FRAMES, fps=model.variant.fps,
+                  prompt="a red square", negative_prompt="blurry", height=SIZE, width=SIZE,
+                  segment_frame_length=FRAMES, fps=model.variant.fps,
                   num_inference_steps=3, generator=torch.Generator().manual_seed(3), output="videos",
                   output_type="np")[0]
     sample = SampleConfig.from_dict({"prompt": "a red square", "negative_prompt": "blurry", "frames": FRAMES,
                                      "height": SIZE, "width": SIZE, "steps": 3, "seed": 3, "cfg_scale": 3.0,
-                                     "sampler": "diffusers_euler", "shift": 3.0, "image": str(data / "001_reference.png"),
+                                     "sampler": "diffusers_euler", "shift": 3.0,
+                                     "image": str(data / "001_reference.png"),
                                      "driving_video": str(data / "001_driving.mp4")}, "sample")
     ours = sample_animate2(model, sample, read_image(str(data / "001_reference.png")))
     assert ours.shape == theirs.shape == (FRAMES, SIZE, SIZE, 3) and ours.std() > 0.05
@@ -193,11 +194,24 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
     # and back into ours (sample.py --lora): its header names Animate-2, so ComfyUI's names reach Animate-2's modules
     from modules.modelLoader.lora_inference import attach_lora_for_inference
 
+    from safetensors.torch import save_file
+
+    save_file(lora, tmp_path / "no_header.safetensors")  # a ComfyUI-named file from elsewhere: no header
     base = WanModelLoader().load(str(tiny_model("animate_2")), torch.device("cpu"))
     before = {key: value.clone() for key, value in base.transformer.state_dict().items()}
     attach_lora_for_inference(base, tmp_path / "full" / "output" / "lora.safetensors")
-    changed = sorted(k for k, v in base.transformer.state_dict().items() if not torch.equal(v, before[k]))
+    merged = {k: v.clone() for k, v in base.transformer.state_dict().items()}
+    changed = sorted(k for k, v in merged.items() if not torch.equal(v, before[k]))
     assert changed == [f"blocks.{b}.self_attn.{m}.weight" for b in (0, 1) for m in ("to_k", "to_q", "to_v")]
+    base.transformer.load_state_dict(before)
+    attach_lora_for_inference(base, tmp_path / "no_header.safetensors")
+    assert all(torch.equal(v, merged[k]) for k, v in base.transformer.state_dict().items())
+    continued = make_trainer(tiny_model, data, tmp_path / "continued",
+                             lora_weight_path=str(tmp_path / "no_header.safetensors"))
+    continued.start()  # lora_weight_path: the same layers, ComfyUI's names without a header
+    state = continued.setup.trainable_state()
+    assert torch.equal(state["transformer.blocks.1.self_attn.to_v.lora_A.default.weight"],
+                       lora["diffusion_model.blocks.1.self_attn.v.lora_down.weight"])
 
 
 def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_model, tmp_path):

@@ -516,6 +516,12 @@ def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[st
     weights = _from_state_dict(state_dict, metadata, skipped)
     if not (metadata or {}).get(VARIANT_KEY, "").endswith(ANIMATE2_VARIANT_SUFFIX):
         return weights
+    return for_animate2(weights)
+
+
+def for_animate2(weights: LoRAWeights) -> LoRAWeights:
+    """`weights` with Wan's block modules renamed to Animate-2's (ComfyUI's names read without an Animate-2 header,
+    applied to an Animate-2 transformer); Animate-2's own names stay."""
     return LoRAWeights({animate2_name(name): layer for name, layer in weights.layers.items()}, weights.full_weights,
                        weights.adapter)
 
