@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--control-mask", metavar="MP4|PNG", help="VACE models: white where the model generates, "
                         "black where the control video is kept")
     parser.add_argument("--vace-scale", type=float, default=1.0, help="VACE models: weight of the control hints")
+    parser.add_argument("--driving-video", metavar="MP4", help="Animate-2 models: the driving video whose motion "
+                        "--image (the reference) follows")
     parser.add_argument("--dataset-config", help="E2V dataset JSON whose element layout (repeats, preprocessing) "
                                                  "to use; default: A2's (repeats 1/4/4)")
     add_e2v_pathway_options(parser)
@@ -91,6 +93,7 @@ def main() -> int:
         "last_image": args.last_image or "",
         "elements": args.elements or [], "control_video": args.control_video or "",
         "control_mask": args.control_mask or "", "vace_scale": args.vace_scale,
+        "driving_video": args.driving_video or "",
         "frames": args.frames, "height": args.height, "width": args.width, "steps": args.steps,
         "cfg_scale": args.cfg_scale, "image_guidance_scale": args.image_guidance_scale, "seed": args.seed,
         "sampler": args.sampler, "scheduler": args.scheduler, "shift": args.shift, "e2v_posterior": args.e2v_posterior,
@@ -126,6 +129,7 @@ def main() -> int:
         check_input_file("--embedding", args.embedding, "an embedding .safetensors file")
     inputs = [("--model", args.model), ("--lora", args.lora), ("--embedding", args.embedding),
               ("--image", args.image), ("--last-image", args.last_image), ("--control-video", args.control_video),
+              ("--driving-video", args.driving_video),
               ("--control-mask", args.control_mask), ("--dataset-config", args.dataset_config),
               ("--image-encoder", args.image_encoder), *(("--elements", e) for e in args.elements or []),
               *(("--base-lora", entry.path) for entry in base_loras),

@@ -214,11 +214,12 @@ def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_l
     from modules.modelSaver.lora_formats import extract_from_peft, from_state_dict, to_state_dict
 
     weights = extract_from_peft(setup.model.transformer, "default")
-    for fmt, key in (("COMFY_LORA", "diffusion_model.blocks.0.block.self_attn.q.lora_down.weight"),
+    header = {"wantrainer.variant": "wan-2.1-animate-2"}  # ComfyUI's names are Wan's: the header says which
+    for fmt, key in (("COMFY_LORA", "diffusion_model.blocks.0.self_attn.q.lora_down.weight"),
                      ("DIFFUSERS_LORA", "transformer.blocks.0.self_attn.to_q.lora_A.weight")):
         state = to_state_dict(weights, fmt)
         assert key in state and sum(k.endswith((".lora_down.weight", ".lora_A.weight")) for k in state) == 6
-        back = from_state_dict(state)
+        back = from_state_dict(state, header)
         assert set(back.layers) == set(weights.layers) == set(targets)
 
 

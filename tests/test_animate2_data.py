@@ -52,7 +52,7 @@ def test_a_target_used_as_its_own_driving_video_is_refused_in_one_line(tmp_path,
         assert frame_psnr(folder / "001.mp4", folder / "001_driving.mp4") >= COPY_PSNR_DB
 
 
-def test_start_up_checks_an_animate_2_base_data_then_says_in_one_line_it_cannot_train_yet(tiny_model, tmp_path):
+def test_start_up_checks_an_animate_2_base_data_and_its_keys_in_one_line(tiny_model, tmp_path):
     data = tmp_path / "data"
     (data).mkdir()
     write_video(data / "001.mp4", render_clip("square", "red", "left to right", 17, 64, 64), 16.0)
@@ -60,16 +60,20 @@ def test_start_up_checks_an_animate_2_base_data_then_says_in_one_line_it_cannot_
     with pytest.raises(UserError, match="no clip has its Animate-2 inputs beside it"):
         check_paths(config)
     _triplet(data)
+    check_paths(config)  # the data checks out: the run may start
     with pytest.raises(UserError) as error:
-        check_paths(config)
-    assert "is Wan2.2-Animate-2" in str(error.value) and "cannot train it yet" in str(error.value)
+        check_paths(TrainConfig.from_dict({**config.to_dict(), "last_frame_condition": True}))
+    assert "'last_frame_condition' does not apply to a Wan2.2-Animate-2 base" in str(error.value)
     assert "\n" not in str(error.value)
 
 
-def test_animate_2_lora_names_are_the_official_checkpoint_names_diffusers_converts_back():
+def test_animate_2_lora_names_are_comfyuis_and_the_official_checkpoint_names_read_back():
+    """Written: ComfyUI's names (Wan 2.1 I2V's, which its Animate-2 model keeps), read back under an Animate-2
+    header; read too: the official checkpoint's in-context names (`blocks.N.block.self_attn.q`, DiffSynth-Studio's
+    layout), which diffusers' single-file converter maps to the same modules."""
     from diffusers.loaders.single_file_utils import convert_wan_animate_2_transformer_to_diffusers
 
-    from modules.modelSaver.lora_names import diffusers_to_wan_name, wan_to_diffusers_name
+    from modules.modelSaver.lora_names import animate2_name, diffusers_to_wan_name, wan_to_diffusers_name
     from modules.synthetic.tiny_animate2 import tiny_animate2_transformer
 
     import torch
@@ -79,11 +83,16 @@ def test_animate_2_lora_names_are_the_official_checkpoint_names_diffusers_conver
                if isinstance(module, torch.nn.Linear) and name.startswith("blocks.")]
     assert "blocks.1.self_attn.to_q" in linears and len(linears) == 2 * 12
     for name in linears:
-        original = diffusers_to_wan_name(name)
-        assert original is not None and original.startswith(f"blocks.{name.split('.')[1]}.block."), name
-        converted = convert_wan_animate_2_transformer_to_diffusers({f"model.diffusion_model.{original}.weight": 0})
+        block, inner = name.split(".", 2)[1:]
+        comfy = diffusers_to_wan_name(name)
+        assert comfy is not None and not comfy.startswith(f"blocks.{block}.block."), name
+        assert animate2_name(wan_to_diffusers_name(comfy)) == name  # Wan's module, renamed for Animate-2
+        official = comfy.replace(f"blocks.{block}.", f"blocks.{block}.block.", 1)
+        converted = convert_wan_animate_2_transformer_to_diffusers({f"model.diffusion_model.{official}.weight": 0})
         assert list(converted) == [f"{name}.weight"]
-        assert wan_to_diffusers_name(original) == name
+        assert wan_to_diffusers_name(official) == name
+    assert diffusers_to_wan_name("blocks.0.attn1.to_q") == "blocks.0.self_attn.q"  # Wan's own names unchanged
+    assert wan_to_diffusers_name("blocks.0.self_attn.q") == "blocks.0.attn1.to_q"
 
 
 def test_the_memory_estimate_counts_both_streams_and_the_cached_driving_keys(tiny_model, tmp_path):

@@ -50,7 +50,7 @@ from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
-from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_fingerprint
+from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_fingerprint, is_control_file
 from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
@@ -238,7 +238,8 @@ class WanBaseDataLoader:
         self.fps = config.fps or model.variant.fps
         height, width = resolutions(config.resolution)[0]
         self.resolutions = area_resolutions(height * width) if config.aspect_bucketing else [(height, width)]
-        self.uses_image_condition = model.variant.channel_concat_condition
+        # a subclass whose condition channels and CLIP input are its own (Animate-2's reference image) builds them
+        self.uses_image_condition = model.variant.channel_concat_condition and not self.own_condition
         self.uses_clip = self.uses_image_condition and model.variant.has_clip_branch and model.image_encoder is not None
         # first-last-frame: FLF2V models always, I2V-layout ones when asked
         self.last_frame = self.uses_image_condition and (model.variant.paired_image_tokens or config.last_frame_condition)
@@ -270,7 +271,7 @@ class WanBaseDataLoader:
             self.pipelines[self.variations] = self._pipeline(self.variations)[0]
         self.planner = ItemPlanner(self.fps, config.transparent_background,
                                    self.cache if config.latent_caching else None, config.seed, config.max_frame_pixels,
-                                   vace=self.uses_control)
+                                   side_files=is_control_file if self.uses_control else self.side_files)
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
@@ -289,8 +290,11 @@ class WanBaseDataLoader:
         decode = DecodeClip(self.fps, config.frames, self.resolutions, config.transparent_background,
                             config.aspect_bucketing, self.augmentation, per_epoch, config.max_frame_pixels)
         placement = self.placement
-        video = [decode, EncodePosterior(model, "video_frames", "latent", vae_identity, counter, placement)]
-        outputs = ["bucket", "source_size", "latent_mean", "latent_std"]
+        # a subclass's inputs right after the clip's decoder: a sample they fail on costs no encoder call
+        side_video, side_outputs, side_text = self._side_modules(identities, decode.name, per_epoch)
+        video = [decode, *side_video,
+                 EncodePosterior(model, "video_frames", "latent", vae_identity, counter, placement)]
+        outputs = ["bucket", "source_size", "latent_mean", "latent_std", *side_outputs]
         if config.masked_training:  # cached with the latents, keyed by the mask file too
             variant = model.variant
             video.append(DecodeMask(variant.vae_scale_spatial, variant.vae_scale_temporal, self.augmentation,
@@ -310,18 +314,40 @@ class WanBaseDataLoader:
         self.caption_encoder = EncodeCaption(model, text_identity, strip_prefixes=False, counter=counter,
                                              placement=placement)
         text = [self.caption_encoder]
-        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp", "control_fp"]
+        sources = ["media_path", "media_fp", "caption", "clip", "mask_path", "mask_fp", "control_fp",
+                   *self.side_sources]
         if not config.latent_caching:
-            return Pipeline(sources, video + text, config.seed), []
+            return Pipeline(sources, video + text + side_text, config.seed), []
         video_key = ["media_fp", "clip"] if self.clip_keyed else ["media_fp"]
         if config.masked_training:
             video_key.append("mask_fp")
-        if self.uses_control:
+        if self.uses_control or side_video:
             video_key.append("control_fp")
         # text first: caching runs every caption through UMT5 before the first clip meets the VAE (`prefill`)
         stages = [CacheStage(text, ["caption"], self.cache, "text", name="text"),
+                  *[CacheStage([module], list(module.inputs), self.cache, "text", name=module.outputs[0])
+                    for module in side_text],
                   CacheStage(video, video_key, self.cache, "video", variations, outputs=outputs, name="video")]
         return Pipeline(sources, stages, config.seed), stages
+
+    # --- a subclass's inputs beside each clip (Animate-2's driving video and reference image) ------------------
+    own_condition = False  # True: the subclass builds the condition channels and the CLIP input itself
+    side_files = None  # Callable[[Path], bool]: the files beside a clip that are its inputs, never clips
+    side_sources: tuple[str, ...] = ()  # the item's source fields those inputs add (`_side_fields`)
+
+    def _side_modules(self, identities: EncoderIdentities, clip_module: str,
+                      per_epoch: bool) -> tuple[list[PipelineModule], list[str], list[PipelineModule]]:
+        """(modules after the clip's decoder, the fields of theirs the video cache keeps, text modules: each its own
+        cache stage keyed by its inputs); cached with the clip, keyed by the item's `control_fp` too."""
+        return [], [], []
+
+    def _side_fields(self, sample: RawSample) -> dict[str, Any] | None:
+        """The item's source fields for its inputs beside the clip (`control_fp`, the identity of those files, keys
+        its cache entry); None when the sample lacks them (skipped and counted here)."""
+        return {"control_fp": self._control_fingerprint(sample.media_path)}
+
+    def _side_batch(self, batch: dict[str, Any], fields: list[dict[str, Any]], indices: list[int]) -> None:
+        """A batch's tensors of those inputs, added to `batch`."""
 
     # --- discovery and caching ---------------------------------------------------------------------
     def concepts(self) -> list[ConceptConfig]:
@@ -337,11 +363,11 @@ class WanBaseDataLoader:
             unmasked: set[Path] = set()
             for planned in self.planner.plan(concept, options, self.skips):
                 mask = self._mask(planned.sample, unmasked)
-                if mask is None:
+                side = self._side_fields(planned.sample) if mask is not None else None
+                if side is None:
                     continue
                 source = {"media_path": str(planned.sample.media_path), "media_fp": planned.media_fp,
-                          "caption": planned.caption, "clip": planned.clip, **mask,
-                          "control_fp": self._control_fingerprint(planned.sample.media_path)}
+                          "caption": planned.caption, "clip": planned.clip, **mask, **side}
                 keys = {stage.name: stage.key_for(source) for stage in self.stages}
                 varied = planned.clip["start"] is None or self.augmentation.enabled
                 variations = self.variations if varied else 1
@@ -518,6 +544,7 @@ class WanBaseDataLoader:
             batch["loss_mask"] = torch.stack([f["latent_mask"] for f in fields])
         if self.uses_control:
             batch["vace_context"] = torch.stack([f["vace_context"] for f in fields])
+        self._side_batch(batch, fields, indices)
         weights = [self.items[i].loss_weight for i in indices]
         if any(weight != 1.0 for weight in weights):  # concepts[].loss_weight
             batch["loss_weight"] = torch.tensor(weights, dtype=torch.float32)

@@ -1,6 +1,7 @@
 """Animate-2's data: beside each target clip `<name>.mp4`, its driving video `<name>_driving.mp4`, the reference image
-`<name>_reference.png` and optionally the driving stream's caption `<name>_driving.txt` (default " ", as diffusers'
-pipeline prompts the driving pass). No torch here: start-up checks it before any model loads.
+`<name>_reference.png` and optionally the driving stream's caption `<name>_driving.txt` (default: the official
+pipeline's fixed driving prompt, which diffusers' and ComfyUI's Animate-2 nodes also default to). No torch here:
+start-up checks it before any model loads.
 
 The copying trap (NeMo's Animate-2 guide): a target used as its own driving video (the same file, a copy, a
 re-encode or a resize) teaches the model to copy the driving frames while the loss looks normal. It is refused in
@@ -24,7 +25,7 @@ from modules.util.errors import UserError
 logger = logging.getLogger(__name__)
 
 DRIVING_SUFFIX, REFERENCE_SUFFIX = "_driving", "_reference"
-DEFAULT_DRIVING_CAPTION = " "
+DEFAULT_DRIVING_CAPTION = "人物动作的参考视频"  # "reference video of a person's motion": the official pipeline's
 COPY_PSNR_DB = 30.0  # a re-encode or resize of the same frames is above; another take of the motion well under 20
 CHECK_FPS = 8.0  # enough frames to compare motion, few to decode
 

@@ -38,6 +38,13 @@ class Augmentation:
             y = x = 0.5
         return Draw(self.flip and flip, 1 - self.crop * scale, y, x, factors if self.color > 0 else (1.0, 1.0, 1.0))
 
+    def geometry(self, rng: random.Random) -> "Draw":
+        """The draw of a clip (`rng` repeats its stream) without its colours: what the inputs beside the clip (VACE's
+        control video, Animate-2's driving video) get, so they stay aligned with it."""
+        if not self.enabled:
+            return Draw(False, 1.0, 0.5, 0.5, (1.0, 1.0, 1.0))
+        return dataclasses.replace(self.draw(rng), color=(1.0, 1.0, 1.0))
+
 
 @dataclasses.dataclass(frozen=True)
 class Draw:

@@ -4,11 +4,11 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from modules.dataLoader.masks import is_mask_file, mask_path_for
-from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
 from modules.util.config.base_config import ConfigError
@@ -37,7 +37,7 @@ class RawSample:
 
 def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
                      prompt_field: str = "prompt", warn_missing_captions: bool = True,
-                     vace: bool = False) -> list[RawSample]:
+                     side_files: Callable[[Path], bool] | None = None) -> list[RawSample]:
     """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
 
     Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
@@ -45,7 +45,7 @@ def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
     """
     path = Path(path)
     if path.is_dir():
-        samples = _scan_folder(path, include_subdirectories, vace)
+        samples = _scan_folder(path, include_subdirectories, side_files)
     elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
         samples = read_jsonl_manifest(path, prompt_field)
     elif not path.exists():
@@ -62,9 +62,11 @@ def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-def _scan_folder(folder: Path, include_subdirectories: bool, vace: bool = False) -> list[RawSample]:
+def _scan_folder(folder: Path, include_subdirectories: bool,
+                 side_files: Callable[[Path], bool] | None = None) -> list[RawSample]:
     """Media files of a folder with same-stem .txt captions, sorted by relative path. A sample's mask is no sample
-    of its own, nor are its VACE control files on a VACE base (`vace`; elsewhere `x_control.mp4` is a clip). What is
+    of its own, nor are the files `side_files` names: a sample's inputs on the base that reads them (VACE's
+    `x_control.mp4`, Animate-2's `x_driving.mp4`; elsewhere such a file is a clip). What is
     left out otherwise — hidden files, entries that are no regular file (a link to a device, a pipe), symlinked
     sub-folders, which are not followed (a loop, or data outside the concept) — is one warning, counted by kind."""
     left_out: dict[str, list[str]] = {}
@@ -76,7 +78,7 @@ def _scan_folder(folder: Path, include_subdirectories: bool, vace: bool = False)
         for name in names:
             path = root / name
             relative = path.relative_to(folder)
-            if path.suffix.lower() not in FOLDER_EXTENSIONS or is_mask_file(path) or (vace and is_control_file(path)):
+            if path.suffix.lower() not in FOLDER_EXTENSIONS or is_mask_file(path) or (side_files and side_files(path)):
                 continue
             why = "hidden" if _is_hidden(relative) else None if path.is_file() else "not a regular file"
             if why:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +73,10 @@ class PlannedItem:
 
 class ItemPlanner:
     def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0,
-                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, vace: bool = False):
+                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, side_files: Callable[[Path], bool] | None = None):
         self.run_fps = run_fps  # the run's fps (config.fps or the variant's)
-        self.vace = vace  # a VACE base: `x_control.mp4` is x's control video, not a clip
+        # a sample's input files on the base that reads them (VACE's `x_control.mp4`): never clips of their own
+        self.side_files = side_files
         probe = ProbeClip(background, max_pixels)
         modules = [CacheStage([probe], ["media_fp", "probe"], cache, "probe", name="probe")] if cache else [probe]
         self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
@@ -86,7 +87,7 @@ class ItemPlanner:
             raise UserError(f"concept path {problem} (concepts[].path)")
         try:
             found = discover_concept(concept.path, concept.include_subdirectories, concept.prompt_field,
-                                     concept.prompt_source == PromptSource.SAMPLE, self.vace)
+                                     concept.prompt_source == PromptSource.SAMPLE, self.side_files)
         except DataError as e:
             raise UserError(str(e)) from None
         if not found:

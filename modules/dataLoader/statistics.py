@@ -16,6 +16,9 @@ from modules.dataLoader.encoding_modules import caption_tokens
 from modules.dataLoader.frames import largest_4k1
 from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
 from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.animate2_triplets import is_stream_file
+from modules.dataLoader.vace_modules import is_control_file
+from modules.model.folder_facts import is_animate2_base
 from modules.model.vace_e2v import is_vace_folder
 from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.config.loading import load_concepts
@@ -44,6 +47,13 @@ class ConceptStatistics:
         return data
 
 
+def side_files_of(base: str):
+    """The files beside a clip that its base reads as the clip's inputs, not as clips (None: every file is a clip)."""
+    if is_vace_folder(base):
+        return is_control_file
+    return is_stream_file if is_animate2_base(base) else None
+
+
 def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
                        use_cache: bool = True) -> list[ConceptStatistics]:
     """Statistics of every enabled concept. `run_fps`: config.fps or the variant's. `tokenizer`: UMT5's, to
@@ -52,7 +62,7 @@ def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
     concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
     cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
     planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed, config.max_frame_pixels,
-                          vace=is_vace_folder(config.base_model_name))
+                          side_files=side_files_of(config.base_model_name))
     return [_concept(planner, concept, config, tokenizer) for concept in concepts if concept.enabled]
 
 

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from modules.dataLoader.augmentation import Augmentation, Draw
+from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.cache import file_fingerprint, fingerprint
 from modules.dataLoader.errors import DataError
-from modules.dataLoader.frames import resize_and_crop, to_tensor
+from modules.dataLoader.frames import to_tensor
 from modules.dataLoader.masks import check_aspect, read_mask_frames
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import read_video_frames
@@ -59,11 +59,7 @@ class DecodeControl(PipelineModule):
         return 1
 
     def _geometry(self, pixels: np.ndarray, height: int, width: int, ctx: ItemContext) -> np.ndarray:
-        if self.augmentation.enabled:  # the clip's geometry, not its colours
-            draw = self.augmentation.draw(ctx.rng(self.clip_module, "augment"))
-            return Draw(draw.flip, draw.crop_scale, draw.crop_y, draw.crop_x, (1.0, 1.0, 1.0)).apply(pixels, height,
-                                                                                                    width)
-        return resize_and_crop(pixels, height, width)
+        return self.augmentation.geometry(ctx.rng(self.clip_module, "augment")).apply(pixels, height, width)
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         frames, height, width = item["bucket"]

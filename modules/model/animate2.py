@@ -31,6 +31,22 @@ class DrivingStream:
     clip_embeds: torch.Tensor | None = None
 
 
+REFERENCE_SLOTS = 1  # the reference image's leading latent frame of the generated stream, out of the loss
+
+
+def condition_channels(reference: torch.Tensor, empty: torch.Tensor,
+                       driving: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both streams' condition channels, as diffusers' Animate-2 pipeline builds its first segment's: reference
+    latents (B, C, 1, h, w), the VAE latents of F black frames (B, C, F, h, w) and the driving latents (B, C, F, h, w)
+    -> the generated stream's [mask | reference, black] (B, 4 + C, 1 + F, h, w) with the mask 1 on the reference slot
+    only, and the driving stream's [all-ones mask | driving latents] (B, 4 + C, F, h, w)."""
+    b, _, frames, h, w = driving.shape
+    mask = driving.new_zeros(b, 4, REFERENCE_SLOTS + frames, h, w)
+    mask[:, :, :REFERENCE_SLOTS] = 1
+    condition = torch.cat([mask, torch.cat([reference, empty], dim=2)], dim=1)
+    return condition, torch.cat([driving.new_ones(b, 4, frames, h, w), driving], dim=1)
+
+
 class _WriteOnceLayer(WanAnimate2KVLayerCache):
     """A layer's driving K/V, kept as first stored: a checkpointed block's recompute in the backward pass runs the
     driving pass's store again, and the generation pass's recompute must read the tensors of the graph that the

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from modules.model.WanVariant import WanVariant
-from modules.model.folder_facts import has_component as component_present
+from modules.model.folder_facts import ANIMATE2_CLASS, has_component as component_present
 from modules.model.registry import family_of
 from modules.model.vace_e2v import is_vace_class
 from modules.util.config.loading import loads_json
@@ -74,8 +74,9 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
         vae_scale_spatial=scale_spatial,
         vae_scale_temporal=scale_temporal,
         patch_size=tuple(transformer.get("patch_size", (1, 2, 2))),
-        # Wan 2.2 TI2V 5B and SkyReels-V2 were trained at 24 fps; Wan 2.1 and Wan 2.2 A14B at 16 fps.
-        fps=24 if z_dim == 48 or class_name.startswith("SkyReelsV2") else 16,
+        # Wan 2.2 TI2V 5B, SkyReels-V2 and Animate-2 (its pipeline's default fps) were trained at 24 fps; Wan 2.1 and
+        # Wan 2.2 A14B at 16 fps.
+        fps=24 if z_dim == 48 or class_name.startswith("SkyReelsV2") or class_name == ANIMATE2_CLASS else 16,
         transformer_config_hash=transformer_config_hash(transformer),
         transformer_class=class_name,
         paired_image_tokens=paired,

@@ -22,3 +22,15 @@ def has_two_experts(model_dir: str | Path) -> bool | None:
     except (OSError, ValueError):
         return None
     return has_component(folder, index, "transformer_2") if isinstance(index, dict) else None
+
+
+ANIMATE2_CLASS = "WanAnimate2Transformer3DModel"
+
+
+def is_animate2_base(model_dir: str | Path) -> bool:
+    """The folder's transformer config names Wan2.2-Animate-2's class (an unreadable one is the loader's to name)."""
+    try:
+        config = json.loads((Path(model_dir) / "transformer" / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("_class_name") == ANIMATE2_CLASS

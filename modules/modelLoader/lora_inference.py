@@ -21,7 +21,7 @@ from typing import Iterator, Mapping
 from modules.model.WanModel import WanModel
 from modules.model.WanVariant import WanVariant
 from modules.modelLoader.WanLoRALoader import first_line, load_lora_file, read_lora_adapter, read_lora_header
-from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths
+from modules.modelSaver.lora_formats import LoRAFormatError, expert_lora_paths, for_animate2
 from modules.modelSaver.merge import merge_into_transformer
 from modules.modelSaver.WanLoRASaver import (
     BASE_CONFIG_HASH_KEY,
@@ -181,9 +181,10 @@ def attach_lora_for_inference(model: WanModel, lora: str | Path | LoRAFiles, sca
     if any(TRANSFORMER_CONFIG_KEY in metadata for metadata in checked.metadata.values()):
         attach_expanded_lora(model, checked, scale)
         return
-    # diffusers' converter knows no VACE block keys of a ComfyUI-named file: our codec reads every format
-    if model.variant.vace_layers or not all(read_lora_adapter(file).diffusers_loadable
-                                            for file in checked.files.values()):
+    # diffusers' converter knows no VACE block keys of a ComfyUI-named file, and its Wan LoRA loader no Animate-2
+    # transformer: our codec reads every format
+    if model.variant.vace_layers or model.variant.name == "animate_2" or not all(
+            read_lora_adapter(file).diffusers_loadable for file in checked.files.values()):
         merge_lora_files(model, checked, scale)
         return
     pipe = model.pipeline()
@@ -205,6 +206,8 @@ def merge_lora_files(model: WanModel, lora: LoRAFiles, scale: float = 1.0) -> No
     for expert, file in lora.files.items():
         with _applying(file, model.variant):
             weights, _ = load_lora_file(file)
+            if model.variant.name == "animate_2":  # ComfyUI's names are Wan's, header or not
+                weights = for_animate2(weights)
             merge_into_transformer(model.transformers()[expert], weights, scale)
         where = "transformer" if model.transformer_2 is None else f"{_EXPERTS[expert]}-noise expert"
         logger.info("%s merged into the %s: %s", weights.spec.title, where, file)

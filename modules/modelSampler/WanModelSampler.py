@@ -23,6 +23,7 @@ from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.modelSampler.e2v_sampling import (E2VConditioning, build_conditioning, build_reference_slots,
                                                contact_sheet, denoise_e2v)
 from modules.model.reference_slots import check_reference_base
+from modules.modelSampler.animate2_inputs import generate_animate2
 from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, write_workflow
 from modules.modelSampler.schedulers import sample_scheduler
@@ -59,6 +60,15 @@ class WanModelSampler:
         """uint8 frames (F, H, W, 3) for one sample definition."""
         if self.model.variant.vace_layers:
             return self.generate_vace(sample, show_progress)
+        if self.model.variant.name == "animate_2":
+            if not (sample.image and sample.driving_video):
+                raise UserError("an Animate-2 model animates a reference image with a driving video: give the sample "
+                                "an image and a driving_video")
+            self._move(self.model.train_device)
+            return generate_animate2(self.model, sample, self._load_image(sample.image))
+        if sample.driving_video:
+            raise UserError(f"the sample has a driving_video, which only Animate-2 models follow (this is "
+                            f"{self.model.variant.name})")
         if sample.elements:
             return self.generate_e2v(sample, show_progress)[0]
         variant = self.model.variant

@@ -4,8 +4,8 @@ with guidance, for the negative prompt (diffusers' unconditional branch, which s
 classifier-free guidance (diffusers' formula) and stepped by the folder's scheduler. The distilled weights sample
 with `guidance_scale` 1 (the conditional pass only), as diffusers' distilled pipeline does.
 
-Not here yet: encoding the inputs (VAE latents, masks, CLIP, prompts), segments longer than one clip, decoding, and
-the trainer's samples (`modules/modelSampler/WanModelSampler.py` does not route Animate-2 bases here).
+The inputs are encoded by `animate2_inputs.py` (trainer samples and `sample.py` route Animate-2 bases there); not
+here yet: segments longer than one clip (diffusers' continuation from the previous segment's last frames).
 """
 from __future__ import annotations
 

@@ -37,6 +37,8 @@ class WorkflowModels:
 
 def unsupported(variant: WanVariant, sample: SampleConfig) -> str | None:
     """Why ComfyUI's nodes cannot render this sample as we do (None: they can)."""
+    if variant.name == "animate_2":
+        return "Animate-2 (the ComfyUI code checked here has no Animate-2 nodes)"
     if sample.sampler not in COMFY_SAMPLERS:
         return f"sampler {sample.sampler} is diffusers' (ComfyUI has uni_pc, euler and dpmpp_2m as ours)"
     if variant.vace_layers:

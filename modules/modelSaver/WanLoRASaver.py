@@ -21,7 +21,8 @@ import torch
 
 from modules.adapter.lora import LORA
 from modules.adapter.registry import all_adapters
-from modules.modelSaver.lora_formats import (
+from modules.modelSaver.lora_formats import (  # noqa: F401  (VARIANT_KEY: re-exported)
+    VARIANT_KEY,
     ALPHA_MAP_KEY,
     DIFFUSERS_ADAPTER_METADATA_KEY,
     WRITABLE_FORMATS,
@@ -39,7 +40,7 @@ TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "resources" / "model_spec"
 
 
 # Header keys that say what a file is (read back by `modules.modelLoader.lora_inference`).
-VARIANT_KEY = "wantrainer.variant"  # `wan-2.1-t2v`, `wan-2.2-a14b-t2v`, ...
+# VARIANT_KEY (`wan-2.1-t2v`, `wan-2.2-a14b-t2v`, ...) is lora_formats', whose reader reads it too
 EXPERT_KEY = "wantrainer.expert"  # `high_noise` / `low_noise`; absent for one-expert models
 BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the experts split (of 1000 timesteps)
 BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base

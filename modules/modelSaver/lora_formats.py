@@ -83,6 +83,7 @@ from modules.adapter.lora import LORA, LoRALayer
 from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
 from modules.adapter.spec import AdapterLayer, AdapterSpec
 from modules.modelSaver.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
+    animate2_name,
     BLOCK_CONTAINERS,
     diffusers_to_wan_name,
     musubi_to_wan_name,
@@ -501,12 +502,32 @@ def _read_adapter(spec: AdapterSpec, fmt: str, rest: Mapping[str, torch.Tensor],
     return LoRAWeights(layers=layers, full_weights=full, adapter=spec.name)
 
 
+VARIANT_KEY = "wantrainer.variant"  # the header entry naming the variant a file was trained on (`wan-2.1-t2v`, ...)
+ANIMATE2_VARIANT_SUFFIX = "-animate-2"  # the end of an Animate-2 file's VARIANT_KEY
+
+
 def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None,
                     skipped: list[str] | None = None) -> LoRAWeights:
     """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional).
 
     Keys it cannot use (other suffixes, modules WanTrainer has no name for) are refused; with `skipped` given they
-    are left out and listed there instead (a base LoRA from elsewhere: `modules/modelLoader/base_loras.py`)."""
+    are left out and listed there instead (a base LoRA from elsewhere: `modules/modelLoader/base_loras.py`).
+    ComfyUI's Animate-2 names are Wan 2.1's: a file whose header names the Animate-2 variant gets Animate-2's."""
+    weights = _from_state_dict(state_dict, metadata, skipped)
+    if not (metadata or {}).get(VARIANT_KEY, "").endswith(ANIMATE2_VARIANT_SUFFIX):
+        return weights
+    return for_animate2(weights)
+
+
+def for_animate2(weights: LoRAWeights) -> LoRAWeights:
+    """`weights` with Wan's block modules renamed to Animate-2's (ComfyUI's names read without an Animate-2 header,
+    applied to an Animate-2 transformer); Animate-2's own names stay."""
+    return LoRAWeights({animate2_name(name): layer for name, layer in weights.layers.items()}, weights.full_weights,
+                       weights.adapter)
+
+
+def _from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None,
+                     skipped: list[str] | None = None) -> LoRAWeights:
     fmt = detect_format(state_dict)
     full = {k[len(FULL_WEIGHTS_PREFIX):]: v for k, v in state_dict.items() if k.startswith(FULL_WEIGHTS_PREFIX)}
     rest = {k: v for k, v in state_dict.items() if not k.startswith(FULL_WEIGHTS_PREFIX)}

@@ -21,8 +21,8 @@ _BLOCK_NAMES = {
     "attn2.add_v_proj": "cross_attn.v_img",
     "ffn.net.0.proj": "ffn.0",
     "ffn.net.2": "ffn.2",
-    # Wan2.2-Animate-2: diffusers keeps the original module names but for the attention's Linears, and the official
-    # checkpoint wraps each block in an in-context module (`blocks.N.block.self_attn.q`): the inverse of diffusers'
+    # Wan2.2-Animate-2 read from the official checkpoint's layout, which wraps each block in an in-context module
+    # (`blocks.N.block.self_attn.q`, e.g. DiffSynth-Studio's LoRAs): the inverse of diffusers'
     # convert_wan_animate_2_transformer_to_diffusers. No Wan 2.1 / 2.2 name collides with these.
     **{f"{attn}.{ours}": f"block.{attn}.{theirs}" for attn in ("self_attn", "cross_attn")
        for ours, theirs in (("to_q", "q"), ("to_k", "k"), ("to_v", "v"), ("to_out.0", "o"))},
@@ -31,6 +31,19 @@ _BLOCK_NAMES = {
     "ffn.0": "block.ffn.0",
     "ffn.2": "block.ffn.2",
 }
+# Wan2.2-Animate-2's diffusers names inside a block -> ComfyUI's, which its WanAnimate2Model keeps from Wan 2.1 I2V
+# (comfy/ldm/wan/model_animate2.py subclasses WanAttentionBlock and WanSelfAttention): what our files write. They
+# collide with Wan's own original names, so reading maps them to Animate-2's only when a file's header names that
+# variant (`animate2_name`).
+_ANIMATE2_NAMES = {
+    **{f"{attn}.{ours}": f"{attn}.{theirs}" for attn in ("self_attn", "cross_attn")
+       for ours, theirs in (("to_q", "q"), ("to_k", "k"), ("to_v", "v"), ("to_out.0", "o"))},
+    "cross_attn.add_k_proj": "cross_attn.k_img",
+    "cross_attn.add_v_proj": "cross_attn.v_img",
+    "ffn.0": "ffn.0",
+    "ffn.2": "ffn.2",
+}
+_ANIMATE2_NAMES_REV = {v: k for k, v in _ANIMATE2_NAMES.items()}
 # diffusers module path -> Wan original name, outside the blocks
 _GLOBAL_NAMES = {
     "condition_embedder.time_proj": "time_projection.1",
@@ -52,8 +65,19 @@ _MUSUBI_GLOBAL_NAMES = {v.replace(".", "_"): v for v in _GLOBAL_NAMES.values()}
 
 
 def diffusers_to_wan_name(module: str) -> str | None:
-    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it."""
-    return _renamed(_BLOCK_RE, module, lambda names: names, _GLOBAL_NAMES)
+    """``blocks.3.attn1.to_q`` -> ``blocks.3.self_attn.q``; None when Wan has no original name for it. Animate-2's
+    ``blocks.3.self_attn.to_q`` -> ``blocks.3.self_attn.q`` (ComfyUI's name)."""
+    return _renamed(_BLOCK_RE, module, lambda names: {**names, **_ANIMATE2_NAMES}, _GLOBAL_NAMES)
+
+
+def animate2_name(module: str) -> str:
+    """A module read as Wan's (``blocks.3.attn1.to_q``) -> Animate-2's (``blocks.3.self_attn.to_q``); names that are
+    Animate-2's already, or outside the blocks, stay."""
+    if (m := _BLOCK_RE.match(module)) is None or m.group(1) != "blocks":
+        return module
+    wan = _BLOCK_NAMES.get(m.group(3))
+    ours = _ANIMATE2_NAMES_REV.get(wan) if wan else None
+    return f"blocks.{m.group(2)}.{ours}" if ours else module
 
 
 def wan_to_diffusers_name(name: str) -> str | None:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 _ORIGINAL = "_wan_unsplit_forward"
-ATTENTIONS = ("attn1", "attn2")
+ATTENTIONS = ("attn1", "attn2", "self_attn", "cross_attn")  # diffusers' Wan blocks, then Animate-2's
 
 
 def split_blocks(transformer: torch.nn.Module, ffn_chunks: int, checkpoint_attention: bool) -> None:
@@ -26,7 +26,8 @@ def split_blocks(transformer: torch.nn.Module, ffn_chunks: int, checkpoint_atten
     for block in getattr(transformer, "blocks", ()):
         _wrap(block.ffn, _sliced if ffn_chunks > 1 else None, ffn_chunks)
         for name in ATTENTIONS:
-            _wrap(getattr(block, name), _checkpointed if checkpoint_attention else None)
+            if hasattr(block, name):
+                _wrap(getattr(block, name), _checkpointed if checkpoint_attention else None)
 
 
 def _wrap(module: torch.nn.Module, wrapper, *options) -> None:

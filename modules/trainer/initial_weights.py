@@ -9,7 +9,7 @@ from modules.model.WanModel import WanModel
 from modules.modelLoader.lora_inference import check_lora_file, expert_files
 from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelSaver.embedding_file import read_embedding
-from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft
+from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft, for_animate2
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.errors import UserError
 
@@ -25,6 +25,8 @@ def continue_from_lora(model: WanModel, setup: BaseWanSetup, path: str) -> None:
             raise UserError(f"config key 'lora_weight_path': no file for the "
                             f"{'high' if expert == 0 else 'low'}-noise expert next to '{path}'")
         weights, _ = load_lora_file(files[expert])
+        if model.variant.name == "animate_2":  # ComfyUI's names are Wan's, header or not
+            weights = for_animate2(weights)
         try:  # through the file's adapter type, which must be the one this config trains
             apply_to_peft(transformer, weights, "default")
         except LoRAFormatError as e:

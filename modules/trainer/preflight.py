@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
+from modules.model.folder_facts import is_animate2_base
 from modules.trainer.preflight_animate2 import check_animate2
 from modules.trainer.preflight_base import check_against_base, check_input_files
 from modules.util.config.train_config import TrainConfig
@@ -25,11 +26,14 @@ _MODEL_FOLDER = "a diffusers-format Wan folder (the one holding model_index.json
 
 def data_kind_name(config: TrainConfig) -> str:
     """Which kind of dataset a config trains on (the key of the trainer's `DATA_KINDS`)."""
-    return "e2v" if config.dataset_config else "clips"
+    if config.dataset_config:
+        return "e2v"
+    return "animate_2" if is_animate2_base(config.base_model_name) else "clips"
 
 
 # Per data kind, its config errors that need no model (the trainer's `DATA_KINDS[...].check`)
-DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": check_concepts, "e2v": validate_e2v_config}
+DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": check_concepts, "e2v": validate_e2v_config,
+                                                         "animate_2": check_concepts}
 
 
 def check_before_loading(config: TrainConfig) -> None:
@@ -75,7 +79,7 @@ def check_paths(config: TrainConfig) -> None:
         check_writable_file("output_model_destination", config.output_model_destination)
     else:  # a folder is swapped in beside it
         check_writable_folder("output_model_destination", config.output_model_destination)
-    check_animate2(config)  # its triplets and the copying trap, then why it cannot train yet
+    check_animate2(config)  # the keys it cannot use, its triplets and the copying trap
 
 
 def check_base_model(path: str) -> None:

@@ -3,12 +3,13 @@ the files a run reads only later (the LoRA it continues, the samples' control vi
 before any model loads, instead of a silent no-op or a failure an hour into the run."""
 from __future__ import annotations
 
+from modules.model.folder_facts import is_animate2_base
 from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
 _SAMPLE_FILES = {"image": "an image file", "last_image": "an image file", "control_video": "a video file",
-                 "control_mask": "a mask video or image"}
+                 "control_mask": "a mask video or image", "driving_video": "a video file"}
 
 
 def check_against_base(config: TrainConfig) -> None:
@@ -21,9 +22,16 @@ def check_against_base(config: TrainConfig) -> None:
     if not vace and config.vace_context_scale != TrainConfig().vace_context_scale:
         raise UserError(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "
                        f"models and {where} has no VACE control blocks: remove it")
+    animate2 = is_animate2_base(config.base_model_name)
     for index, sample in enumerate(config.samples):
         if sample.enabled and vace:
             check_vace_references(len(sample.elements), f"config key 'samples[{index}].elements'")
+        if sample.enabled and animate2 and not (sample.image and sample.driving_video):
+            raise UserError(f"config key 'samples[{index}]': {where} is Wan2.2-Animate-2, whose samples animate a "
+                            "reference image with a driving video: set the sample's 'image' and 'driving_video'")
+        if sample.enabled and sample.driving_video and not animate2:
+            raise UserError(f"config key 'samples[{index}].driving_video' is set, but only Wan2.2-Animate-2 bases "
+                            f"follow a driving video and {where} is not one: remove it")
     if config.last_frame_condition and not config.dataset_config:
         from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
 

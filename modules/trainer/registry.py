@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.dataLoader.WanAnimate2DataLoader import WanAnimate2DataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
@@ -57,6 +58,8 @@ DATA_KINDS: dict[str, DataKind] = {
     "clips": DataKind(WanBaseDataLoader, DATA_CHECKS["clips"], _as_loaded, _sampler_defaults),
     # dataset_config: E2V elements
     "e2v": DataKind(WanE2VDataLoader, DATA_CHECKS["e2v"], prepare_e2v_model, WanE2VDataLoader.sampling_options),
+    # concepts on a Wan2.2-Animate-2 base: each clip with its driving video and reference image beside it
+    "animate_2": DataKind(WanAnimate2DataLoader, DATA_CHECKS["animate_2"], _as_loaded, _sampler_defaults),
 }
 
 

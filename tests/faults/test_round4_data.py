@@ -19,6 +19,7 @@ import torch
 
 from modules.dataLoader.discovery import discover_concept
 from modules.dataLoader.errors import DataError
+from modules.dataLoader.vace_modules import is_control_file
 from modules.dataLoader.video_io import read_video_frames
 from modules.util.errors import UserError
 from tests.faults.test_data_faults import load_model, plain_loader  # noqa: F401  (fixture)
@@ -82,7 +83,8 @@ def test_control_names_are_clips_on_a_non_vace_base_and_controls_on_a_vace_base(
     for name in ("walk.mp4", "walk_control.mp4", "jump_control_mask.mp4"):
         (tmp_path / name).write_bytes(b"")
     plain = {s.media_path.name for s in discover_concept(tmp_path, False, warn_missing_captions=False)}
-    vace = {s.media_path.name for s in discover_concept(tmp_path, False, warn_missing_captions=False, vace=True)}
+    vace = {s.media_path.name for s in discover_concept(tmp_path, False, warn_missing_captions=False,
+                                                         side_files=is_control_file)}
     assert plain == {"walk.mp4", "walk_control.mp4", "jump_control_mask.mp4"}  # old code: dropped silently
     assert vace == {"walk.mp4"}
 

@@ -31,7 +31,7 @@ PATH_MODES = {
     "workspace_dir": "dir", "cache_dir": "dir", "output_model_destination": "save",
     "dataset_config": "file", "lora_weight_path": "file", "image_encoder_model_name": "dir",
     "path": "dir", "image": "file", "data_root": "dir", "output_dir": "dir", "control_video": "file",
-    "control_mask": "file", "last_image": "file",
+    "control_mask": "file", "last_image": "file", "driving_video": "file",
 }
 
 # A string field whose doc starts with "a | b | c:" offers exactly those values.

@@ -14,11 +14,12 @@ from modules.util.config.sampling_choices import (DIFFUSERS_SAMPLERS, E2V_POSTER
 class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
     negative_prompt: str = option(WAN_NEGATIVE_PROMPT, "Negative prompt (used when cfg_scale > 1); the default is Wan's own (Chinese), which ComfyUI's Wan templates use.")
-    image: str = option("", "First-frame image for image-to-video models.")
+    image: str = option("", "First-frame image for image-to-video models; on Animate-2 models the reference image that driving_video animates.")
     last_image: str = option("", "Last-frame image (first-last-frame: FLF2V models, or I2V models trained with last_frame_condition).")
     elements: list[str] = option([], "E2V reference images in layout order (subject, object, background); on a VACE model its reference images.")
     control_video: str = option("", "VACE models: the control video the sample follows (depth, pose, edges, ... or a source video to inpaint with control_mask).")
     control_mask: str = option("", "VACE models: a mask video (or image for every frame), white where the model generates, black where the control video is kept.")
+    driving_video: str = option("", "Animate-2 models: the driving video whose motion the image follows, read at the model's fps from its first frame (at least `frames` frames), cover-cropped to the sample's size like the reference.")
     vace_scale: float = option(1.0, "VACE models: the weight of the control hints (diffusers' conditioning_scale).")
     frames: int = option(17, "Frame count (4k+1). With elements (E2V) it counts the reference frames too, which the video drops: 4K frames with target_layout separate (A2's three elements: K = 3, so 17 give 5 video frames and 81 give 69; at least 13), the P reference frames with joint.")
     height: int = option(256, "Height in pixels (multiple of 16).")
