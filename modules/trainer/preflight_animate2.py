@@ -20,6 +20,9 @@ def check_animate2(config: TrainConfig) -> None:
     if config.last_frame_condition:
         raise UserError("config key 'last_frame_condition' does not apply to a Wan2.2-Animate-2 base (its "
                         "condition channels hold the reference image): set it false")
+    if config.keep_self_attention:
+        raise UserError("config key 'keep_self_attention' does not apply to a Wan2.2-Animate-2 base (its blocks run "
+                        "their own checkpoint and two-pass attention): set it false")
     from modules.dataLoader.animate2_triplets import check_triplets  # here: it decodes video (av, cv2)
     from modules.dataLoader.discovery import discover_concept
 
