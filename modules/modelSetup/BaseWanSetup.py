@@ -56,6 +56,7 @@ class BaseWanSetup:
         self.swappers: list[BlockSwapper] = []
         self.offloader: ExpertOffloader | None = None  # offload_inactive_expert
         self.compile_log: CompileLog | None = None  # compile: graphs per new shape
+        self.kept_attention: list[KeptAttention] = []  # keep_self_attention: each checkpointed transformer's policy
         # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
         self.full_train = full_train or {}
         # a textual-inversion embedding (EMBEDDING, or LORA with embedding.placeholder)
@@ -169,7 +170,7 @@ class BaseWanSetup:
         dist = dist or DistributedContext()
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
         self.swappers, self.ddp, self.offloader, self.compile_log = [], {}, None, None
-        self.kept_attention: list[KeptAttention] = []
+        self.kept_attention = []
         device = self.model.train_device
         apply_attention_backend(self.model.transformers(), self.config.attention_backend, device.type, training=True)
         trained = self.trained_transformers()
