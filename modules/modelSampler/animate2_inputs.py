@@ -6,34 +6,17 @@ the official driving prompt.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from modules.dataLoader.animate2_modules import animate2_clip
 from modules.dataLoader.animate2_triplets import DEFAULT_DRIVING_CAPTION
-from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop, to_tensor
-from modules.dataLoader.video_io import read_video_frames
 from modules.model.animate2 import REFERENCE_SLOTS, condition_channels
 from modules.modelSampler.animate2_sampling import denoise_segment
+from modules.modelSampler.sample_video import read_sample_video
 from modules.modelSampler.schedulers import sample_scheduler
-from modules.util.errors import UserError
-
-
-def read_driving(path: str, fps: float, frames: int, height: int, width: int) -> torch.Tensor:
-    """(3, frames, H, W) in [-1, 1]: the driving video's first `frames` frames at `fps`, cover-cropped."""
-    if not Path(path).is_file():
-        raise UserError(f"sample driving_video '{path}' does not exist: fix the sample's driving_video path")
-    try:
-        pixels, _ = read_video_frames(path, target_fps=fps, max_frames=frames)
-    except DataError as e:
-        raise UserError(f"sample driving_video '{path}' cannot be read ({e.reason}): re-encode it as mp4") from None
-    if len(pixels) < frames:
-        raise UserError(f"sample driving_video '{path}' holds {len(pixels)} frames at {fps:g} fps, the sample asks "
-                        f"for {frames}: lower the sample's frames or give a longer driving video")
-    return to_tensor(resize_and_crop(pixels, height, width))
 
 
 def generate_animate2(model, sample, reference: np.ndarray) -> np.ndarray:
@@ -45,7 +28,9 @@ def generate_animate2(model, sample, reference: np.ndarray) -> np.ndarray:
 def sample_animate2(model, sample, reference: np.ndarray) -> np.ndarray:
     """float32 frames (F, H, W, 3) in [0, 1], as diffusers' pipeline outputs them (`output_type="np"`)."""
     device = model.train_device
-    driving = read_driving(sample.driving_video, model.variant.fps, sample.frames, sample.height, sample.width)
+    pixels, _ = read_sample_video(sample.driving_video, "driving_video", model.variant.fps, sample.frames,
+                                  sample.height, sample.width)
+    driving = to_tensor(pixels)
     image = to_tensor(resize_and_crop(reference[None], sample.height, sample.width))
 
     def latents(video: torch.Tensor) -> torch.Tensor:  # (1, C, T, h, w), the posterior's mode

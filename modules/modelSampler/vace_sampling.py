@@ -11,24 +11,11 @@ import torch
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop, to_tensor
 from modules.dataLoader.masks import read_mask_frames
-from modules.dataLoader.video_io import read_video_frames
 from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
+from modules.modelSampler.sample_video import read_sample_video
 from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
-
-
-def _control_frames(path: str, fps: float, frames: int, height: int, width: int) -> tuple[np.ndarray, tuple]:
-    if not Path(path).is_file():
-        raise UserError(f"control video '{path}' does not exist: fix the sample's control_video")
-    try:
-        pixels, _ = read_video_frames(path, target_fps=fps, max_frames=frames)
-    except DataError as e:
-        raise UserError(f"control video '{path}' cannot be read ({e.reason}): re-encode it as mp4") from None
-    if len(pixels) < frames:
-        raise UserError(f"control video '{path}' holds {len(pixels)} frames at {fps:g} fps, the sample {frames}: "
-                        "give a longer control video or fewer frames")
-    return resize_and_crop(pixels[:frames], height, width), tuple(pixels.shape[1:3])
 
 
 @torch.no_grad()
@@ -39,7 +26,7 @@ def build_vace_context(model: WanModel, sample: SampleConfig, references: list[n
     frames, height, width = sample.frames, sample.height, sample.width
     video = mask = None
     if sample.control_video:
-        pixels, source = _control_frames(sample.control_video, variant.fps, frames, height, width)
+        pixels, source = read_sample_video(sample.control_video, "control_video", variant.fps, frames, height, width)
         video = to_tensor(pixels)[None]
         if sample.control_mask:
             if not Path(sample.control_mask).is_file():

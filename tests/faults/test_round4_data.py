@@ -124,8 +124,8 @@ def test_a_transformer_config_that_contradicts_its_weights_is_refused_before_bui
 
 
 def test_a_control_video_changing_size_is_one_line_for_sample_py(tmp_path):
-    from modules.modelSampler.vace_sampling import _control_frames
+    from modules.modelSampler.sample_video import read_sample_video
 
     clip = size_changing_clip(tmp_path / "control.mp4")
-    with pytest.raises(UserError, match=r"^control video '.*control.mp4' cannot be read \(its frame size changes"):
-        _control_frames(str(clip), 16.0, 17, 64, 64)
+    with pytest.raises(UserError, match=r"^sample control_video '.*control.mp4' cannot be read \(its frame"):
+        read_sample_video(str(clip), "control_video", 16.0, 17, 64, 64)
