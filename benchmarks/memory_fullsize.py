@@ -355,10 +355,33 @@ def run_in_subprocess(name: "str | MemoryConfig", timeout: float = 1800) -> dict
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def run_many_in_subprocess(names: "list[str | MemoryConfig]", timeout: float = 1800) -> list[dict]:
+    """Several configurations one after another in one fresh process: the fake device, torch and diffusers are set
+    up once (~8 CPU-s a process), and each measurement builds its own model, optimizer and counter as a process of
+    its own would (tests/test_memory_fullsize.py checks the figures match those of one process each)."""
+    specs = [name if isinstance(name, str) else dataclasses.asdict(name) for name in names]
+    done = subprocess.run([sys.executable, __file__, "--many", json.dumps(specs)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{specs} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure_any(spec: "str | dict") -> dict:
+    started = time.process_time()
+    if isinstance(spec, dict):
+        row = measure(MemoryConfig(**spec))
+    else:
+        row = measure_caching(spec) if spec in CACHING else measure(spec)
+    return {**row, "cpu_seconds": round(time.process_time() - started, 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS) + sorted(CACHING))
     parser.add_argument("--spec", help="a configuration as JSON (the fields of MemoryConfig)")
+    parser.add_argument("--many", help="a JSON list of configuration names or MemoryConfig fields: measured one after "
+                                       "another in this process, printed as one JSON list")
     parser.add_argument("--all", action="store_true", help="every configuration, each in its own process")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--json", help="also write the result here")
@@ -374,14 +397,16 @@ def main() -> int:
                   f"estimate {row['estimate_gib']}  ({row['measured']['phase']}: {row['measured']['op']} in "
                   f"{row['measured']['module']})", file=sys.stderr)
         text = json.dumps(rows, indent=2)
-    elif args.config or args.spec:
+    elif args.config or args.spec or args.many:
         from benchmarks import fake_cuda
 
         fake_cuda.preload()
         import logging
 
         logging.basicConfig(level=logging.WARNING)
-        if args.config in CACHING:
+        if args.many:
+            text = json.dumps([_measure_any(spec) for spec in json.loads(args.many)])
+        elif args.config in CACHING:
             text = json.dumps(measure_caching(args.config))
         else:
             text = json.dumps(measure(args.config or MemoryConfig(**json.loads(args.spec))))

@@ -19,7 +19,8 @@ for arg in "$@"; do
     args+=("$arg")
   fi
 done
-# --dist loadgroup: the tests of one trained learning model share a worker (their xdist_group), so it trains once;
+# --dist loadgroup: the tests of one trained learning model share a worker (their xdist_group), so it trains once,
+# and tests/conftest.py pins each learning run to a worker by its cost (tests/xdist_pinning.py);
 # --no-loadscope-reorder keeps conftest's order (the longest work first) instead of xdist's by-group-size one.
 exec .venv/bin/python -m pytest -n "${WANTRAINER_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder \
   --time-budget "$budget" "${selection[@]}" "${args[@]}"

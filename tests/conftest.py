@@ -39,13 +39,16 @@ def _private_home() -> None:
 _private_home()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest work first, so that xdist (`--dist loadgroup`) starts it at once and the short tests fill in
     around it to the end: the learning runs (one `xdist_group` per trained model: its tests share one worker and
-    one training; the groups that carry their cost, `cpu_minutes`, in `balanced_group_order`'s order), then the other
-    slow tests, then those that load a tiny model (seconds each), then the rest (mostly milliseconds), each in
-    collection order. A worker asks for more when 2 of its tests are left, so the last ones handed out are the cheap
-    ones and neither worker waits long for the other."""
+    one training; the groups that carry their cost, `cpu_minutes`, are pinned to the workers by
+    tests/xdist_pinning.py, each worker's longest first), then the other slow tests, then those that load a tiny
+    model (seconds each), then the rest (mostly milliseconds), each in collection order. A worker asks for more when
+    2 of its tests are left, so the last ones handed out are the cheap ones and neither worker waits long for the
+    other."""
+    from tests.xdist_pinning import write_costs
+
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("xdist_group"):
             return 0
@@ -58,6 +61,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = item.get_closest_marker("xdist_group")
         if mark is not None and "cpu_minutes" in mark.kwargs:
             costs[mark.args[0]] = mark.kwargs["cpu_minutes"]
+    write_costs(config, costs)  # for the controller's scheduler (a worker of `--dist loadgroup`)
     order = {name: index for index, name in enumerate(balanced_group_order(costs))}
 
     def group_position(item: pytest.Item) -> int:
@@ -68,21 +72,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def balanced_group_order(costs: dict[str, float]) -> list[str]:
-    """The groups split into two sets of nearly equal cost (the best of every split: a handful of groups), each
-    longest first, then interleaved: xdist's loadgroup hands worker 1 the first group and worker 2 the second, then
-    each its next while its queue holds at most two tests (a learning group's two or three), so worker 1 trains the
-    1st and 3rd, worker 2 the 2nd and 4th, and the rest go to whichever empties first."""
+    """The groups split into two sets of nearly equal cost (tests/xdist_pinning.py: split_groups), each longest
+    first, then interleaved: the order in which the two workers start them."""
     import itertools
 
-    names = sorted(costs, key=lambda name: -costs[name])
-    total = sum(costs.values())
-    best = min((set(chosen) for size in range(len(names) + 1) for chosen in itertools.combinations(names, size)),
-               key=lambda chosen: abs(total - 2 * sum(costs[n] for n in chosen)), default=set())
-    first = [n for n in names if n in best]
-    second = [n for n in names if n not in best]
-    if second and (not first or costs[second[0]] > costs[first[0]]):
-        first, second = second, first
+    from tests.xdist_pinning import split_groups
+
+    first, second = split_groups(costs, 2)
     return [name for pair in itertools.zip_longest(first, second) for name in pair if name is not None]
+
+
+def _group_costs_path(config: pytest.Config) -> Path:
+    return Path(config._tmp_path_factory.getbasetemp()) / "xdist_group_costs.json"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(The controller of an xdist run) where each worker writes the groups' costs."""
+    from tests.xdist_pinning import COSTS_KEY
+
+    node.workerinput[COSTS_KEY] = str(_group_costs_path(node.config))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` with the costed groups (the learning runs) pinned to workers: tests/xdist_pinning.py."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.xdist_pinning import make_scheduler
+
+    return make_scheduler(config, log, _group_costs_path(config))
 
 
 # Collecting imports torch, diffusers, transformers and every test module: ~430k objects that live as long as the

@@ -2,22 +2,62 @@
 each phase on the fake CUDA device, and (slow) every full-size configuration of benchmarks/memory_fullsize.py held to
 its goal with the estimate within 10 %.
 
-The fake device runs in a child process per configuration (benchmarks/fake_cuda.py: its C++ extension must be loaded
-before torch); the first one builds the extension with torch's cpp_extension (a C++ compiler, about 30 s, cached).
+The fake device runs in child processes (benchmarks/fake_cuda.py: its C++ extension must be loaded before torch); the
+first one builds the extension with torch's cpp_extension (a C++ compiler, about 30 s, cached). Every row the slow tests
+check is measured once, by two children that each measure about half of them one after another (`fullsize_rows`:
+~8 CPU-s of start-up a row saved); the slow tests share one xdist worker, so the rows are measured once a run.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 
 import pytest
 import torch
 
 from benchmarks.device_memory import DeviceMemoryCounter
-from benchmarks.memory_fullsize import CONFIGS, SPLIT, MemoryConfig, run_in_subprocess
+from benchmarks.memory_fullsize import CONFIGS, SPLIT, MemoryConfig, run_many_in_subprocess
 
 GIB = 2 ** 30
 SMALL = dict(model="1.3b", layers=8, width=416, height=240, frames=21)  # full-width 1.3B blocks, a short clip
+#: the slow tests' rows: block swap's pair, expert offload's pair, and the full-size rows CI measures
+ROWS: dict[str, "str | MemoryConfig"] = {
+    "plain": MemoryConfig(**SMALL), "swapped": MemoryConfig(**SMALL, blocks_to_swap=6),
+    "both": MemoryConfig(**SMALL, experts=2), "offloaded": MemoryConfig(**SMALL, experts=2, offload_inactive_expert=True),
+    **{name: name for name, spec in CONFIGS.items() if spec.ci}, "caching_umt5_cpu": "caching_umt5_cpu",
+    # 2 full-width 1.3B blocks at 832x480x81 (32,760 tokens): an int8 ConvRot base (the int8 calls' real row counts;
+    # the full-size int8 rows take 4-5 minutes each: the benchmark measures them), and keep_self_attention
+    "int8": MemoryConfig("1.3b", layers=2, base_weight_format="INT8_CONVROT", activation_offload=True, **SPLIT),
+    "kept": MemoryConfig("1.3b", layers=2, keep_self_attention=True),
+}
+#: the two children's rows, about even (CPU-s a row measured one after another on one thread: 14B light + split 67,
+#: 5B split 44, each 1.3B row 38, the 8-block pairs 7-12, int8 ~6, kept ~3, caching 5). "plain" is measured twice:
+#: first in a fresh process and after five other rows, and must read the same (nothing of one measurement leaks into
+#: the next).
+CHILDREN = (["14b_light_split", "1.3b_auto8", "caching_umt5_cpu", "swapped", "kept", "plain"],
+            ["plain", "5b_gc_split", "1.3b_gc_split", "both", "offloaded", "int8"])
+
+
+def slow_and_shared(test):
+    """Slow, and on the worker that measured `fullsize_rows` (one xdist group)."""
+    return pytest.mark.slow(pytest.mark.xdist_group("fullsize-memory")(test))
+
+
+@pytest.fixture(scope="module")
+def fullsize_rows() -> dict[str, dict]:
+    """Every row in ROWS measured on the fake device, in two child processes at once (CI has 2 cores)."""
+    assert set(sum(CHILDREN, [])) == set(ROWS)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        shares = list(pool.map(run_many_in_subprocess, ([ROWS[key] for key in keys] for keys in CHILDREN)))
+    for keys, share in zip(CHILDREN, shares):
+        for key, row in zip(keys, share, strict=True):  # each result is the row asked for
+            spec = ROWS[key]
+            assert row["config"] == spec if isinstance(spec, str) else dataclasses.asdict(spec).items() <= row.items()
+    fresh, after_others = shares[1][0], shares[0][-1]
+    for part in ("measured", "after_setup_gib", "steps", "estimate_gib"):
+        assert fresh[part] == after_others[part], part
+    return {key: row for keys, share in zip(CHILDREN, shares) for key, row in zip(keys, share)}
 
 
 def _lora_steps(model: torch.nn.Module, inputs: dict, device_type: str, memtracker: bool):
@@ -90,12 +130,6 @@ def test_fake_tensors_allocate_what_real_tensors_do():
     assert fake == real > 0
 
 
-def _run_pair(first: MemoryConfig, second: MemoryConfig) -> tuple[dict, dict]:
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two child processes at once (CI has 2 cores)
-        a, b = pool.map(run_in_subprocess, (first, second))
-    return a, b
-
-
 def block_bytes(config: dict, layers_swapped: int) -> float:
     """bf16 bytes of `layers_swapped` blocks of a Wan config (every block parameter is frozen under LoRA; the norms
     kept in float32 have no weights in Wan's blocks, scale_shift_table is float32)."""
@@ -108,15 +142,15 @@ def block_bytes(config: dict, layers_swapped: int) -> float:
     return layers_swapped * size / GIB
 
 
-@pytest.mark.slow  # two child processes of full-width 1.3B blocks on the fake device
-def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase():
+@slow_and_shared  # full-width 1.3B blocks on the fake device (fullsize_rows)
+def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase(fullsize_rows):
     """Device bytes after setup, forward, backward and the optimizer step, with 6 of 8 blocks swapped and without:
     after setup and backward the 6 swapped blocks are all on the CPU; after the forward only the last one (kept for
     its recompute, which comes first) is on the device. (Before the fix every swapped weight went back to the GPU at
     setup, and all of them were left there after the backward.)"""
     from benchmarks.gpu_step import transformer_config
 
-    plain, swapped = _run_pair(MemoryConfig(**SMALL), MemoryConfig(**SMALL, blocks_to_swap=6))
+    plain, swapped = fullsize_rows["plain"], fullsize_rows["swapped"]
     block = block_bytes(transformer_config("1.3b", 8), 1)
     tolerance = 0.002  # GiB: the counter reports 3 decimals
     assert plain["after_setup_gib"] - swapped["after_setup_gib"] == pytest.approx(6 * block, abs=tolerance)
@@ -128,14 +162,13 @@ def test_block_swap_keeps_swapped_blocks_off_the_device_at_every_phase():
     assert swapped["measured"]["peak_gib"] <= plain["measured"]["peak_gib"] - 4 * block + tolerance
 
 
-@pytest.mark.slow  # two child processes of full-width 1.3B blocks on the fake device
-def test_expert_offload_holds_one_experts_frozen_weights_at_a_time():
+@slow_and_shared  # full-width 1.3B blocks on the fake device (fullsize_rows)
+def test_expert_offload_holds_one_experts_frozen_weights_at_a_time(fullsize_rows):
     """Two experts trained BOTH, one step on each: with offload_inactive_expert the device holds the frozen weights of
     one expert after each phase (the routed one); without it, both."""
     from benchmarks.gpu_step import transformer_config
 
-    both = dict(SMALL, experts=2)
-    plain, offloaded = _run_pair(MemoryConfig(**both), MemoryConfig(**both, offload_inactive_expert=True))
+    plain, offloaded = fullsize_rows["both"], fullsize_rows["offloaded"]
     config = transformer_config("1.3b", 8)
     from diffusers import WanTransformer3DModel
 
@@ -149,16 +182,15 @@ def test_expert_offload_holds_one_experts_frozen_weights_at_a_time():
             assert step[phase] - off_step[phase] == pytest.approx(expert, abs=0.01), phase
 
 
-@pytest.mark.slow
-def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent():
+@slow_and_shared
+def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent(fullsize_rows):
     """The rows of docs/performance.md's table that CI measures (the configuration a user of each family runs; the
     others take `python benchmarks/memory_fullsize.py --all`): each fake-measured peak at or under its limit (the
     issue's goal, or where the goal is not met the figure measured when the row was set, with what holds it in the
     docs), and the estimate within 10 % of the measurement."""
-    names = [name for name, spec in CONFIGS.items() if spec.ci]
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = dict(zip(names + ["caching_umt5_cpu"], pool.map(run_in_subprocess, names + ["caching_umt5_cpu"])))
-    caching = results.pop("caching_umt5_cpu")  # AUTO's caching for 8 GiB: UMT5 on the CPU, the VAE alone
+    results = {name: fullsize_rows[name] for name, spec in CONFIGS.items() if spec.ci}
+    assert len(results) == 4
+    caching = fullsize_rows["caching_umt5_cpu"]  # AUTO's caching for 8 GiB: UMT5 on the CPU, the VAE alone
     from modules.modelSetup.vae_memory import vae_encode_bytes
 
     vae_estimate = vae_encode_bytes({}, 81, 480, 832, torch.float32) / GIB  # {}: the Wan 2.1 VAE's defaults, float32
@@ -173,9 +205,6 @@ def test_full_size_memory_stays_at_its_limit_and_the_estimate_within_10_percent(
         assert abs(result["estimate_error"]) <= 0.10, f"{name}: estimate {result['estimate_gib']} vs {measured}"
 
 
-# 2 full-width 1.3B blocks at 832x480x81 (32,760 tokens: the int8 calls' real row counts) on an int8 ConvRot base;
-# the full-size int8 rows (14b_light_int8, 14b_light_split_int8) take 4-5 minutes each: the benchmark measures them
-INT8_SPEC = MemoryConfig("1.3b", layers=2, base_weight_format="INT8_CONVROT", activation_offload=True, **SPLIT)
 INT8_LIMIT_GIB = 2.75  # measured 2.692 (2026-11-28) + 2 %
 
 
@@ -202,14 +231,14 @@ def int8_frozen_bytes(config: dict) -> int:
     return total
 
 
-@pytest.mark.slow  # one child process, ~14 CPU-s
-def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_estimate():
+@slow_and_shared
+def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_estimate(fullsize_rows):
     """The int8 ConvRot path on the fake CUDA device (torch._int_mm with CUDA's shape rules): the 20 block Linears
     and proj_out stored in int8, the device holding exactly their int8 bytes and row scales, the peak at its limit
     and the estimate (which counts one int8 call's transients) within 10 %."""
     from benchmarks.gpu_step import transformer_config
 
-    result = run_in_subprocess(INT8_SPEC)
+    result = fullsize_rows["int8"]
     assert result["int8_layers"] == 21
     frozen = result["measured"]["breakdown_gib"]["frozen_weights"]
     assert frozen == pytest.approx(int8_frozen_bytes(transformer_config("1.3b", 2)) / GIB, abs=0.001)
@@ -217,12 +246,12 @@ def test_an_int8_base_runs_int8_on_the_fake_device_within_its_limit_and_the_esti
     assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
 
 
-@pytest.mark.slow  # one child process, ~11 CPU-s
-def test_kept_self_attention_holds_each_blocks_output_from_the_forward_as_estimated():
+@slow_and_shared
+def test_kept_self_attention_holds_each_blocks_output_from_the_forward_as_estimated(fullsize_rows):
     """keep_self_attention on 2 full-width 1.3B blocks at 832x480x81: the fused kernel's outputs (bf16 output, float32
     log-sum-exp) of both blocks are held from the forward pass, not made again in the backward; the peak (measured
     5.263 GiB, plain checkpointing 5.168: one block's output more) within its limit and the estimate within 10 %."""
-    result = run_in_subprocess(MemoryConfig("1.3b", layers=2, keep_self_attention=True))
+    result = fullsize_rows["kept"]
     per_block = 32760 * (1536 * 2 + 12 * 4) / GIB  # tokens x (width in bf16 + a float32 log-sum-exp per head)
     held = dict(result["measured"]["largest_activations_gib"])
     forward = "forward: aten._scaled_dot_product_cudnn_attention.default in blocks.*.attn1"
