@@ -42,7 +42,7 @@ from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.concept_selection import concepts_of_type
 from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
-from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncodePosterior
+from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncoderModule, EncodePosterior
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
@@ -181,7 +181,7 @@ class FirstFrameCondition(PipelineModule):
         return {"condition_clip": condition_clip(video[:, :1], video.shape[1])}
 
 
-class EncodeFirstFrameClip(PipelineModule):
+class EncodeFirstFrameClip(EncoderModule):
     """CLIP second-to-last hidden state of the first frame (what Wan I2V conditions on); `last` (FLF2V): of the
     first and the last frame, their tokens concatenated (2 x 257)."""
 
@@ -197,9 +197,7 @@ class EncodeFirstFrameClip(PipelineModule):
         return [self.identity, "first_and_last"] if self.last else self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        self.counter.calls += 1
-        if self.placement is not None:
-            self.placement.use(self.encoder)
+        self.use_encoder()
         video = item["video_frames"]
         picks = [0, video.shape[1] - 1] if self.last else [0]
         frames = [((video[:, i].permute(1, 2, 0) + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()

@@ -19,7 +19,7 @@ import torch
 from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encode
 
 from modules.dataLoader.augmentation import Augmentation
-from modules.dataLoader.encoding_modules import EncodeCaption
+from modules.dataLoader.encoding_modules import EncodeCaption, EncoderModule
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
@@ -75,7 +75,7 @@ class EmptyFrames(PipelineModule):
         return {"empty_frames": torch.zeros_like(item["driving_frames"])}
 
 
-class EncodeAnimate2Clip(PipelineModule):
+class EncodeAnimate2Clip(EncoderModule):
     """CLIP (second-to-last hidden state) of the reference image (`clip_embeds`) and of driving frame 0
     (`driving_clip_embeds`), each (257, D), through diffusers' own Animate-2 CLIP preprocessing (a bicubic resize of
     the [-1, 1] pixels to 224, then CLIP's normalisation; not the I2V image processor's crop)."""
@@ -91,9 +91,7 @@ class EncodeAnimate2Clip(PipelineModule):
         return self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        self.counter.calls += 1
-        if self.placement is not None:
-            self.placement.use(self.encoder)
+        self.use_encoder()
         return {"clip_embeds": animate2_clip(self.model.image_encoder, item["reference_frames"][:, 0]),
                 "driving_clip_embeds": animate2_clip(self.model.image_encoder, item["driving_frames"][:, 0])}
 

@@ -22,6 +22,21 @@ class EncoderCounter:
         self.calls = 0
 
 
+class EncoderModule(PipelineModule):
+    """A module that runs one of the model's encoders (`encoder`: "vae", "text" or "clip"). `use_encoder()` before
+    each call counts it (a warm cache must run none) and, while caching, puts that encoder on the device first
+    (`placement`, an EncoderPlacement)."""
+
+    encoder: str
+    counter: EncoderCounter
+    placement = None
+
+    def use_encoder(self) -> None:
+        self.counter.calls += 1
+        if self.placement is not None:
+            self.placement.use(self.encoder)
+
+
 # Openers that captioning LLMs put before the content ("The video shows a dog ..." -> "a dog ...").
 _LLM_PREFIXES = re.compile(
     r"^\s*(?:in\s+)?(?:this|the)\s+(?:video|clip|footage|scene|animation)\s*(?:shows|showcases|depicts|features|"
@@ -35,7 +50,7 @@ def strip_llm_prefix(caption: str) -> str:
     return stripped[:1].lower() + stripped[1:] if stripped and stripped != caption else caption
 
 
-class EncodePosterior(PipelineModule):
+class EncodePosterior(EncoderModule):
     """VAE posterior (raw mean and std) of one pixel clip — one call, never pieces (§3.2–3.3)."""
 
     encoder = "vae"
@@ -51,9 +66,7 @@ class EncodePosterior(PipelineModule):
         return self.identity
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        self.counter.calls += 1
-        if self.placement is not None:
-            self.placement.use(self.encoder)
+        self.use_encoder()
         mean, std = self.model.encode_video(item[self.inputs[0]][None])
         return {self.outputs[0]: mean[0], self.outputs[1]: std[0]}
 
@@ -71,7 +84,7 @@ def caption_tokens(tokenizer, caption: str) -> int:
     return len(tokenizer(text, add_special_tokens=True, truncation=False, verbose=False).input_ids)
 
 
-class EncodeCaption(PipelineModule):
+class EncodeCaption(EncoderModule):
     """UMT5 embeddings of the caption's real tokens (seq, D); batches zero-pad to 512 (§5)."""
 
     inputs = ("caption",)
@@ -91,9 +104,7 @@ class EncodeCaption(PipelineModule):
         return strip_llm_prefix(caption) if self.strip_prefixes else caption
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
-        self.counter.calls += 1
-        if self.placement is not None:
-            self.placement.use(self.encoder)
+        self.use_encoder()
         return {"prompt_embeds": encode_caption(self.model, self.text(item["caption"]))}
 
     def check_length(self, caption: str, name: str | os.PathLike, skips: SkipCounter) -> None:
