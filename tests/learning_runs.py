@@ -381,3 +381,24 @@ def guidance_scores(base: Path, work: Path) -> GuidanceScores:
     del plain
     guided = motif_finetune(base, work / "guided", GUIDANCE_SCALE)
     return GuidanceScores(plain_at_1, plain_at_s, motif_samples(guided, 1.0))
+
+
+# --- a LoRA on an int8 ConvRot base: the new motif learned as on the unquantised base ------------------------------
+
+#: The toy base: the T2V motifs, a short run of the recipe (its weights only have to be worth quantising).
+INT8_BASE = {"max_steps": 300}
+#: The LoRA on the new motif, on the base as stored (float32 here) and quantised at load (INT8_CONVROT).
+INT8_LORA = {"training_method": "LORA", "lora_rank": 16, "lora_alpha": 16, "max_steps": 100, "learning_rate": 5e-3,
+             "learning_rate_scheduler": "CONSTANT", "learning_rate_warmup_steps": 0}
+
+
+def int8_lora_clips(base: Path, work: Path, base_weight_format: str) -> list[np.ndarray]:
+    """`base` with a LoRA fine-tuned on GREEN_TRIANGLE_LEFT alone, its base weights in `base_weight_format`;
+    the motif's clips at CFG 1, one per seed of SEEDS."""
+    from modules.synthetic.shape_clips import GREEN_TRIANGLE_LEFT
+
+    data = write_motif_dataset(work / "data", [GREEN_TRIANGLE_LEFT], clips_per_motif=4, frames=FRAMES, height=SIZE,
+                               width=SIZE, seed=3)
+    config = learning_config(base, data, work, **INT8_LORA, base_weight_format=base_weight_format)
+    config.pop("output_model_format")  # a LoRA file, not the recipe's DIFFUSERS folder
+    return motif_samples(train(config).model, 1.0)

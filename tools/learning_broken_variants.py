@@ -2,7 +2,8 @@
 """The learning tests' thresholds fail on deliberately broken trainers: runs the runs of tests/test_learning.py
 with one fault patched into the training step (the sampler untouched) and prints each test's metric.
 
-    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap|no-unconditional] [--work DIR]
+    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap|no-unconditional|int8-unrotated]
+        [--work DIR]
 
 - flip: the flow-matching target's sign flipped (x0 − ε instead of ε − x0) — T2V match rate per prompt;
 - drop: the reference (first-frame latents and CLIP image tokens) zeroed while training — I2V follow rate;
@@ -10,7 +11,9 @@ with one fault patched into the training step (the sampler untouched) and prints
   element-decides rate;
 - swap: each A14B expert trained on the other's noise range — both-experts score against each alone;
 - no-unconditional: the guidance-preserving fine-tune without its unconditional pass (the target left as it is) —
-  tests/test_learning_guidance.py's gap ratio.
+  tests/test_learning_guidance.py's gap ratio;
+- int8-unrotated: the int8 ConvRot forward without its activation rotation (x meets the rotated weight as it is) —
+  tests/test_learning_int8.py's motif rate and profile distance.
 """
 from __future__ import annotations
 
@@ -71,6 +74,15 @@ def no_unconditional_pass():
     stack.enter_context(patched(setup.BaseWanSetup, "unconditional_prediction", lambda self, inputs, x_t, *a: x_t))
     stack.enter_context(patched(setup, "guided_target", lambda target, unconditional, scales: target))
     return stack
+
+
+def unrotated_int8_forward():
+    import modules.modelSetup.int8_convrot as int8
+
+    original = int8.int8_linear
+    # the Hadamard rotation is its own inverse: rotating x first undoes the forward's own rotation
+    return patched(int8, "int8_linear", lambda x, qweight, scale, bias, group, backend=None: original(
+        int8.rotate(x, group), qweight, scale, bias, group, backend))
 
 
 def report(what: str, rate: float) -> None:
@@ -140,8 +152,24 @@ def run_no_unconditional(work: Path) -> None:
           flush=True)
 
 
+def run_int8_unrotated(work: Path) -> None:
+    from modules.synthetic.tiny_model import write_tiny_model
+    from tests.learning_runs import INT8_BASE, int8_lora_clips, profile_distance, shows_motif, t2v_run
+    from tests.test_learning_int8 import PROFILE_DISTANCE
+
+    base = t2v_run(write_tiny_model("t2v", work / "int8-tiny", trained_vae=True), work / "int8-base",
+                   **INT8_BASE).output
+    stored = int8_lora_clips(base, work / "int8-stored", "BF16")
+    with unrotated_int8_forward():
+        broken = int8_lora_clips(base, work / "int8-broken", "INT8_CONVROT")
+    rate, distance = sum(map(shows_motif, broken)) / len(broken), profile_distance(broken, stored)
+    verdict = "PASSES" if rate >= 0.8 and distance < PROFILE_DISTANCE else "fails"
+    print(f"int8-unrotated: motif rate {rate:.2f}, profile distance to the stored base {distance:.3f} (test: rate "
+          f">= 0.8 and distance < {PROFILE_DISTANCE}: {verdict})", flush=True)
+
+
 RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap,
-        "no-unconditional": run_no_unconditional}
+        "no-unconditional": run_no_unconditional, "int8-unrotated": run_int8_unrotated}
 
 
 def main() -> int:
