@@ -9,7 +9,9 @@ Not a test: it needs a ComfyUI source tree, which CI does not have. The tests re
 Prints, per adapter case: how many modules ComfyUI patched, how many keys it left unread (it logs
 "lora key not loaded" for each), and the largest difference between its patched weight and peft's. Then the same
 for a LoRA on a tiny VACE model's VACE and base blocks, with the key map of ComfyUI's own `VaceWanModel`
-(comfy/ldm/wan/model.py) built at the tiny size.
+(comfy/ldm/wan/model.py) built at the tiny size, and for a LoRA the trainer saved after training on a ComfyUI int8
+ConvRot file (base_weight_format INT8_CONVROT; the file quantised by comfy-kitchen, as tests/test_int8_files.py
+writes it), with the key map of ComfyUI's own `WanModel`.
 """
 from __future__ import annotations
 
@@ -92,6 +94,65 @@ def main() -> None:
         print(f"{case:16s} keys {len(state):4d}  patched {len(patches):3d}/{len(names)} modules as {kind:12s} "
               f"keys not loaded {sum('not loaded' in m for m in warnings.messages)}  max |ComfyUI - peft| {error:.2e}")
     check_vace(root, warnings)
+    check_int8(root, warnings)
+
+
+def comfy_wan_keys(config, model_class) -> dict[str, str]:
+    """ComfyUI's LoRA key map of its own Wan model class built at `config`'s size (model_lora_keys_unet)."""
+    import comfy.ops
+    import torch
+
+    model = model_class(dim=config.num_attention_heads * config.attention_head_dim, ffn_dim=config.ffn_dim,
+                        num_heads=config.num_attention_heads, num_layers=config.num_layers, text_dim=config.text_dim,
+                        in_dim=config.in_channels, out_dim=config.out_channels,
+                        operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32,
+                        **({"vace_layers": len(config.vace_layers), "vace_in_dim": config.vace_in_channels}
+                           if getattr(config, "vace_layers", None) else {}))
+    weights = [f"diffusion_model.{k}" for k in model.state_dict()]
+    return {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")}
+
+
+def check_int8(root: Path, warnings: Warnings) -> None:
+    """A LoRA trained through the trainer on a ComfyUI int8 ConvRot file, loaded by ComfyUI's load_lora with its
+    WanModel's key map; its patch on the file's dequantised weight against the trained int8 layer + adapter."""
+    import comfy.lora
+    import torch
+    from comfy.ldm.wan.model import WanModel
+    from safetensors.torch import load_file
+
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+    from modules.synthetic.synthetic_data import write_video_dataset
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.config.train_config import TrainConfig
+    from tests.conftest import train_config_dict
+    from tests.test_int8_files import comfy_int8_file
+
+    model_dir = write_tiny_model("t2v", root / "t2v")
+    base = WanModelLoader().load(str(model_dir), torch.device("cpu")).transformer
+    path, quantised = comfy_int8_file(base.state_dict(), root / "wan_t2v_int8_convrot.safetensors")
+    data = write_video_dataset(root / "clips", count=3, frames=17, height=64, width=64)
+    values = train_config_dict(model_dir, data, root / "int8-run", epochs=2, output_dtype="FLOAT32",
+                               base_weight_format="INT8_CONVROT", transformer_override=path)
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()
+    trainer.train()
+    (saved,) = trainer.end()
+    state = load_file(str(saved))
+    warnings.messages.clear()
+    patches = comfy.lora.load_lora(state, comfy_wan_keys(base.config, WanModel))
+    error, int8_patched = 0.0, 0
+    wan_names = {diffusers: wan for wan, diffusers in original_to_diffusers(trainer.model.transformer).items()}
+    for layer in quantised:  # ComfyUI dequantises the file's layer, then patches it
+        key = f"diffusion_model.{wan_names.get(layer)}.weight"
+        if key not in patches:
+            continue
+        int8_patched += 1
+        dequantised = trainer.model.transformer.get_submodule(layer).get_base_layer().weight.detach().float()
+        patched = comfy.lora.calculate_weight([(1.0, patches[key], 1.0, None, None)], dequantised.clone(), key)
+        error = max(error, float((patched - peft_weight(trainer.model.transformer.get_submodule(layer))).abs().max()))
+    print(f"{'int8 file lora':16s} keys {len(state):4d}  patched {len(patches):3d} modules ({int8_patched} of the "
+          f"file's {len(quantised)} int8 layers)  keys not loaded {sum('not loaded' in m for m in warnings.messages)}"
+          f"  max |ComfyUI - peft| {error:.2e}")
 
 
 def check_vace(root: Path, warnings: Warnings) -> None:
