@@ -47,22 +47,6 @@ def media(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def family_model(tmp_path_factory):
-    """family_model(name) -> a tiny random diffusers folder of that family (E2V samples on the I2V one)."""
-    from modules.synthetic.tiny_model import write_tiny_model
-
-    made = {}
-
-    def make(name: str):
-        variant = "i2v" if name == "e2v_on_i2v" else name
-        if variant not in made:
-            made[variant] = write_tiny_model(variant, tmp_path_factory.mktemp(f"family-{variant}"))
-        return made[variant]
-
-    return make
-
-
 def generate(folder, device: str, inputs: dict, sampler: str) -> np.ndarray:
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import WanModelSampler
@@ -80,8 +64,8 @@ def generate(folder, device: str, inputs: dict, sampler: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("family", "sampler"), CASES)
-def test_each_family_samples_on_cuda_as_on_the_cpu(family_model, media, family, sampler):
-    folder = family_model(family)
+def test_each_family_samples_on_cuda_as_on_the_cpu(tiny_model, media, family, sampler):
+    folder = tiny_model("i2v" if family == "e2v_on_i2v" else family)  # E2V samples on the I2V base
     inputs = {key: [str(media / v) for v in value] if isinstance(value, list) else str(media / value)
               for key, value in FAMILIES[family].items()}
     on_device = generate(folder, DEVICE, inputs, sampler)
