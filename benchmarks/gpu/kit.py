@@ -79,10 +79,12 @@ class Job:
     needs: float = 30.0  # not started with fewer seconds left in the budget
 
 
-def spawn(command: list[str], timeout: float, env: dict | None = None) -> int | None:
+def spawn(command: list[str], timeout: float | None, env: dict | None = None, log=None) -> int | None:
     """Runs `command` in the repo root in its own process group, so that a timeout ends it with its children
-    (inductor's compile workers, the demo's trainer); its exit code, None on a timeout."""
-    proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True, env=env)
+    (inductor's compile workers, the demo's trainer); its exit code, None on a timeout. `log`: an open file that
+    takes its stdout and stderr."""
+    proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True, env=env, stdout=log,
+                            stderr=subprocess.STDOUT if log is not None else None)
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu.kit import spawn  # noqa: E402
 VERDICT = re.compile(r"^\s+(\w+ \w+ moving \w+): (yes|no) \((\d+)/(\d+) seeds")
 LOSS = re.compile(r"^\s+loss:\s+([\d.]+) .*-> ([\d.]+)")
 # tqdm's training bar (stderr, carriage returns between updates): "training:  50%|...| 2/4 [00:01<00:01, 12.71step/s"
@@ -60,13 +60,7 @@ def main() -> int:
     log_path = Path(args.folder).parent / (Path(args.folder).name + ".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:  # a file, not a pipe: nothing is lost when the deadline ends it
-        demo = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = demo.wait(args.seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
-            rc = None
+        rc = spawn(command, args.seconds, log=log)
     output = log_path.read_text(encoding="utf-8", errors="replace")
     print(output[-4000:], flush=True)
     status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
