@@ -275,3 +275,17 @@ def test_progress_counters_beyond_what_json_or_the_run_holds_are_implausible():
     assert "exactly" in plausible_progress({**good, "extra": 1})
     assert "more than 2 epoch(s) of 3 steps" in plausible_progress({**good, "global_step": 7}, steps_per_epoch=3)
     assert "beyond the run's 2 epochs" in plausible_progress({**good, "epoch": 3}, epochs=2)
+
+
+def test_two_starts_in_one_second_keep_two_logs(tmp_path, monkeypatch):
+    """A resume started in the same second as the run it resumes (CI saw it) opens a log of its own."""
+    from modules.trainer import GenericTrainer as generic_trainer
+
+    monkeypatch.setattr(generic_trainer.time, "strftime", lambda fmt: "train-20261128-090159")
+    first = generic_trainer._new_log_path(tmp_path)
+    first.write_text("run")
+    second = generic_trainer._new_log_path(tmp_path)
+    second.write_text("resume")
+    third = generic_trainer._new_log_path(tmp_path)
+    assert [first.name, second.name, third.name] == [
+        "train-20261128-090159.log", "train-20261128-090159-2.log", "train-20261128-090159-3.log"]

@@ -197,7 +197,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
     def _start_log_file(self) -> None:
         log_dir = self.run.logs
         log_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_dir / time.strftime("train-%Y%m%d-%H%M%S.log"), encoding="utf-8")
+        handler = logging.FileHandler(_new_log_path(log_dir), encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
         if logging.getLogger().level > logging.INFO:
@@ -557,3 +557,14 @@ class TrainingStopped(Exception):
 
 class _SynchronizedStop(Exception):
     """A stop that every rank raises after the same optimizer step (so collective work can follow)."""
+
+
+def _new_log_path(log_dir: Path) -> Path:
+    """`train-<time>.log`, numbered when a run of the same second (a quick resume) has that name: each start of a
+    run keeps its own log."""
+    stamp = time.strftime("train-%Y%m%d-%H%M%S")
+    path, number = log_dir / f"{stamp}.log", 1
+    while path.exists():
+        number += 1
+        path = log_dir / f"{stamp}-{number}.log"
+    return path
