@@ -42,7 +42,7 @@ def run_config(run: str, work: Path, steps: int) -> tuple[dict, list[dict]]:
                                    height=lr.SIZE, width=lr.SIZE, seed=1)
         config = lr.learning_config(base, data, work)
         if run == "a14b":
-            config.update({"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 6000})
+            config.update({"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": lr.A14B_STEPS})
         samples = [{"prompt": m.prompt, "seed": 0} for m in lr.T2V_MOTIFS]
     elif run == "i2v":
         motifs = [Motif("circle", colour, "right") for colour in lr.I2V_COLOURS]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.synthetic.shapes_training import FRAMES, RECIPE, SAMPLER, SIZE
+from modules.synthetic.shapes_training import A14B_STEPS, FRAMES, RECIPE, SAMPLER, SIZE
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
@@ -36,7 +36,7 @@ def train(config: dict):
 
     from tests.torch_threads import one_torch_thread
 
-    # one CPU thread, as the thresholds were measured: a 4000-step run is chaotic, another thread count sums in
+    # one CPU thread, as the thresholds were measured: a 2000-step run is chaotic, another thread count sums in
     # another order (the runs are session fixtures, set up before the tests' own one-thread fixture)
     with one_torch_thread():
         trainer = GenericTrainer(TrainConfig.from_dict(config))
@@ -154,11 +154,11 @@ def write_a14b_base(folder: Path) -> Path:
 
 
 def a14b_run(base: Path, work: Path, **overrides):
-    """Both experts trained on the T2V motifs, 3000 steps each (each learns only its own noise range); returns
+    """Both experts trained on the T2V motifs, STEPS each (each learns only its own noise range); returns
     the trained model."""
     data = write_motif_dataset(work / "data", list(T2V_MOTIFS), clips_per_motif=6, frames=FRAMES, height=SIZE,
                                width=SIZE, seed=1)
-    values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": 6000, **overrides}
+    values = {"train_expert": "BOTH", "expert_step_share": 0.5, "max_steps": A14B_STEPS, **overrides}
     return train(learning_config(base, data, work, **values)).model
 
 

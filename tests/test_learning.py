@@ -12,14 +12,14 @@ import pytest
 from tests.learning_runs import (A14B_BOUNDARY, FRAMES, I2V_FIRST_FRAMES, SIZE, T2V_MOTIFS, a14b_scores, i2v_rate,
                                  match_rate, sample, t2v_run)
 
-# one CPU thread: the arithmetic the thresholds were measured with (a 4000-step run is chaotic, and another thread
+# one CPU thread: the arithmetic the thresholds were measured with (a 2000-step run is chaotic, and another thread
 # count sums in another order)
 pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
-#: CPU minutes of each run's training, extrapolated from its first 30-200 steps (benchmarks/learning_step.py, one
-#: thread, a busy 2-core machine): tests/conftest.py splits the runs over the two xdist workers by them
-CPU_MINUTES = {"t2v": 9.9, "i2v": 12.5, "a14b": 14.9, "e2v-i2v": 14.7, "e2v-t2v": 10.1}
+#: CPU minutes of each run's training, measured (its session fixture's setup, one thread, `-n 2` on an otherwise idle
+#: 2-core machine): tests/conftest.py splits the runs over the two xdist workers by them
+CPU_MINUTES = {"t2v": 2.8, "i2v": 4.0, "a14b": 6.3, "e2v-i2v": 4.1, "e2v-t2v": 3.0}
 
 
 def same_run(name: str) -> pytest.MarkDecorator:

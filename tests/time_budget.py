@@ -11,12 +11,14 @@ from collections import defaultdict
 
 import pytest
 
-SHOWN = 15  # slowest files printed
+SHOWN = 15  # slowest files printed (--time-budget-files)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--time-budget", type=float, default=None, metavar="SECONDS",
                      help="print the run's wall time against SECONDS and the slowest test files at the end")
+    parser.addoption("--time-budget-files", type=int, default=SHOWN, metavar="N",
+                     help=f"how many of the slowest test files --time-budget prints (default {SHOWN})")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,6 +57,7 @@ _STARTED = pytest.StashKey[float]()
 class TimeBudget:
     def __init__(self, config: pytest.Config):
         self.budget_s = config.getoption("time_budget")
+        self.shown = config.getoption("time_budget_files")
         workers = getattr(config.option, "numprocesses", None)
         self.workers = workers if isinstance(workers, int) and workers > 0 else 1
         self.start = time.monotonic()
@@ -68,7 +71,7 @@ class TimeBudget:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         wall = time.monotonic() - self.start
-        slowest = sorted(self.wall, key=lambda name: -self.wall[name])[:SHOWN]
+        slowest = sorted(self.wall, key=lambda name: -self.wall[name])[:self.shown]
         write = terminalreporter.write_line
         terminalreporter.section("test-time budget")
         write("    wall      CPU  test file (its tests' setup + call + teardown, summed over workers)")
