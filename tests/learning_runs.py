@@ -5,6 +5,7 @@ masks and centroids (modules/synthetic/shape_clips.py)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def train(config: dict):
 
 
 def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] | None = None,
-           frames: int = FRAMES, cfg: float = 1.0) -> np.ndarray:
+           frames: int = FRAMES, cfg: float = 1.0, driving_video: str = "") -> np.ndarray:
     """uint8 (F, H, W, 3) from the project's own sampler (CFG 1 unless `cfg`: against the empty prompt, which the
     T2V run's caption dropout trains)."""
     from modules.modelSampler.WanModelSampler import WanModelSampler
@@ -55,7 +56,8 @@ def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] |
 
     # negative "": the runs' unconditional prompt is the empty caption (caption dropout), not Wan's negative prompt
     config = SampleConfig(prompt=prompt, negative_prompt="", frames=frames, height=SIZE, width=SIZE, steps=12,
-                          cfg_scale=cfg, seed=seed, sampler=SAMPLER, image=image, elements=list(elements or []))
+                          cfg_scale=cfg, seed=seed, sampler=SAMPLER, image=image, elements=list(elements or []),
+                          driving_video=driving_video)
     return WanModelSampler(model).generate(config, show_progress=False)
 
 
@@ -402,3 +404,121 @@ def int8_lora_clips(base: Path, work: Path, base_weight_format: str) -> list[np.
     config = learning_config(base, data, work, **INT8_LORA, base_weight_format=base_weight_format)
     config.pop("output_model_format")  # a LoRA file, not the recipe's DIFFUSERS folder
     return motif_samples(train(config).model, 1.0)
+
+
+# --- Animate-2: the driving video moves the reference's colour ------------------------------------------------------
+
+ANIMATE2_CAPTION = "a circle moving"  # the same for every clip: the reference tells the colour, the driving video where
+ANIMATE2_COLOURS = ("red", "green", "blue")
+ANIMATE2_DIRECTIONS = ("right", "down", "left", "up")
+#: The driving stream's performer: another shape in a colour no target has (a run that copies it shows yellow)
+DRIVER_SHAPE, DRIVER_COLOUR = "square", "yellow"
+#: The model's own frame rate: neither stream is resampled
+ANIMATE2_FPS = 24.0
+
+
+@dataclass(frozen=True)
+class DrivenClip:
+    """A target clip's motion: the colour's circle where the driving square is, frame by frame."""
+
+    colour: str
+    direction: str
+    motion: object  # ShapeMotion of the target (the driver has its start, velocity and size)
+
+    def target(self) -> np.ndarray:
+        from modules.synthetic.shape_clips import render
+
+        return render(self.motion, FRAMES, SIZE, SIZE)
+
+    def driving(self) -> np.ndarray:
+        from modules.synthetic.shape_clips import COLOURS, render
+
+        return render(dataclasses.replace(self.motion, shape=DRIVER_SHAPE, rgb=COLOURS[DRIVER_COLOUR]), FRAMES, SIZE,
+                      SIZE)
+
+    def path(self) -> np.ndarray:
+        """(F, 2) the circle's centre (x, y) in each frame."""
+        start, velocity = np.array(self.motion.start), np.array(self.motion.velocity)
+        return start + np.arange(FRAMES)[:, None] * velocity
+
+
+def driven_clip(colour: str, direction: str, rng: np.random.Generator, start=None) -> DrivenClip:
+    from modules.synthetic.shape_clips import directed_motion
+
+    return DrivenClip(colour, direction, directed_motion("circle", colour, direction, rng, SIZE, SIZE, FRAMES, start=start))
+
+
+def write_reference(path: Path, colour: str, centre: tuple[float, float]) -> Path:
+    """The reference image: the colour's circle standing still at `centre` (its place in the video is the
+    driver's, not this one)."""
+    return write_element(path, colour, centre)
+
+
+def write_animate2_motif_dataset(folder: Path, clips_per_pair: int, seed: int) -> Path:
+    """`NNN.mp4` (a circle of one of ANIMATE2_COLOURS moving one of ANIMATE2_DIRECTIONS), `NNN_driving.mp4` (the
+    yellow square on the same path), `NNN_reference.png` (the circle at a random place) and `NNN.txt`."""
+    from modules.util.video_write import write_video
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    index = 0
+    for _ in range(clips_per_pair):
+        for colour in ANIMATE2_COLOURS:
+            for direction in ANIMATE2_DIRECTIONS:
+                clip = driven_clip(colour, direction, rng)
+                write_video(folder / f"{index:03d}.mp4", clip.target(), ANIMATE2_FPS)
+                write_video(folder / f"{index:03d}_driving.mp4", clip.driving(), ANIMATE2_FPS)
+                (folder / f"{index:03d}.txt").write_text(ANIMATE2_CAPTION, encoding="utf-8")
+                centre = tuple(float(v) for v in rng.uniform(0.3 * SIZE, 0.7 * SIZE, 2))
+                write_reference(folder / f"{index:03d}_reference.png", colour, centre)
+                index += 1
+    return folder
+
+
+def write_animate2_base(folder: Path) -> Path:
+    from modules.synthetic.tiny_animate2 import write_tiny_animate2
+
+    return write_tiny_animate2(folder, trained_vae=True)
+
+
+#: Following a driver is learnt sooner than drawing a prompt: 800 steps of the recipe (its cosine over them)
+ANIMATE2_STEPS = 800
+ANIMATE2_CLIPS_PER_PAIR = 3
+
+
+def animate2_run(base: Path, work: Path, **overrides):
+    """The recipe on the driven clips (a full fine-tune of the random Animate-2 transformer), ANIMATE2_STEPS long;
+    the trained model."""
+    data = write_animate2_motif_dataset(work / "data", clips_per_pair=ANIMATE2_CLIPS_PER_PAIR, seed=5)
+    return train(learning_config(base, data, work, **{"max_steps": ANIMATE2_STEPS, **overrides})).model
+
+
+#: Held-out pairs: a reference colour and a driving path (from a start no training clip had exactly)
+ANIMATE2_HELD_OUT = (("green", "right", (12.0, 20.0)), ("red", "up", (30.0, 36.0)), ("blue", "down", (20.0, 12.0)))
+
+
+def animate2_follows(frames: np.ndarray, clip: DrivenClip) -> bool:
+    """The reference's colour shows (>= 2 % of pixels, twice any other colour, the driver's yellow included), its
+    centroid moves the driver's way (> 0.3 px/frame, more than across) and stays within 8 px of the driver's centre
+    on average over the frames."""
+    from modules.synthetic.shape_clips import Motif, centroids, measure
+
+    verdict = measure(frames, Motif("circle", clip.colour, clip.direction))
+    path = centroids(frames, clip.colour)
+    seen = ~np.isnan(path).any(axis=1)
+    near = seen.sum() >= 3 and float(np.mean(np.hypot(*(path[seen] - clip.path()[seen]).T))) < 8.0
+    return verdict.colour_ok and verdict.moves_ok and near
+
+
+def animate2_rate(model, colour: str, direction: str, start: tuple[float, float], work: Path) -> float:
+    """Fraction of SEEDS whose sample of the held-out pair (`colour`'s reference, the driver moving `direction` from
+    `start`) follows the driver in the reference's colour."""
+    from modules.util.video_write import write_video
+
+    clip = driven_clip(colour, direction, np.random.default_rng(0), start=start)
+    work.mkdir(parents=True, exist_ok=True)
+    driving = work / f"held-out-{colour}-{direction}_driving.mp4"
+    write_video(driving, clip.driving(), ANIMATE2_FPS)
+    reference = write_reference(work / f"held-out-{colour}_reference.png", colour, (SIZE / 2, SIZE / 2))
+    return float(np.mean([animate2_follows(sample(model, ANIMATE2_CAPTION, seed, image=str(reference),
+                                                  driving_video=str(driving)), clip) for seed in SEEDS]))

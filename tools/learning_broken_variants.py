@@ -2,8 +2,8 @@
 """The learning tests' thresholds fail on deliberately broken trainers: runs the runs of tests/test_learning.py
 with one fault patched into the training step (the sampler untouched) and prints each test's metric.
 
-    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap|no-unconditional|int8-unrotated]
-        [--work DIR]
+    python tools/learning_broken_variants.py [--only flip|drop|drop-e2v|swap|no-unconditional|int8-unrotated|
+        drop-driving] [--work DIR]
 
 - flip: the flow-matching target's sign flipped (x0 − ε instead of ε − x0) — T2V match rate per prompt;
 - drop: the reference (first-frame latents and CLIP image tokens) zeroed while training — I2V follow rate;
@@ -13,7 +13,9 @@ with one fault patched into the training step (the sampler untouched) and prints
 - no-unconditional: the guidance-preserving fine-tune without its unconditional pass (the target left as it is) —
   tests/test_learning_guidance.py's gap ratio;
 - int8-unrotated: the int8 ConvRot forward without its activation rotation (x meets the rotated weight as it is) —
-  tests/test_learning_int8.py's motif rate and profile distance.
+  tests/test_learning_int8.py's motif rate and profile distance;
+- drop-driving: Animate-2's driving stream (its latents and CLIP tokens) zeroed while training (the driving pass
+  still runs) — tests/test_learning_animate2.py's follow rate.
 """
 from __future__ import annotations
 
@@ -56,6 +58,23 @@ def dropped_references():
                         dataclasses.replace(payload, condition=None, clip_embeds=clip), dtype)
 
     return patched(VariantConditioning, "transformer_inputs", without_references)
+
+
+def dropped_driving_stream():
+    import torch
+
+    import modules.model.conditioning as conditioning
+
+    original = conditioning.two_pass_forward
+
+    def without_driving(transformer, latents, condition, driving_latents, driving_condition, *args, **kwargs):
+        # the all-ones mask stays (it marks every frame as driving); the latents under it are zeros
+        driving_condition = torch.cat([driving_condition[:, :4], driving_condition[:, 4:] * 0], dim=1)
+        args = list(args)
+        args[-1] = None if args[-1] is None else args[-1] * 0  # CLIP of driving frame 0
+        return original(transformer, latents, condition, driving_latents * 0, driving_condition, *args, **kwargs)
+
+    return patched(conditioning, "two_pass_forward", without_driving)
 
 
 def swapped_experts():
@@ -168,8 +187,19 @@ def run_int8_unrotated(work: Path) -> None:
           f">= 0.8 and distance < {PROFILE_DISTANCE}: {verdict})", flush=True)
 
 
+def run_drop_driving(work: Path) -> None:
+    from tests.learning_runs import ANIMATE2_HELD_OUT, animate2_rate, animate2_run, write_animate2_base
+
+    base = write_animate2_base(work / "animate2-base")
+    with dropped_driving_stream():
+        model = animate2_run(base, work / "animate2-drop")
+    for colour, direction, start in ANIMATE2_HELD_OUT:
+        report(f"drop-driving: Animate-2 {colour} reference driven {direction} follow rate",
+               animate2_rate(model, colour, direction, start, work / "animate2-held-out"))
+
+
 RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap,
-        "no-unconditional": run_no_unconditional, "int8-unrotated": run_int8_unrotated}
+        "no-unconditional": run_no_unconditional, "int8-unrotated": run_int8_unrotated, "drop-driving": run_drop_driving}
 
 
 def main() -> int:

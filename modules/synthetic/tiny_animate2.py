@@ -17,6 +17,10 @@ from modules.synthetic.tiny_model import MARKER_KEY, TEXT_DIM, _seeded, _write_j
 #: The CLIP width Animate-2's image projection takes (its `img_emb` is MLPProj(1280, dim) in every checkpoint).
 ANIMATE2_CLIP_WIDTH = 1280
 TINY_ANIMATE2 = dict(in_dim=36, out_dim=16, dim=32, ffn_dim=64, num_heads=2, num_layers=2, text_dim=TEXT_DIM)
+#: With the trained VAE (the learning test): the learning size of the other tiny transformers (tiny_model.py), without
+#: the CLIP branch: its fixed 1280-wide projection over 257 image tokens, both passes, cost 6x the rest of a step on
+#: one CPU thread, and a random one-layer CLIP tower tells the toy nothing the reference's latent slot does not
+LEARNING_ANIMATE2 = dict(dim=128, ffn_dim=256, num_heads=4, num_layers=4, use_img_emb=False)
 
 
 def tiny_animate2_transformer(seed: int = 0, **overrides):
@@ -36,13 +40,15 @@ def _image_encoder():
     return CLIPVisionModel(config).eval()
 
 
-def write_tiny_animate2(output_dir: str | Path, seed: int = 0, i2v_folder: str | Path | None = None) -> Path:
+def write_tiny_animate2(output_dir: str | Path, seed: int = 0, i2v_folder: str | Path | None = None,
+                        trained_vae: bool = False) -> Path:
     """Write the folder (the tiny I2V one's components, Animate-2's transformer and a 1280-wide CLIP tower);
-    `i2v_folder`: a tiny I2V folder already written, copied instead of writing one (the tests' session cache)."""
+    `i2v_folder`: a tiny I2V folder already written, copied instead of writing one (the tests' session cache);
+    `trained_vae`: the I2V folder's trained VAE and a transformer of the learning size (as `write_tiny_model`)."""
     from transformers.utils import logging as hf_logging
 
     if i2v_folder is None:
-        out = write_tiny_model("i2v", output_dir, seed)
+        out = write_tiny_model("i2v", output_dir, seed, trained_vae=trained_vae)
     else:
         out = Path(output_dir).resolve()
         shutil.copytree(i2v_folder, out, dirs_exist_ok=True)
@@ -50,7 +56,8 @@ def write_tiny_animate2(output_dir: str | Path, seed: int = 0, i2v_folder: str |
     hf_logging.disable_progress_bar()
     try:
         with torch.no_grad():
-            for name, build, offset in (("transformer", lambda: tiny_animate2_transformer(seed), 3),
+            for name, build, offset in (("transformer", lambda: tiny_animate2_transformer(
+                seed, **(LEARNING_ANIMATE2 if trained_vae else {})), 3),
                                         ("image_encoder", _image_encoder, 5)):
                 shutil.rmtree(out / name)
                 with _seeded(seed, offset):
