@@ -445,7 +445,8 @@ class DrivenClip:
 def driven_clip(colour: str, direction: str, rng: np.random.Generator, start=None) -> DrivenClip:
     from modules.synthetic.shape_clips import directed_motion
 
-    return DrivenClip(colour, direction, directed_motion("circle", colour, direction, rng, SIZE, SIZE, FRAMES, start=start))
+    motion = directed_motion("circle", colour, direction, rng, SIZE, SIZE, FRAMES, start=start)
+    return DrivenClip(colour, direction, motion)
 
 
 def write_reference(path: Path, colour: str, centre: tuple[float, float]) -> Path:

@@ -199,7 +199,8 @@ def run_drop_driving(work: Path) -> None:
 
 
 RUNS = {"flip": run_flip, "drop": run_drop, "drop-e2v": run_drop_e2v, "swap": run_swap,
-        "no-unconditional": run_no_unconditional, "int8-unrotated": run_int8_unrotated, "drop-driving": run_drop_driving}
+        "no-unconditional": run_no_unconditional, "int8-unrotated": run_int8_unrotated,
+        "drop-driving": run_drop_driving}
 
 
 def main() -> int:
