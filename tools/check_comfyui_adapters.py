@@ -11,7 +11,10 @@ Prints, per adapter case: how many modules ComfyUI patched, how many keys it lef
 for a LoRA on a tiny VACE model's VACE and base blocks, with the key map of ComfyUI's own `VaceWanModel`
 (comfy/ldm/wan/model.py) built at the tiny size, and for a LoRA the trainer saved after training on a ComfyUI int8
 ConvRot file (base_weight_format INT8_CONVROT; the file quantised by comfy-kitchen, as tests/test_int8_files.py
-writes it), with the key map of ComfyUI's own `WanModel`.
+writes it), with the key map of ComfyUI's own `WanModel`; and for an Animate-2 LoRA the trainer saved (its
+default COMFY_LORA, self-attention q/k/v), with the key map of ComfyUI's `WanModel(model_type="i2v")` at the tiny
+Animate-2's size: ComfyUI's `WanAnimate2Model` (comfy/ldm/wan/model_animate2.py, newer than this checkout) is that
+model built with a block and self-attention subclass that add no parameters.
 """
 from __future__ import annotations
 
@@ -95,6 +98,7 @@ def main() -> None:
               f"keys not loaded {sum('not loaded' in m for m in warnings.messages)}  max |ComfyUI - peft| {error:.2e}")
     check_vace(root, warnings)
     check_int8(root, warnings)
+    check_animate2(root, warnings)
 
 
 def comfy_wan_keys(config, model_class) -> dict[str, str]:
@@ -191,6 +195,50 @@ def check_vace(root: Path, warnings: Warnings) -> None:
     print(f"{'vace lora':16s} keys {len(state):4d}  patched {len(patches):3d}/{len(targets)} modules ({vace} in "
           f"VaceWanModel's vace_blocks)  keys not loaded {sum('not loaded' in m for m in warnings.messages)}  "
           f"max |ComfyUI - peft| {error:.2e}")
+
+
+def check_animate2(root: Path, warnings: Warnings) -> None:
+    """A LoRA the trainer saved on a tiny Animate-2 (COMFY_LORA) through ComfyUI's load_lora with the key map of its
+    WanModel(model_type="i2v") at that size, which WanAnimate2Model subclasses without adding parameters; each patch
+    against the trained peft layer."""
+    import comfy.lora
+    import comfy.ops
+    import torch
+    from comfy.ldm.wan.model import WanModel
+    from safetensors.torch import load_file
+
+    from modules.synthetic.tiny_animate2 import write_tiny_animate2
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.config.train_config import TrainConfig
+    from tests.conftest import train_config_dict
+    from tests.test_animate2_training import FRAMES, SIZE, triplets
+
+    model_dir = write_tiny_animate2(root / "animate_2")
+    values = train_config_dict(model_dir, triplets(root / "animate2-clips"), root / "animate2-run", epochs=2,
+                               frames=FRAMES, resolution=[SIZE, SIZE], learning_rate=1e-2, output_dtype="FLOAT32")
+    trainer = GenericTrainer(TrainConfig.from_dict(values))
+    trainer.start()
+    trainer.train()
+    (saved,) = trainer.end()
+    state = load_file(str(saved))
+    cfg = trainer.model.transformer.config
+    comfy_model = WanModel(model_type="i2v", dim=cfg.dim, ffn_dim=cfg.ffn_dim, num_heads=cfg.num_heads,
+                           num_layers=cfg.num_layers, text_dim=cfg.text_dim, in_dim=cfg.in_dim, out_dim=cfg.out_dim,
+                           operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32)
+    weights = [f"diffusion_model.{k}" for k in comfy_model.state_dict()]
+    warnings.messages.clear()
+    patches = comfy.lora.load_lora(state, {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")})
+    error = 0.0
+    ours = {"q": "to_q", "k": "to_k", "v": "to_v", "o": "to_out.0"}
+    for key, patch in patches.items():  # diffusion_model.blocks.N.self_attn.q.weight
+        block, projection = key.split(".")[2], key.split(".")[4]
+        module = trainer.model.transformer.get_submodule(f"blocks.{block}.self_attn.{ours[projection]}")
+        weight = module.get_base_layer().weight.detach().float().clone()
+        patched = comfy.lora.calculate_weight([(1.0, patch, 1.0, None, None)], weight, key)
+        error = max(error, float((patched - peft_weight(module)).abs().max()))
+    print(f"{'animate-2 lora':16s} keys {len(state):4d}  patched {len(patches):3d} modules of ComfyUI's i2v WanModel "
+          f"({sorted({k.split('.')[4] for k in patches})})  keys not loaded "
+          f"{sum('not loaded' in m for m in warnings.messages)}  max |ComfyUI - peft| {error:.2e}")
 
 
 if __name__ == "__main__":
