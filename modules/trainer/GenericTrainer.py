@@ -34,6 +34,7 @@ from modules.modelSetup.ema import WeightEMA
 from modules.modelSetup.memory import enable_vae_tiling
 from modules.modelSetup.vae_memory import caching_needs_tiling
 from modules.model.step_inputs import StepRandom
+from modules.util.numbered_names import numbered_names
 from modules.util.seeds import derive_seed
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.optimizer.registry import spec_of
@@ -562,9 +563,5 @@ class _SynchronizedStop(Exception):
 def _new_log_path(log_dir: Path) -> Path:
     """`train-<time>.log`, numbered when a run of the same second (a quick resume) has that name: each start of a
     run keeps its own log."""
-    stamp = time.strftime("train-%Y%m%d-%H%M%S")
-    path, number = log_dir / f"{stamp}.log", 1
-    while path.exists():
-        number += 1
-        path = log_dir / f"{stamp}-{number}.log"
-    return path
+    names = numbered_names(time.strftime("train-%Y%m%d-%H%M%S"), ".log")
+    return next(path for path in (log_dir / name for name in names) if not path.exists())

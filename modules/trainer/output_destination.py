@@ -11,6 +11,7 @@ from modules.modelSaver.embedding_file import embedding_path_beside
 from modules.modelSaver.lora_formats import expert_lora_paths
 from modules.modelSaver.merged_model import i2v_export_paths
 from modules.trainer.snapshots import raw_destination
+from modules.util.numbered_names import numbered_names
 
 logger = logging.getLogger(__name__)
 
@@ -28,23 +29,19 @@ def written_paths(destination: Path) -> list[Path]:
     return paths
 
 
-def numbered(destination: Path, number: int) -> Path:
-    """`out/lora.safetensors` -> `out/lora-2.safetensors`; `out/model` -> `out/model-2`."""
-    if destination.name.endswith(SUFFIX) and len(destination.name) > len(SUFFIX):
-        return destination.with_name(f"{destination.name[: -len(SUFFIX)]}-{number}{SUFFIX}")
-    return destination.with_name(f"{destination.name}-{number}")
-
-
 def free_destination(destination: str | Path, overwrite: bool) -> Path:
-    """`destination`, or the first numbered one none of whose paths exist (logged), unless `overwrite`."""
+    """`destination`, or the first numbered one none of whose paths exist (logged), unless `overwrite`:
+    `out/lora.safetensors` -> `out/lora-2.safetensors`; `out/model` -> `out/model-2`."""
     destination = Path(destination)
-    if overwrite or not _taken(destination):
+    if overwrite:
         return destination
-    for number in range(2, 100000):
-        candidate = numbered(destination, number)
+    name = destination.name
+    stem, suffix = (name[: -len(SUFFIX)], SUFFIX) if name.endswith(SUFFIX) and len(name) > len(SUFFIX) else (name, "")
+    for candidate in (destination.with_name(n) for n in numbered_names(stem, suffix)):
         if not _taken(candidate):
-            logger.warning("%s exists already: the model is written to %s instead (set overwrite_output true to "
-                           "replace it)", destination, candidate)
+            if candidate != destination:
+                logger.warning("%s exists already: the model is written to %s instead (set overwrite_output true to "
+                               "replace it)", destination, candidate)
             return candidate
     raise OSError(f"no free numbered name beside {destination}")
 

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from modules.util.atomic import atomic_write_text
+from modules.util.numbered_names import numbered_names
 
 logger = logging.getLogger(__name__)
 
@@ -155,15 +156,14 @@ def create_run(workspace: str | os.PathLike, name: str, when: float) -> tuple[Ru
     `mkdir` without exist_ok is the claim: two processes never get the same folder."""
     root = Path(workspace)
     root.mkdir(parents=True, exist_ok=True)
-    for number in range(1, 10000):
-        candidate = name if number == 1 else f"{name}-{number}"
+    for candidate in numbered_names(name, limit=10000):
         try:
             (root / candidate).mkdir()
         except FileExistsError:
             continue
         run = RunFolder(root / candidate, candidate, uuid.uuid4().hex, when, when)
         _write_run_file(run)
-        return run, number > 1
+        return run, candidate != name
     raise OSError(f"no free run folder name '{name}-N' in {root}")
 
 
