@@ -449,12 +449,6 @@ def driven_clip(colour: str, direction: str, rng: np.random.Generator, start=Non
     return DrivenClip(colour, direction, motion)
 
 
-def write_reference(path: Path, colour: str, centre: tuple[float, float]) -> Path:
-    """The reference image: the colour's circle standing still at `centre` (its place in the video is the
-    driver's, not this one)."""
-    return write_element(path, colour, centre)
-
-
 def write_animate2_motif_dataset(folder: Path, clips_per_pair: int, seed: int) -> Path:
     """`NNN.mp4` (a circle of one of ANIMATE2_COLOURS moving one of ANIMATE2_DIRECTIONS), `NNN_driving.mp4` (the
     yellow square on the same path), `NNN_reference.png` (the circle at a random place) and `NNN.txt`."""
@@ -471,7 +465,7 @@ def write_animate2_motif_dataset(folder: Path, clips_per_pair: int, seed: int) -
                 write_video(folder / f"{index:03d}_driving.mp4", clip.driving(), ANIMATE2_FPS)
                 (folder / f"{index:03d}.txt").write_text(ANIMATE2_CAPTION, encoding="utf-8")
                 centre = tuple(float(v) for v in rng.uniform(0.3 * SIZE, 0.7 * SIZE, 2))
-                write_reference(folder / f"{index:03d}_reference.png", colour, centre)
+                write_element(folder / f"{index:03d}_reference.png", colour, centre)  # where it stands: not the video's
                 index += 1
     return folder
 
@@ -520,6 +514,6 @@ def animate2_rate(model, colour: str, direction: str, start: tuple[float, float]
     work.mkdir(parents=True, exist_ok=True)
     driving = work / f"held-out-{colour}-{direction}_driving.mp4"
     write_video(driving, clip.driving(), ANIMATE2_FPS)
-    reference = write_reference(work / f"held-out-{colour}_reference.png", colour, (SIZE / 2, SIZE / 2))
+    reference = write_element(work / f"held-out-{colour}_reference.png", colour, (SIZE / 2, SIZE / 2))
     return float(np.mean([animate2_follows(sample(model, ANIMATE2_CAPTION, seed, image=str(reference),
                                                   driving_video=str(driving)), clip) for seed in SEEDS]))

@@ -112,6 +112,11 @@ def comfy_wan_keys(config, model_class) -> dict[str, str]:
                         operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32,
                         **({"vace_layers": len(config.vace_layers), "vace_in_dim": config.vace_in_channels}
                            if getattr(config, "vace_layers", None) else {}))
+    return comfy_key_map(model)
+
+
+def comfy_key_map(model) -> dict[str, str]:
+    """model_lora_keys_unet's map for a ComfyUI diffusion model: `diffusion_model.<module>` -> its weight's key."""
     weights = [f"diffusion_model.{k}" for k in model.state_dict()]
     return {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")}
 
@@ -180,10 +185,8 @@ def check_vace(root: Path, warnings: Warnings) -> None:
                                vace_layers=len(cfg.vace_layers), vace_in_dim=cfg.vace_in_channels,
                                in_dim=cfg.in_channels, out_dim=cfg.out_channels,
                                operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32)
-    weights = {f"diffusion_model.{k}": v for k, v in comfy_model.state_dict().items()}
-    to_load = {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")}  # model_lora_keys_unet
     warnings.messages.clear()
-    patches = comfy.lora.load_lora(state, to_load)
+    patches = comfy.lora.load_lora(state, comfy_key_map(comfy_model))
     error = 0.0
     for wan_name, diffusers_name in original_to_diffusers(transformer).items():
         module = transformer.get_submodule(diffusers_name)
@@ -225,9 +228,8 @@ def check_animate2(root: Path, warnings: Warnings) -> None:
     comfy_model = WanModel(model_type="i2v", dim=cfg.dim, ffn_dim=cfg.ffn_dim, num_heads=cfg.num_heads,
                            num_layers=cfg.num_layers, text_dim=cfg.text_dim, in_dim=cfg.in_dim, out_dim=cfg.out_dim,
                            operations=comfy.ops.disable_weight_init, device="cpu", dtype=torch.float32)
-    weights = [f"diffusion_model.{k}" for k in comfy_model.state_dict()]
     warnings.messages.clear()
-    patches = comfy.lora.load_lora(state, {k.removesuffix(".weight"): k for k in weights if k.endswith(".weight")})
+    patches = comfy.lora.load_lora(state, comfy_key_map(comfy_model))
     error = 0.0
     ours = {"q": "to_q", "k": "to_k", "v": "to_v", "o": "to_out.0"}
     for key, patch in patches.items():  # diffusion_model.blocks.N.self_attn.q.weight
