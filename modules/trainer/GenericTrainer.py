@@ -483,8 +483,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self._status("saving model")
         weights = self.setup.gathered_transformer_weights()  # collective with FSDP, None otherwise
         if not self.dist.is_main:  # only rank 0 writes
-            self.dist.barrier()
-            self.close()
+            self._end_of_run()
             return []
         destination = free_destination(self.config.output_model_destination, self.config.overwrite_output)
         try:
@@ -504,9 +503,14 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self.callbacks.on_warning(warning)
         if self.tensorboard is not None:
             self.tensorboard.close()
+        self._end_of_run()
+        return self.output_paths
+
+    def _end_of_run(self) -> None:
+        """Every rank, once rank 0 has saved: the workspace lock and log released, the process group ended."""
         self.dist.barrier()
         self.close()
-        return self.output_paths
+        self.dist.finish()
 
     def _backup_of_this_step(self) -> Path | None:
         """The newest backup, when it holds the current step's weights."""

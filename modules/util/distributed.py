@@ -61,6 +61,13 @@ class DistributedContext:
             tensor.div_(self.world_size)
         return tensor
 
+    def finish(self) -> None:
+        """After the last collective of a run that ended on every rank: the process group's end, so gloo's worker
+        threads stop while the interpreter is whole (left running, they can abort a rank at exit with SIGABRT,
+        "terminate called without an active exception", after its model was saved)."""
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
     def broadcast_object(self, value):
         if not self.enabled:
             return value
