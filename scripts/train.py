@@ -32,14 +32,25 @@ def main() -> int:
     config = load_train_config(args.config_path, args.preset_path, args.config_value)
     check_before_loading(config)
 
-    from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
+    from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.commands import StopSignalHandler, TrainCommands
+    from modules.util.distributed import exit_rank
 
     commands = TrainCommands()
     request_stop = StopSignalHandler(commands)  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     trainer = GenericTrainer(config, commands=commands)
+    code = _run(trainer)
+    if trainer.dist.enabled:
+        exit_rank(code)
+    return code
+
+
+def _run(trainer) -> int:
+    """Train, save, report; the exit code."""
+    from modules.trainer.GenericTrainer import TrainingStopped
+
     try:
         trainer.start()
         trainer.train()
@@ -63,7 +74,6 @@ def main() -> int:
     if trainer.snapshot_paths:
         print(f"{len(trainer.snapshot_paths)} snapshot file(s) written to {trainer.snapshot_paths[0].parent}")
     return 0
-
 
 if __name__ == "__main__":
     run_main(main)

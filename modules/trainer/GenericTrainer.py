@@ -510,7 +510,6 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         """Every rank, once rank 0 has saved: the workspace lock and log released, the process group ended."""
         self.dist.barrier()
         self.close()
-        self.dist.finish()
 
     def _backup_of_this_step(self) -> Path | None:
         """The newest backup, when it holds the current step's weights."""
@@ -529,6 +528,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         return f"cannot write the model to '{destination}' ({write_failure(error)}): {where}"
 
     def close(self) -> None:
+        """The end of a run, however it ended: the workspace lock and log released, the process group ended."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -536,6 +536,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
+        self.dist.finish()
 
     def _status(self, text: str) -> None:
         logger.info(text)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
+import sys
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -62,9 +65,8 @@ class DistributedContext:
         return tensor
 
     def finish(self) -> None:
-        """After the last collective of a run that ended on every rank: the process group's end, so gloo's worker
-        threads stop while the interpreter is whole (left running, they can abort a rank at exit with SIGABRT,
-        "terminate called without an active exception", after its model was saved)."""
+        """After this rank's last collective, on every path (a stopped or failed rank that ends it lets the
+        others fail at their next collective rather than wait out the timeout): the process group ended."""
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -90,3 +92,15 @@ def init_distributed(train_device: str) -> tuple[DistributedContext, str]:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     return DistributedContext(rank, world_size, local_rank), device
+
+
+def exit_rank(code: int) -> NoReturn:
+    """The end of a torchrun rank whose run is over: its output flushed, then out without the interpreter's teardown.
+    gloo's worker threads outlive destroy_process_group (DDP's reducer, FSDP's meshes and DTensor's caches hold the
+    group), so the teardown frees them; a worker still releasing its last work then needs the GIL of an interpreter
+    that is going away, and the rank dies of SIGABRT ("terminate called without an active exception") after its
+    model was saved. Every file the run writes is closed by now (writes are atomic, the log handler closed)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
