@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.synthetic.shapes_training import A14B_STEPS, FRAMES, RECIPE, SAMPLER, SIZE
+from modules.synthetic.shapes_training import A14B_STEPS, FRAMES, RECIPE, REFERENCE_STEPS, SAMPLER, SIZE
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
@@ -89,7 +89,7 @@ def i2v_run(tiny_variant_dir: Path, work: Path, **overrides):
     motifs = [Motif("circle", colour, "right") for colour in I2V_COLOURS]
     data = write_motif_dataset(work / "data", motifs, clips_per_motif=4, frames=FRAMES, height=SIZE, width=SIZE,
                                seed=2, caption=I2V_CAPTION)
-    return train(learning_config(tiny_variant_dir, data, work, **overrides)).model
+    return train(learning_config(tiny_variant_dir, data, work, **{"max_steps": REFERENCE_STEPS, **overrides})).model
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ class E2VRun:
 
 def e2v_run(tiny_variant_dir: Path, work: Path, **overrides) -> E2VRun:
     dataset = write_e2v_motif_dataset(work / "data", clips_per_colour=4, seed=3)
-    config = learning_config(tiny_variant_dir, work / "data", work, **overrides)
+    config = learning_config(tiny_variant_dir, work / "data", work, **{"max_steps": REFERENCE_STEPS, **overrides})
     config.update({"concepts": [], "dataset_config": str(dataset), "frames": E2V_SAMPLE_FRAMES})
     trainer = train(config)
     return E2VRun(trainer.model, Path(trainer.config.output_model_destination))
