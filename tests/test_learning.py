@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("o
 
 #: CPU minutes of each run's training, measured (its session fixture's setup, one thread, `-n 2` on an otherwise idle
 #: 2-core machine): tests/conftest.py splits the runs over the two xdist workers by them
-CPU_MINUTES = {"t2v": 2.8, "i2v": 2.2, "a14b": 6.3, "e2v-i2v": 2.4, "e2v-t2v": 1.7}
+CPU_MINUTES = {"t2v": 2.8, "i2v": 1.8, "a14b": 6.3, "e2v-i2v": 2.0, "e2v-t2v": 1.5}
 
 
 def same_run(name: str) -> pytest.MarkDecorator:
