@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modules.modelSetup.int8_convrot import (  # noqa: E402
-    Int8ConvRotLinearFunction, group_size_for, int8_linear, quantize_rows, quantize_weight, rotate,
+    group_size_for, int8_convrot_linear, int8_linear, quantize_rows, quantize_weight, rotate,
 )
 
 # (name, in_features, out_features) of the block Linears: Wan 2.1 1.3B (1536 wide, FFN 8960) and 14B (5120, 13824)
@@ -62,7 +62,7 @@ def rows_for(name: str, k: int, n: int, tokens: int, device: torch.device, dtype
     xg = x.detach().requires_grad_(True)
 
     def forward_backward():
-        Int8ConvRotLinearFunction.apply(xg, qweight, scale, None, group, backend).sum().backward()
+        int8_convrot_linear(xg, qweight, scale, None, group, backend).sum().backward()
 
     def bf16_forward_backward():
         torch.nn.functional.linear(xg, weight).sum().backward()

@@ -1,6 +1,8 @@
-"""`compile: true` (issue #17, deliverable 2) on the CPU: the compiled blocks train as the eager ones, with
-gradient checkpointing, block swap, LoRA/LoKr adapters and scaled fp8 storage (diffusers' layerwise-casting hooks,
-which re-cast parameters inside the compiled forward, failed the checkpoint's recompute check here), and a new bucket shape adds graphs once, not per step.
+"""`compile: true` on the CPU: the compiled blocks train as the eager ones, with gradient checkpointing, block swap,
+LoRA/LoKr adapters, scaled fp8 storage (diffusers' layerwise-casting hooks, which re-cast parameters inside the
+compiled forward, failed the checkpoint's recompute check here) and an int8 ConvRot base (its autograd.Function failed
+inside dynamo; its forward and input gradient are custom ops now), and a new bucket shape adds graphs once, not per
+step.
 
 dynamo's "aot_eager" backend stands in for inductor here: the same tracing, functionalisation and autograd
 graphs, without inductor's C++ codegen, which takes minutes on the 2-core CI machine (inductor itself gave the
@@ -49,7 +51,8 @@ def losses(tiny_model, video_dataset, work, steps=3, **overrides):
     {"gradient_checkpointing": True},
     {"gradient_checkpointing": True, "blocks_to_swap": 1, "peft_type": "LOKR", "lora_rank": 4},
     {"gradient_checkpointing": True, "fp8_base_weights": True, "fp8_scale": "CHANNEL"},
-], ids=["lora+checkpointing", "lokr+checkpointing+block_swap", "checkpointing+scaled_fp8"])
+    {"gradient_checkpointing": True, "base_weight_format": "INT8_CONVROT"},
+], ids=["lora+checkpointing", "lokr+checkpointing+block_swap", "checkpointing+scaled_fp8", "checkpointing+int8"])
 def test_compiled_blocks_train_as_the_eager_ones(tiny_model, video_dataset, tmp_path, overrides):
     eager, _ = losses(tiny_model, video_dataset, tmp_path / "eager", **overrides)
     compiled, trainer = losses(tiny_model, video_dataset, tmp_path / "compiled", compile=True, **overrides)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from modules.modelSetup.int8_convrot import (
-    Int8ConvRotLinearFunction, dequantize, group_size_for, hadamard, int8_linear, int_matmul, quantize_rows,
+    dequantize, group_size_for, hadamard, int8_convrot_linear, int8_linear, int_matmul, quantize_rows,
     quantize_weight, rotate,
 )
 from modules.modelSetup.int8_storage import Int8ConvRotLinear
@@ -95,7 +95,7 @@ def test_input_gradient_is_dy_times_the_dequantised_weight():
     weight = torch.randn(24, 256) * 0.05
     q, scale = quantize_weight(weight, 64)
     x = torch.randn(5, 3, 256, requires_grad=True)
-    y = Int8ConvRotLinearFunction.apply(x, q, scale, None, 64, "emulate")
+    y = int8_convrot_linear(x, q, scale, None, 64, "emulate")
     dy = torch.randn_like(y)
     y.backward(dy)
     expected = dy @ dequantize(q, scale, 64, torch.float32)

@@ -126,22 +126,49 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bia
     return out.reshape(*shape[:-1], n)
 
 
-class Int8ConvRotLinearFunction(torch.autograd.Function):
-    """y = int8_linear(x); dx = (dy·W_rot)·H, with W_rot dequantised in dy's dtype (the base is frozen: no weight
-    gradient). The bias gets its gradient only if it trains."""
+# Ops of their own, not an autograd.Function: torch.compile keeps each as one opaque call, shaped by its fake (meta)
+# function. Traced, the Function's body failed inside dynamo ("lift_tracked_freevar_to_input should not be called on
+# root SubgraphTracer", torch 2.13), and a traced backward met the cached Hadamard matrix, a real tensor among fake
+# ones. Their implementations serve every device (the fake CUDA device included).
+@torch.library.custom_op("wantrainer::int8_convrot_linear", mutates_args=())
+def int8_convrot_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                        group: int, backend: str | None) -> torch.Tensor:
+    """y = int8_linear(x), differentiable in x (and in the bias if it trains): dx = (dy·W_rot)·H, with W_rot
+    dequantised in dy's dtype (the base is frozen: no weight gradient)."""
+    return int8_linear(x, qweight, scale, bias, group, backend)
 
-    @staticmethod
-    def forward(ctx, x, qweight, scale, bias, group, backend):  # noqa: D102 - torch's signature
-        ctx.save_for_backward(qweight, scale)
-        ctx.group = group
-        ctx.bias_trains = bias is not None and bias.requires_grad
-        return int8_linear(x, qweight, scale, bias, group, backend)
 
-    @staticmethod
-    def backward(ctx, grad_out):  # noqa: D102 - torch's signature
-        qweight, scale = ctx.saved_tensors
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = rotate(grad_out @ dequantize_rotated(qweight, scale, grad_out.dtype), ctx.group)
-        grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0) if ctx.bias_trains else None
-        return grad_x, None, None, grad_bias, None, None
+@int8_convrot_linear.register_fake
+def _int8_convrot_linear_shape(x, qweight, scale, bias, group, backend):
+    return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+
+
+@torch.library.custom_op("wantrainer::int8_convrot_input_grad", mutates_args=())
+def int8_convrot_input_grad(grad_out: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+                            group: int) -> torch.Tensor:
+    """dx = (dy·W_rot)·H, W_rot dequantised in dy's dtype."""
+    return rotate(grad_out @ dequantize_rotated(qweight, scale, grad_out.dtype), group)
+
+
+@int8_convrot_input_grad.register_fake
+def _int8_convrot_input_grad_shape(grad_out, qweight, scale, group):
+    return grad_out.new_empty((*grad_out.shape[:-1], qweight.shape[1]))
+
+
+def _save_for_backward(ctx, inputs, output) -> None:
+    _, qweight, scale, _, group, _ = inputs
+    ctx.save_for_backward(qweight, scale)
+    ctx.group = group
+
+
+def _int8_convrot_linear_backward(ctx, grad_out):
+    qweight, scale = ctx.saved_tensors
+    grad_x = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = int8_convrot_input_grad(grad_out, qweight, scale, ctx.group)
+    if ctx.needs_input_grad[3]:
+        grad_bias = grad_out.reshape(-1, grad_out.shape[-1]).sum(0)
+    return grad_x, None, None, grad_bias, None, None
+
+
+int8_convrot_linear.register_autograd(_int8_convrot_linear_backward, setup_context=_save_for_backward)

@@ -17,7 +17,7 @@ import re
 import torch
 
 from modules.modelSetup.int8_convrot import (
-    DEFAULT_GROUP, Int8ConvRotLinearFunction, dequantize, group_size_for, quantize_weight,
+    DEFAULT_GROUP, dequantize, group_size_for, int8_convrot_linear, quantize_weight,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,9 +48,9 @@ class Int8ConvRotLinear(torch.nn.Linear):
         return cls(qweight, scale, bias, group, compute_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # in the compute dtype, as autocast feeds a Linear (a custom Function is not autocast)
-        return Int8ConvRotLinearFunction.apply(x.to(self.compute_dtype), self.qweight, self.weight_scale, self.bias,
-                                               self.group, self.backend)
+        # in the compute dtype, as autocast feeds a Linear (a custom op is not autocast)
+        return int8_convrot_linear(x.to(self.compute_dtype), self.qweight, self.weight_scale, self.bias, self.group,
+                                   self.backend)
 
     def comfy_quant(self) -> dict:
         """This layer's `comfy_quant` entry (ComfyUI reads it as U8 JSON beside `weight` and `weight_scale`)."""

@@ -116,7 +116,7 @@ def _frozen_base(config: TrainConfig) -> bool:
 
 def _base_saver(config: TrainConfig, capability: tuple[int, int] | None) -> dict:
     """The frozen base's saver: fp8, or int8 ConvRot on a card where it was measured faster (never with base_loras,
-    which cannot merge into int8, or compile, not yet tried on int8)."""
+    which cannot merge into int8, or compile, not yet run with int8 on a GPU)."""
     if not _frozen_base(config) or not _free(config, "base_weight_format"):
         return {}
     if int8_measured_faster(capability) and _free(config, "fp8_base_weights") and not config.base_loras \
