@@ -75,5 +75,6 @@ def _run(trainer) -> int:
         print(f"{len(trainer.snapshot_paths)} snapshot file(s) written to {trainer.snapshot_paths[0].parent}")
     return 0
 
+
 if __name__ == "__main__":
     run_main(main)

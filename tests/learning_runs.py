@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.synthetic.shapes_training import A14B_STEPS, FRAMES, RECIPE, REFERENCE_STEPS, SAMPLER, SIZE
+from modules.synthetic.shapes_training import (A14B_STEPS, ANIMATE2_STEPS, FRAMES, RECIPE, REFERENCE_STEPS,
+                                              SAMPLER, SIZE)
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
@@ -476,8 +477,6 @@ def write_animate2_base(folder: Path) -> Path:
     return write_tiny_animate2(folder, trained_vae=True)
 
 
-#: Following a driver is learnt sooner than drawing a prompt: 800 steps of the recipe (its cosine over them)
-ANIMATE2_STEPS = 800
 ANIMATE2_CLIPS_PER_PAIR = 3
 
 

@@ -22,6 +22,8 @@ A14B_STEPS = 2 * STEPS  # both experts: STEPS each
 #: The runs given a reference image (I2V's first frame, E2V's elements): it shows the colour and the place that the
 #: text-only runs must learn from the caption, and they learn in half the steps (measured: the docstring).
 REFERENCE_STEPS = STEPS // 2
+#: Following a driver is learnt sooner than drawing a prompt: 800 steps (the cosine over them) for Animate-2
+ANIMATE2_STEPS = 800
 #: The sampler the learning thresholds and the demo's verdicts were measured with: the tiny folder's own scheduler
 #: (diffusers' UniPC at its shift 3), not the product's ComfyUI default (uni_pc at shift 8), which a 48 px toy was
 #: never tuned for.
