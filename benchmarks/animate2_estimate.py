@@ -24,10 +24,10 @@ FEATURES = {"gradient checkpointing": {}, "+ fp8 base": {"fp8_base_weights": Tru
 def main() -> None:
     from diffusers import WanAnimate2Transformer3DModel
 
+    from modules.config.train_config import TrainConfig
     from modules.modelSetup.memory_estimate import estimate
     from modules.synthetic.synthetic_data import write_video_dataset
     from modules.synthetic.tiny_animate2 import write_tiny_animate2
-    from modules.util.config.train_config import TrainConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_tiny_animate2(Path(tmp) / "model")

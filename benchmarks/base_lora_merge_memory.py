@@ -4,7 +4,7 @@
 Writes a random 5B transformer as a diffusers folder (bfloat16, sharded like save_pretrained, one tensor in memory
 at a time: ~10 GB on disk) and a random rank-R COMFY_LORA on the default targets of all 30 blocks into a temp
 folder, then in a fresh process loads the transformer as the model loader does (`from_pretrained`) and merges the
-LoRA through the project's merge (`modules/modelLoader/base_loras.py`, what `base_loras` runs at load time). The
+LoRA through the project's merge (`modules/modelFile/base_loras.py`, what `base_loras` runs at load time). The
 temp folder is deleted at the end.
 
 The child reports VmHWM (peak RSS) after the load, resets it (`/proc/self/clear_refs` 5) and reports it again
@@ -50,10 +50,10 @@ def write_inputs(folder: Path, config: dict, rank: int) -> tuple[Path, Path, int
     import torch
     from diffusers import WanTransformer3DModel
 
+    from modules.config.train_config import DEFAULT_LORA_TARGETS
+    from modules.modelFile.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights
     from modules.modelSaver.diffusers_folder import write_transformer_folder
-    from modules.modelSaver.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights
     from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
-    from modules.util.config.train_config import DEFAULT_LORA_TARGETS
     from modules.util.safetensors_io import TensorSpec
 
     with torch.device("meta"):
@@ -84,7 +84,7 @@ def child(transformer: str, lora: str) -> dict:
     import torch
     from diffusers import WanTransformer3DModel
 
-    from modules.modelLoader.base_loras import merge_stack, read_base_lora
+    from modules.modelFile.base_loras import merge_stack, read_base_lora
 
     before = _status()
     model = WanTransformer3DModel.from_pretrained(transformer, torch_dtype=torch.bfloat16)

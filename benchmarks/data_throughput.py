@@ -32,8 +32,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def make_loader(model, dataset: Path, cache: Path):
+    from modules.config.train_config import TrainConfig
     from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
-    from modules.util.config.train_config import TrainConfig
 
     config = TrainConfig.from_dict({"base_model_name": str(model.model_dir), "dataset_config": str(dataset),
                                     "cache_dir": str(cache), "train_device": "cpu"})
@@ -43,9 +43,9 @@ def make_loader(model, dataset: Path, cache: Path):
 def decode_preprocess_rate(loader) -> tuple[float, int]:
     """Samples/s of DecodeTargetVideo -> LoadReferences -> BuildConditionClip over every sample."""
     from modules.dataLoader.e2v.discovery import discover_e2v_samples
-    from modules.model.condition_layout import layout_elements
     from modules.dataLoader.e2v.modules import BuildConditionClip, DecodeTargetVideo, LoadReferences
     from modules.dataLoader.pipeline.module import ItemContext, run_module
+    from modules.model.condition_layout import layout_elements
 
     dataset = loader.datasets[0]
     height, width = loader._resolution(dataset)

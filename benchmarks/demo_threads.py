@@ -25,9 +25,9 @@ def child(threads: int, steps: int, folder: Path) -> dict:
     sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
     import torch
 
+    from modules.config.train_config import TrainConfig
     from modules.synthetic.tiny_model import write_tiny_model
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
     from scripts.demo import shapes_setup
 
     torch.set_num_threads(threads)

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from benchmarks.step_estimate import vram_estimate, write_model_configs  # noqa: E402, F401 - re-exported
+from benchmarks.step_estimate import per_token_timesteps, vram_estimate, write_model_configs  # noqa: E402, F401 - re-exported
 
 # --- the real transformer configs (Wan-AI/Wan2.1-*-Diffusers transformer/config.json) -----------------
 _WAN21_COMMON = dict(patch_size=[1, 2, 2], attention_head_dim=128, in_channels=16, out_channels=16, text_dim=4096,
@@ -64,12 +64,6 @@ SMOKE = dict(num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim
 TEXT_TOKENS = 512  # UMT5 context length (the transformer splits image from text tokens at length - 512)
 IMAGE_TOKENS = 257  # CLIP ViT-H/14 at 224 px: 16 x 16 patches + the class token
 VAE_TEMPORAL = 4
-WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE (TI2V-5B): z48, 16x spatial; the Wan 2.1 VAE: z16, 8x
-
-
-def per_token_timesteps(config: dict) -> bool:
-    """Wan 2.2 TI2V: 48-channel latents, a timestep per token (the model folder's expand_timesteps)."""
-    return config["out_channels"] == WAN22_LATENT_CHANNELS
 
 
 def vae_spatial(config: dict) -> int:
@@ -227,7 +221,7 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
                  checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16",
                  keep_self_attention: bool = False):
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
         "lora_rank": rank, "lora_alpha": rank, "gradient_checkpointing": checkpointing,
@@ -265,8 +259,8 @@ def wan_model(transformer, config: dict, device, dtype, transformer_2=None):
 
 def prepare(transformer, config: dict, train, device, dtype, transformer_2=None):
     """WanLoRASetup as GenericTrainer.start() runs it: setup_trainable, prepare_device, optimizer."""
-    from modules.modelSetup.WanLoRASetup import WanLoRASetup
     from modules.modelSetup.optimization import create_optimizer
+    from modules.modelSetup.WanLoRASetup import WanLoRASetup
 
     setup = WanLoRASetup(wan_model(transformer, config, device, dtype, transformer_2), train)
     params = setup.setup_trainable()  # fp8 storage (if on), then the LoRA adapters
@@ -325,9 +319,8 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
     """
     import contextlib
 
-    from torch.utils.flop_counter import FlopCounterMode
-
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     math_sdpa = contextlib.nullcontext()
     if inputs.x0.device.type == "cpu":
@@ -451,7 +444,7 @@ def main() -> int:
         parser.error("--offload-inactive-expert needs --experts 2")
     if args.fp8_scale != "NONE" and not args.fp8:
         parser.error("--fp8-scale needs --fp8")
-    from modules.util.config.base_config import ConfigError
+    from modules.util.base_config import ConfigError
 
     try:
         train = train_config(rank=args.lora_rank, checkpointing=args.checkpointing,

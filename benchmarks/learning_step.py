@@ -73,8 +73,8 @@ def main() -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
+    from modules.config.train_config import TrainConfig
     from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
-    from modules.util.config.train_config import TrainConfig
     from tests.learning_runs import sample
     from tests.torch_threads import one_torch_thread
 

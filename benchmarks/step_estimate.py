@@ -5,6 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE (TI2V-5B): z48, 16x spatial; the Wan 2.1 VAE: z16, 8x
+
+
+def per_token_timesteps(config: dict) -> bool:
+    """Wan 2.2 TI2V: 48-channel latents, a timestep per token (the model folder's expand_timesteps)."""
+    return config["out_channels"] == WAN22_LATENT_CHANNELS
+
 
 def vram_estimate(config: dict, train, width: int, height: int, frames: int, batch: int, experts: int,
                   vae: dict | None = None) -> dict:
@@ -30,8 +37,6 @@ def vram_estimate(config: dict, train, width: int, height: int, frames: int, bat
 
 def write_model_configs(folder: Path, config: dict, experts: int = 1, vae: dict | None = None) -> None:
     """The model folder's configs the estimate reads: transformer(s), the VAE's (`vae`, or TI2V's 16x latent width)."""
-    from benchmarks.gpu_step import per_token_timesteps
-
     for name in ["transformer", "transformer_2"][:experts]:
         (folder / name).mkdir()
         (folder / name / "config.json").write_text(json.dumps({"_class_name": "WanTransformer3DModel", **config}))

@@ -39,7 +39,7 @@ def make_small_model(folder: Path) -> Path:
 
 
 def trainer_config(model: Path, data: Path, work: Path, steps: int):
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
 
     return TrainConfig.from_dict({
         "base_model_name": str(model), "concepts": [{"path": str(data)}], "resolution": [64, 64], "frames": 17,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 
 def window_rates(model, work: Path, clips: int = 4, frames: int = 161, size: int = 64, stride: int = 17) -> dict:
-    from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+    from modules.config.train_config import TrainConfig
     from modules.dataLoader.pipeline.module import ItemContext, run_module
-    from modules.util.config.train_config import TrainConfig
+    from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
     from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(work / "clips", count=clips, frames=frames, height=size, width=size)

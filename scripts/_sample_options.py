@@ -24,7 +24,7 @@ def add_video_options(parser: argparse.ArgumentParser, frames: int) -> None:
 
 
 def add_schedule_and_device_options(parser: argparse.ArgumentParser) -> None:
-    from modules.util.config.sampling_choices import SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS
+    from modules.config.sampling_choices import SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS
 
     parser.add_argument("--sampler", default="uni_pc", choices=SAMPLE_SAMPLERS,
                         help="ComfyUI's uni_pc, euler or dpmpp_2m as ComfyUI computes them (a ComfyUI workflow is "

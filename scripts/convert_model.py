@@ -36,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from modules.modelLoader.WanLoRALoader import load_lora_file
-    from modules.modelSaver.WanLoRASaver import EXPERT_KEY, VARIANT_KEY, save_lora
+    from modules.modelFile.lora_formats import VARIANT_KEY
+    from modules.modelFile.lora_header import EXPERT_KEY
+    from modules.modelFile.lora_reading import load_lora_file
+    from modules.modelSaver.WanLoRASaver import save_lora
 
     try:
         weights, metadata = load_lora_file(args.input)

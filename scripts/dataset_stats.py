@@ -25,9 +25,9 @@ def parse_args(argv: list[str] | None = None):
 
 def main() -> int:
     args = parse_args()
+    from modules.config.loading import load_train_config
     from modules.dataLoader.e2v.statistics import e2v_dataset_statistics
     from modules.dataLoader.statistics import dataset_statistics, describe, model_facts
-    from modules.util.config.loading import load_train_config
 
     config = load_train_config(args.config_path, args.preset_path)
     fps, tokenizer = model_facts(Path(config.base_model_name), config.fps)

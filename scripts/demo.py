@@ -11,7 +11,6 @@ import json
 import shutil
 from pathlib import Path
 
-
 from _bootstrap import REPO_ROOT, OneLineArgumentParser, one_cpu_thread, run_main
 
 from modules.synthetic.shapes_training import STEPS as SHAPES_STEPS  # (a plain dict module: --help stays instant)
@@ -74,8 +73,8 @@ def shapes_verdict(model, strip: Path | None) -> None:
     """Samples each prompt with 5 seeds, prints what they show, and writes the frame strip if asked."""
     import numpy as np
 
+    from modules.config.train_config import SampleConfig
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.util.config.train_config import SampleConfig
     from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, SQUARE_CORNER_RATIO, matches, measure
     from modules.synthetic.shapes_training import FRAMES, SAMPLER, SIZE
 
@@ -124,9 +123,9 @@ def main() -> int:
     steps = args.steps or (SHAPES_STEPS if shapes else 300)
     one_cpu_thread()
 
-    from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.loading import load_train_config
+    from modules.config.loading import load_train_config
     from modules.synthetic.tiny_model import write_tiny_model
+    from modules.trainer.GenericTrainer import GenericTrainer
 
     variant = args.variant or ("t2v" if args.plain or shapes else "i2v")
     name = "t2v-shapes" if shapes else f"{variant}-plain" if args.plain else f"{variant}-e2v"

@@ -25,10 +25,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
+    from modules.config.e2v_dataset_config import with_dataset_shapes
+    from modules.config.loading import load_train_config
     from modules.modelSetup.memory_estimate import detected_gpu_gib
     from modules.modelSetup.memory_plan import detected_capability, int8_note, planned_estimate
-    from modules.util.config.e2v_dataset_config import with_dataset_shapes
-    from modules.util.config.loading import load_train_config
 
     config = with_dataset_shapes(load_train_config(args.config_path, args.preset_path))  # E2V: the dataset's
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())

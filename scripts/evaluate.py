@@ -19,7 +19,7 @@ from _sample_options import add_e2v_pathway_options, add_schedule_and_device_opt
 
 
 def parse_args(argv: list[str] | None = None):
-    from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
+    from modules.config.sampling_choices import REFERENCE_LAYOUTS
 
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base, or a fine-tuned output)")
@@ -87,8 +87,9 @@ def main() -> int:
     from modules.evaluation.report import write_report
     from modules.evaluation.run import Encoders, Run, evaluate, write_metrics
     from modules.model.detection import detect_variant
-    from modules.modelLoader.base_loras import sampling_stack
-    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+    from modules.modelFile.base_loras import sampling_stack
+    from modules.modelFile.lora_checks import check_lora_file
+    from modules.modelLoader.lora_inference import attach_lora_for_inference
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
     from modules.modelSaver.embedding_file import read_embedding

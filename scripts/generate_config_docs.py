@@ -22,13 +22,13 @@ def _table(cls) -> list[str]:
 
 
 def render() -> str:
+    from modules.config import e2v_dataset_config as e2v
+    from modules.config.guidance_preserving_config import GuidancePreservingConfig
+    from modules.config.train_config import BaseLoRAConfig, ConceptConfig, E2VConfig, SampleConfig, TrainConfig
     from modules.optimizer.registry import OPTIMIZERS
-    from modules.util.config import e2v_dataset_config as e2v
-    from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
-    from modules.util.config.train_config import BaseLoRAConfig, ConceptConfig, E2VConfig, SampleConfig, TrainConfig
 
     out = ["# Configuration keys", "",
-           "Generated from the typed configs in `modules/util/config/` by `.venv/bin/python scripts/generate_config_docs.py`;",
+           "Generated from the typed configs in `modules/config/` by `.venv/bin/python scripts/generate_config_docs.py`;",
            "a test fails when this file is stale. Configs are strict: an unknown key or a wrong type stops",
            "with one line naming the key. Presets are partial configs layered under the config file;",
            "`--config-value a.b=c` overrides one key (`concepts.0.path=data`).", ""]

@@ -37,12 +37,17 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    from modules.config.limits import check_lora_strength
     from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge_lora_into_model
-    from modules.util.config.limits import check_lora_strength
     from modules.util.dtypes import torch_dtype
     from modules.util.enum import DataType
     from modules.util.errors import UserError
-    from modules.util.path_checks import check_input_file, check_input_folder, check_writable_file, check_writable_folder
+    from modules.util.path_checks import (
+        check_input_file,
+        check_input_folder,
+        check_writable_file,
+        check_writable_folder,
+    )
 
     output = Path(args.output)
     fmt = args.format or (COMFY if output.suffix == ".safetensors" else DIFFUSERS)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
 from _bootstrap import run_main  # first: import path, offline mode
 
 
@@ -43,11 +42,11 @@ def main() -> int:
     from PIL import Image
     from safetensors.torch import save_file
 
+    from modules.config.e2v_dataset_config import load_dataset_config
+    from modules.config.loading import load_train_config
     from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
     from modules.modelSetup.e2v_expansion import prepare_e2v_model
-    from modules.util.config.e2v_dataset_config import load_dataset_config
-    from modules.util.config.loading import load_train_config
     from modules.util.errors import UserError
 
     config = load_train_config(args.config_path, args.preset_path, args.config_value)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 
-
 from _bootstrap import run_main  # first: import path, offline mode
 from _sample_options import add_e2v_pathway_options, add_schedule_and_device_options, add_video_options
 
 
 def parse_args() -> argparse.Namespace:
-    from modules.util.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS
+    from modules.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="diffusers Wan folder (a base or a fine-tuned output)")
@@ -84,8 +83,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    from modules.config.train_config import SampleConfig
     from modules.modelSampler.video_output import check_video_output
-    from modules.util.config.train_config import SampleConfig
 
     # the sample's values and the output's format first, before the seconds torch and diffusers take to import
     sample = SampleConfig.from_dict({
@@ -100,16 +99,18 @@ def main() -> int:
     }, "sample")
     check_video_output(args.output)
 
+    from modules.model.attention.backend_setup import apply_attention_backend
     from modules.model.detection import detect_variant
     from modules.model.vace_e2v import check_vace_references
-    from modules.modelLoader.base_loras import sampling_stack
-    from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+    from modules.modelFile.base_loras import sampling_stack
+    from modules.modelFile.lora_checks import check_lora_file
+    from modules.modelLoader.lora_inference import attach_lora_for_inference
     from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-    from modules.modelSaver.embedding_file import read_embedding
-    from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.modelSampler.comfy_workflow import workflow_models
     from modules.modelSampler.e2v_options import e2v_sampling_options, reference_layout_of
-    from modules.util.attention_backends import apply_attention_backend, unavailable
+    from modules.modelSampler.WanModelSampler import WanModelSampler
+    from modules.modelSaver.embedding_file import read_embedding
+    from modules.util.attention_kernels import unavailable
     from modules.util.enum import AttentionBackend
     from modules.util.errors import UserError
     from modules.util.path_checks import check_input_file, check_not_an_input

@@ -6,7 +6,6 @@ import argparse
 import signal
 import sys
 
-
 from _bootstrap import run_main  # first: import path, offline mode
 
 
@@ -24,8 +23,8 @@ def main() -> int:
     if not args.config_path and not args.preset_path:
         print("error: give --config-path (and/or --preset-path)", file=sys.stderr)
         return 2
+    from modules.config.loading import load_train_config
     from modules.trainer.preflight import check_before_loading
-    from modules.util.config.loading import load_train_config
 
     # The config and every check that needs no model first: importing the trainer (diffusers' Wan pipelines)
     # takes many seconds, a config error should not wait for it.

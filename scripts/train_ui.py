@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-
 from _bootstrap import run_main
 
 
@@ -37,7 +36,7 @@ def main() -> int:
     if args.config_path or args.preset_path:
         ui.guard(lambda: ui.app.config.load_file(args.config_path, args.preset_path))
         if args.preset_path:
-            from modules.util.config.loading import resolve_preset
+            from modules.config.loading import resolve_preset
 
             ui.app.config.preset_name = ui.guard(lambda: resolve_preset(args.preset_path).stem) or ""
         ui.guard(ui.app.load_dataset_from_config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modules.util.config.sampling_choices import COMFY_SAMPLERS, SAMPLE_SCHEDULERS
+from modules.config.sampling_choices import COMFY_SAMPLERS, SAMPLE_SCHEDULERS
 
 # comfy/samplers.py KSampler.SAMPLERS and SCHEDULERS (ours are a subset; the full lists are longer)
 SAMPLERS = COMFY_SAMPLERS + ("uni_pc_bh2", "dpmpp_2m_sde", "ddim", "lcm")

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from modules.synthetic.shape_clips import BLUE_SQUARE_DOWN, RED_CIRCLE_RIGHT, Motif, matches, write_motif_dataset
-from modules.synthetic.shapes_training import (A14B_STEPS, ANIMATE2_STEPS, FRAMES, RECIPE, REFERENCE_STEPS,
-                                              SAMPLER, SIZE)
+from modules.synthetic.shapes_training import A14B_STEPS, ANIMATE2_STEPS, FRAMES, RECIPE, REFERENCE_STEPS, SAMPLER, SIZE
 
 SEEDS = range(5)  # sampling seeds per prompt (>= 80 %: 4 of 5)
 T2V_MOTIFS = (RED_CIRCLE_RIGHT, BLUE_SQUARE_DOWN)
@@ -33,9 +32,8 @@ def learning_config(model: Path, data: Path, work: Path, **overrides) -> dict:
 
 def train(config: dict):
     """The project's own trainer, start to end (saves the output); returns the trainer (model still loaded)."""
+    from modules.config.train_config import TrainConfig
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
-
     from tests.torch_threads import one_torch_thread
 
     # one CPU thread, as the thresholds were measured: a 2000-step run is chaotic, another thread count sums in
@@ -52,8 +50,8 @@ def sample(model, prompt: str, seed: int, image: str = "", elements: list[str] |
            frames: int = FRAMES, cfg: float = 1.0, driving_video: str = "") -> np.ndarray:
     """uint8 (F, H, W, 3) from the project's own sampler (CFG 1 unless `cfg`: against the empty prompt, which the
     T2V run's caption dropout trains)."""
+    from modules.config.train_config import SampleConfig
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.util.config.train_config import SampleConfig
 
     # negative "": the runs' unconditional prompt is the empty caption (caption dropout), not Wan's negative prompt
     config = SampleConfig(prompt=prompt, negative_prompt="", frames=frames, height=SIZE, width=SIZE, steps=12,

@@ -7,17 +7,14 @@ loader consumes (`comfy_loaded_keys`) and the weight it computes from them (`com
 """
 from __future__ import annotations
 
-
 import pytest
 import torch
 from diffusers import WanTransformer3DModel
 from safetensors import safe_open
 
 from modules.adapter.registry import adapter_for
-from modules.modelLoader.lora_inference import attach_lora_for_inference
-from modules.modelLoader.WanLoRALoader import load_lora_file
-from modules.modelLoader.WanModelLoader import WanModelLoader
-from modules.modelSaver.lora_formats import (
+from modules.config.train_config import SampleConfig, TrainConfig
+from modules.modelFile.lora_formats import (
     COMFY_LORA,
     DIFFUSERS_LORA,
     LoRAFormatError,
@@ -26,12 +23,14 @@ from modules.modelSaver.lora_formats import (
     from_state_dict,
     to_state_dict,
 )
-from modules.modelSaver.merged_model import DIFFUSERS, MergeInputs, merge_lora_into_model
+from modules.modelFile.lora_reading import load_lora_file
+from modules.modelFile.original_keys import original_key
+from modules.modelLoader.lora_inference import attach_lora_for_inference
+from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.WanModelSampler import WanModelSampler
-from modules.modelSaver.original_keys import original_key
+from modules.modelSaver.merged_model import DIFFUSERS, MergeInputs, merge_lora_into_model
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import SampleConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 from tests.conftest import e2v_on_t2v_config, stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

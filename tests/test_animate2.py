@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from modules.model.animate2 import two_pass_forward
+from modules.model.attention.animate2_attention import block_mask_attention, frame_aligned_attention
+from modules.model.attention.animate2_processor import Animate2AttentionProcessor
 from modules.model.detection import detect_variant
 from modules.model.registry import family_for
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.synthetic.tiny_animate2 import tiny_animate2_transformer
-from modules.util.animate2_attention import block_mask_attention, frame_aligned_attention
-from modules.util.animate2_processor import Animate2AttentionProcessor
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 
@@ -131,10 +131,12 @@ def test_the_denoising_loop_is_diffusers_animate_2_pipeline_loop_for_the_same_no
     import diffusers.models.transformers.transformer_wan_animate_2 as animate2
     from diffusers import FlowMatchEulerDiscreteScheduler
     from diffusers.guiders import ClassifierFreeGuidance
-    from diffusers.modular_pipelines.modular_pipeline import BlockState
-    from diffusers.modular_pipelines.wan_animate_2.denoise import (WanAnimate2RefExtractStep,
-                                                                  WanAnimate2SegmentDenoiseInner)
     from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+    from diffusers.modular_pipelines.modular_pipeline import BlockState
+    from diffusers.modular_pipelines.wan_animate_2.denoise import (
+        WanAnimate2RefExtractStep,
+        WanAnimate2SegmentDenoiseInner,
+    )
 
     from modules.modelSampler.animate2_sampling import denoise_segment
 
@@ -179,11 +181,11 @@ def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_l
                                                                                     tmp_path):
     """The trainer's step (`BaseWanSetup.predict_at`) on an Animate-2 base: LoRA on self-attention q/k/v by default,
     the reference image's slot out of the loss, and a few steps on one batch lower its loss."""
+    from modules.config.train_config import TrainConfig
     from modules.model.animate2 import DrivingStream
     from modules.model.conditioning import ConditionPayload
     from modules.model.step_inputs import StepInputs
     from modules.modelSetup.WanLoRASetup import WanLoRASetup
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import train_config_dict
 
     config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), video_dataset, tmp_path,
@@ -211,7 +213,7 @@ def test_a_lora_trains_on_the_two_pass_step_with_the_reference_slot_out_of_the_l
     torch.testing.assert_close(out.loss, video_only)  # frame 0, the reference slot, is out of the loss
     assert all(b < a for a, b in zip(losses, losses[1:])) and losses[-1] < 0.99 * losses[0], losses
     # its file in ComfyUI's key space (the official checkpoint's names) and diffusers', both read back exactly
-    from modules.modelSaver.lora_formats import extract_from_peft, from_state_dict, to_state_dict
+    from modules.modelFile.lora_formats import extract_from_peft, from_state_dict, to_state_dict
 
     weights = extract_from_peft(setup.model.transformer, "default")
     header = {"wantrainer.variant": "wan-2.1-animate-2"}  # ComfyUI's names are Wan's: the header says which
@@ -237,7 +239,7 @@ def test_make_tiny_model_writes_the_animate_2_folder(tmp_path, capsys):
 
 
 def test_the_attention_backend_reaches_our_processor_and_the_forward_is_unchanged():
-    from modules.util.attention_backends import apply_attention_backend
+    from modules.model.attention.backend_setup import apply_attention_backend
     from modules.util.enum import AttentionBackend
 
     transformer = tiny_animate2_transformer(seed=8)

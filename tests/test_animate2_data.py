@@ -8,11 +8,11 @@ import cv2
 import numpy as np
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.animate2_triplets import COPY_PSNR_DB, check_triplets, frame_psnr
 from modules.dataLoader.discovery import discover_concept
 from modules.synthetic.synthetic_data import render_clip
 from modules.trainer.preflight import check_paths
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.util.video_write import write_video
 from tests.conftest import train_config_dict
@@ -71,12 +71,11 @@ def test_animate_2_lora_names_are_comfyuis_and_the_official_checkpoint_names_rea
     """Written: ComfyUI's names (Wan 2.1 I2V's, which its Animate-2 model keeps), read back under an Animate-2
     header; read too: the official checkpoint's in-context names (`blocks.N.block.self_attn.q`, DiffSynth-Studio's
     layout), which diffusers' single-file converter maps to the same modules."""
+    import torch
     from diffusers.loaders.single_file_utils import convert_wan_animate_2_transformer_to_diffusers
 
-    from modules.modelSaver.lora_names import animate2_name, diffusers_to_wan_name, wan_to_diffusers_name
+    from modules.modelFile.lora_names import animate2_name, diffusers_to_wan_name, wan_to_diffusers_name
     from modules.synthetic.tiny_animate2 import tiny_animate2_transformer
-
-    import torch
 
     transformer = tiny_animate2_transformer()
     linears = [name for name, module in transformer.named_modules()

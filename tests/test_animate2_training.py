@@ -11,17 +11,17 @@ import pytest
 import torch
 from PIL import Image
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.WanAnimate2DataLoader import WanAnimate2DataLoader
 from modules.model.step_inputs import StepRandom
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.synthetic.synthetic_data import render_clip
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.util.video_write import write_video
 from tests import comfyui_wan
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
-from tests.test_adapters import comfy_loaded_keys
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.test_adapters import comfy_loaded_keys
 
 SIZE, FRAMES = 32, 9
 
@@ -52,8 +52,10 @@ def _diffusers_inputs(model, data) -> SimpleNamespace:
     """What diffusers' Animate-2 blocks build for clip 001's driving video and reference (first segment)."""
     from diffusers.modular_pipelines.modular_pipeline import BlockState, PipelineState
     from diffusers.modular_pipelines.wan_animate_2 import encoders
-    from diffusers.modular_pipelines.wan_animate_2.denoise import (WanAnimate2SegmentPrevFramesStep,
-                                                                  WanAnimate2SegmentVaeEncoderStep)
+    from diffusers.modular_pipelines.wan_animate_2.denoise import (
+        WanAnimate2SegmentPrevFramesStep,
+        WanAnimate2SegmentVaeEncoderStep,
+    )
     from diffusers.modular_pipelines.wan_animate_2.video_processor import WanAnimate2VideoProcessor
 
     from modules.dataLoader.video_io import read_video_frames
@@ -129,9 +131,9 @@ def test_a_sample_is_diffusers_animate_2_pipeline_for_the_same_files_and_noise(t
     from diffusers.guiders import ClassifierFreeGuidance
     from diffusers.modular_pipelines.wan_animate_2.modular_blocks_wan_animate_2 import WanAnimate2Blocks
 
+    from modules.config.sample_config import SampleConfig
     from modules.dataLoader.video_io import read_image, read_video_frames
     from modules.modelSampler.animate2_inputs import sample_animate2
-    from modules.util.config.sample_config import SampleConfig
 
     original = animate2.create_block_mask  # flex uncompiled on the CPU
     monkeypatch.setattr(animate2, "create_block_mask", lambda *a, **k: original(*a, **{**k, "_compile": False}))
@@ -192,9 +194,9 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
     assert "diffusion_model.blocks.0.self_attn.q.lora_down.weight" in lora and len(lora) == 6 * 3
     assert comfy_loaded_keys(lora, modules) == set(lora)
     # and back into ours (sample.py --lora): its header names Animate-2, so ComfyUI's names reach Animate-2's modules
-    from modules.modelLoader.lora_inference import attach_lora_for_inference
-
     from safetensors.torch import save_file
+
+    from modules.modelLoader.lora_inference import attach_lora_for_inference
 
     save_file(lora, tmp_path / "no_header.safetensors")  # a ComfyUI-named file from elsewhere: no header
     base = WanModelLoader().load(str(tiny_model("animate_2")), torch.device("cpu"))

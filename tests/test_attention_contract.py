@@ -16,11 +16,11 @@ import pytest
 import torch
 from PIL import Image
 
+from modules.config.train_config import SampleConfig, TrainConfig
+from modules.model.attention.backend_setup import apply_attention_backend
 from modules.model.step_inputs import StepRandom
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.attention_backends import apply_attention_backend
-from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.enum import AttentionBackend
 from tests.attention_kernels import cuda_autocast_norms, kernel_stand_ins
 from tests.conftest import e2v_on_t2v_config, train_config_dict
@@ -130,7 +130,7 @@ def _wan(image_keys: bool, seed: int = 0):
 def test_the_processor_changes_no_number_of_native_attention(image_keys):
     """diffusers' processor against ours, NATIVE under bf16 autocast with CUDA's float32 RMSNorm: output, input
     gradient and every weight gradient equal bit for bit."""
-    from modules.util.attention_processor import WanAttentionProcessor, install
+    from modules.model.attention.attention_processor import WanAttentionProcessor, install
 
     results = []
     for ours in (False, True):

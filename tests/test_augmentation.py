@@ -78,8 +78,8 @@ def test_cached_variants_differ_epochs_run_no_encoder_and_validation_is_not_augm
 
 @pytest.mark.parametrize("key", ["random_crop", "color_jitter"])
 def test_augmentation_strength_is_range_checked(key):
-    from modules.util.config.base_config import ConfigError
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
+    from modules.util.base_config import ConfigError
 
     with pytest.raises(ConfigError, match=key):
         TrainConfig.from_dict({key: 0.9})
@@ -88,11 +88,11 @@ def test_augmentation_strength_is_range_checked(key):
 def test_e2v_flips_the_video_and_its_references_together(tiny_model, tmp_path):
     import torch
 
+    from modules.config.e2v_dataset_config import load_dataset_config
+    from modules.config.train_config import TrainConfig
     from modules.dataLoader.e2v.modules import DecodeTargetVideo, LoadReferences
     from modules.dataLoader.pipeline import ItemContext
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.e2v_dataset_config import load_dataset_config
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import e2v_on_t2v_config
 
     config = e2v_on_t2v_config(tiny_model, tmp_path, random_flip=True, cache_variations=4, epochs=4)

@@ -21,21 +21,22 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from modules.modelLoader.base_loras import (
+from modules.config.train_config import BaseLoRAConfig, TrainConfig
+from modules.model.detection import detect_variant
+from modules.modelFile.base_loras import (
     check_base_loras,
     header_stack,
     merge_stack,
     parse_base_lora,
     read_base_lora,
 )
-from modules.modelLoader.lora_inference import check_lora_file
-from modules.model.detection import detect_variant
-from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, extract_from_peft
+from modules.modelFile.lora_checks import check_lora_file
+from modules.modelFile.lora_formats import COMFY_LORA, DIFFUSERS_LORA, extract_from_peft
+from modules.modelFile.lora_header import BASE_LORAS_KEY
+from modules.modelFile.original_keys import original_key
 from modules.modelSaver.merged_model import DIFFUSERS, MergeInputs, merge_lora_into_model
-from modules.modelSaver.original_keys import original_key
-from modules.modelSaver.WanLoRASaver import BASE_LORAS_KEY, lora_metadata, save_lora
+from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
 from tests.comfyui_nodes import problems
@@ -132,7 +133,7 @@ def test_diff_and_diff_b_merge_as_comfyui_and_unknown_keys_are_one_counted_line(
     lora, _ = random_file("lora", model_dir, tmp_path)
     base = base_transformer(model_dir).state_dict()
     path, state = lightning_like(lora, base, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="modules.modelLoader.base_loras"):
+    with caplog.at_level(logging.WARNING, logger="modules.modelFile.base_loras"):
         merged = merged_with(model_dir, (path, 0.5))
     for key, name in DIFFS:
         assert torch.allclose(merged[name], comfy_diff(base[name], state[f"diffusion_model.{key}"], 0.5), atol=1e-6)
@@ -223,7 +224,7 @@ def test_the_headers_stack_is_found_beside_the_lora_and_a_missing_file_is_a_warn
                {"name": "gone.safetensors", "path": "/elsewhere/gone.safetensors", "sha256": "", "strength": 1.0}]
     save_lora(weights, trained, COMFY_LORA, {**lora_metadata("wan-2.1-t2v"), BASE_LORAS_KEY: json.dumps(records)})
     variant = detect_variant(model_dir)
-    with caplog.at_level(logging.WARNING, logger="modules.modelLoader.base_loras"):
+    with caplog.at_level(logging.WARNING, logger="modules.modelFile.base_loras"):
         entries = header_stack(check_lora_file(trained, variant), variant)
     assert entries == [BaseLoRAConfig(str(base_lora), 0.8)]
     assert any("gone.safetensors" in r.getMessage() and "sampling without it" in r.getMessage() for r in caplog.records)
@@ -254,8 +255,8 @@ def test_a_sample_with_base_lora_equals_a_sample_of_the_merged_folder(tiny_model
 
 
 def test_sample_overrides_replace_each_samples_own_settings():
-    from modules.util.config.loading import load_train_config
-    from modules.util.config.train_config import SampleConfig
+    from modules.config.loading import load_train_config
+    from modules.config.train_config import SampleConfig
 
     config = load_train_config(preset="#wan2.1 t2v 14B lora on lightning")
     sample = config.sample_overrides.apply(SampleConfig(prompt="a fox", steps=30, cfg_scale=6.0))
@@ -266,9 +267,9 @@ def test_sample_overrides_replace_each_samples_own_settings():
 
 
 def test_cfg_1_samples_without_a_negative_pass(tiny_model):
+    from modules.config.train_config import SampleConfig
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.util.config.train_config import SampleConfig
 
     model = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu"))
     calls = []
@@ -281,8 +282,8 @@ def test_cfg_1_samples_without_a_negative_pass(tiny_model):
 
 
 def test_two_expert_models_take_each_entry_into_its_expert(tiny_model, tmp_path):
+    from modules.modelFile.lora_header import read_stack, stack_header
     from modules.modelLoader.WanModelLoader import WanModelLoader
-    from modules.modelSaver.WanLoRASaver import read_stack, stack_header
 
     model_dir = tiny_model("a14b")
     high = tmp_path / "high.safetensors"

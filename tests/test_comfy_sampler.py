@@ -9,12 +9,12 @@ import mpmath
 import pytest
 import torch
 
+from modules.config.loading import migrate
+from modules.config.sampling_choices import WAN_NEGATIVE_PROMPT
+from modules.config.train_config import CONFIG_VERSION, SampleConfig, TrainConfig
 from modules.modelSampler.comfy_scheduler import ComfyFlowScheduler, split_step
 from modules.modelSampler.comfy_sigmas import ksampler_sigmas, scheduler_sigmas
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import migrate
-from modules.util.config.sampling_choices import WAN_NEGATIVE_PROMPT
-from modules.util.config.train_config import CONFIG_VERSION, SampleConfig, TrainConfig
+from modules.util.base_config import ConfigError
 
 
 def shifted(shift: float, t: float) -> float:
@@ -196,8 +196,9 @@ def test_the_default_sample_is_a_comfyui_users_and_old_scheduler_names_migrate()
     sample = SampleConfig(prompt="a fox")
     assert (sample.sampler, sample.scheduler, sample.shift) == ("uni_pc", "simple", 0.0)
     assert sample.negative_prompt == WAN_NEGATIVE_PROMPT and sample.negative_prompt.startswith("色调艳丽")
-    from modules.modelSampler.schedulers import build_scheduler
     from diffusers import UniPCMultistepScheduler
+
+    from modules.modelSampler.schedulers import build_scheduler
 
     built = build_scheduler(UniPCMultistepScheduler(flow_shift=3.0), sample.sampler, sample.scheduler, sample.shift)
     assert isinstance(built, ComfyFlowScheduler) and built.config.shift == 8.0  # ComfyUI's Wan default

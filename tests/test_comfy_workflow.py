@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
+from modules.config.sample_config import SampleConfig
+from modules.config.train_config import BaseLoRAConfig
 from modules.model.WanVariant import WanVariant
 from modules.modelSampler.comfy_scheduler import ComfyFlowScheduler
 from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, workflow_models
-from modules.util.config.sample_config import SampleConfig
-from modules.util.config.train_config import BaseLoRAConfig
 from modules.util.enum import ModelType
 from tests.comfyui_nodes import problems
 

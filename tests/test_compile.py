@@ -14,10 +14,10 @@ import dataclasses
 import pytest
 import torch
 
-from modules.modelSetup import compile as compile_module
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
+from modules.modelSetup import compile as compile_module
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 
 
@@ -90,8 +90,8 @@ def test_new_bucket_shapes_add_graphs_once_not_per_step(tiny_model, video_datase
 
 def test_compile_on_a_gpu_needs_triton(monkeypatch):
     """Checked at start-up (CUDA and ROCm builds both compile through triton); the CPU needs none."""
-    from modules.util.config import train_config
-    from modules.util.config.base_config import ConfigError
+    from modules.config import train_config
+    from modules.util.base_config import ConfigError
 
     real = train_config.importlib.util.find_spec
     monkeypatch.setattr(train_config.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from modules.config.train_config import ConceptConfig, TrainConfig
 from modules.dataLoader.concept_options import OVERRIDABLE, concept_options
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import FrameSampleStrategy
 
 RUN = dict(fps=16.0, frames=[33, 17], resolution=[480, 832], frame_sample_strategy="UNIFORM", frame_stride=8,
@@ -64,9 +64,9 @@ def test_prompt_sources(tiny_model, tmp_path):
 
     from modules.dataLoader.item_plan import ItemPlanner
     from modules.dataLoader.skips import SkipCounter
+    from modules.synthetic.synthetic_data import write_video_dataset
     from modules.trainer.preflight import check_paths
     from modules.util.errors import UserError
-    from modules.synthetic.synthetic_data import write_video_dataset
     from tests.conftest import train_config_dict
 
     folder = write_video_dataset(tmp_path / "clips", count=2, frames=9, height=32, width=32)

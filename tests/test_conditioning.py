@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.dataLoader.e2v.sampling_options import a2_layout
 from modules.model.conditioning import TRAIN_TIMESTEPS, ConditionPayload, conditioning_for
 from modules.model.step_inputs import StepInputs, StepRandom
@@ -16,7 +17,6 @@ from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.e2v_sampling import build_conditioning, sample_latents
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.e2v_expansion import prepare_e2v_model
-from modules.util.config.train_config import SampleConfig, TrainConfig
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
 FRAMES, SIZE = 9, 32

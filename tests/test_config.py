@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import MIGRATIONS, load_train_config, migrate
-from modules.util.config.train_config import CONFIG_VERSION, TrainConfig
+from modules.config.loading import MIGRATIONS, load_train_config, migrate
+from modules.config.train_config import CONFIG_VERSION, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import ModelType, TimeUnit, TrainingMethod
 from tests.conftest import REPO_ROOT
 
@@ -117,7 +117,7 @@ def test_shipped_preset_is_found_by_name():
 def test_concepts_may_be_a_concept_file(tmp_path):
     concepts = write(tmp_path, [{"path": "videos", "repeats": 2}], "concepts.json")
     loaded = load_train_config(write(tmp_path, {"concepts": str(concepts)}))
-    from modules.util.config.loading import load_concepts
+    from modules.config.loading import load_concepts
 
     assert load_concepts(loaded.concepts)[0].balancing == 2  # the old name `repeats` is read as balancing
 

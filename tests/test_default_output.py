@@ -3,7 +3,7 @@
 Wan model's state dict, in Wan's own names), so every key of a default file must be such a name.
 
 The set of names is not written by hand: it is the transformer's state dict in Wan's original names
-(`modules.modelSaver.original_keys`, what a ComfyUI single file holds), checked here to be exactly what
+(`modules.modelFile.original_keys`, what a ComfyUI single file holds), checked here to be exactly what
 diffusers' own single-file converter (`convert_wan_transformer_to_diffusers`) turns back into the
 diffusers state dict. That diffusers' `load_lora_weights` consumes every key of the default file and
 changes the output is checked by tests/test_end_to_end.py, which trains with defaults.
@@ -18,9 +18,9 @@ from diffusers import WanTransformer3DModel
 from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 from safetensors import safe_open
 
-from modules.modelSaver.original_keys import original_key
+from modules.config.train_config import TrainConfig
+from modules.modelFile.original_keys import original_key
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 
 _KEY = re.compile(r"^diffusion_model\.(?P<module>.+)\.(?:lora_down\.weight|lora_up\.weight|alpha)$")

@@ -15,12 +15,12 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from modules.util.video_write import write_video
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
+from modules.config.train_config import TrainConfig
 from modules.synthetic.synthetic_data import e2v_dataset_json, render_clip, write_e2v_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.base_config import ConfigError
+from modules.util.errors import UserError
+from modules.util.video_write import write_video
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.test_pixel_budget import huge_png
 

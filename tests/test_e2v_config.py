@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import (
+from modules.config.e2v_dataset_config import (
     E2VDatasetFile,
     ElementClipConfig,
     load_dataset_config,
     normalize_flat_form,
     to_json,
 )
+from modules.util.base_config import ConfigError
 from tests.conftest import REPO_ROOT
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "e2v"
@@ -102,7 +102,7 @@ def test_seed_002_values():
 
 
 def test_a_single_flat_dataset_parses_on_its_own():
-    from modules.util.config.e2v_dataset_config import E2VDatasetConfig
+    from modules.config.e2v_dataset_config import E2VDatasetConfig
 
     flat = seed("seed_001_flat.json")["datasets"][0]
     nested = normalize_flat_form(seed("seed_001_flat.json"))["datasets"][0]

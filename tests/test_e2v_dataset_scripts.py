@@ -67,8 +67,8 @@ def test_estimate_vram_refuses_a_gpu_size_that_is_not_one(tmp_path, value):
 
 def test_an_e2v_config_is_sized_at_its_trained_datasets(tmp_path):
     """The script and the GUI's estimate take the config through with_dataset_shapes."""
-    from modules.util.config.e2v_dataset_config import with_dataset_shapes
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.e2v_dataset_config import with_dataset_shapes
+    from modules.config.train_config import TrainConfig
 
     document = e2v_dataset_json(tmp_path / "data", 256, 448, 33)
     held_out = {**json.loads(json.dumps(document["datasets"][0])), "type": "VALIDATION", "max_frames": 81}

@@ -7,11 +7,11 @@ import pytest
 import torch
 from PIL import Image
 
+from modules.config.e2v_dataset_config import ElementConfig
 from modules.dataLoader.e2v import preprocess
-from modules.model import condition_layout as layout
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
 from modules.dataLoader.errors import DataError
-from modules.util.config.e2v_dataset_config import ElementConfig
+from modules.model import condition_layout as layout
 
 
 def element(name: str, position: int, repeat: int, required: bool = False, suffixes=None) -> ElementConfig:

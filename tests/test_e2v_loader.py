@@ -20,9 +20,9 @@ import pytest
 import torch
 from PIL import Image
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.step_inputs import StepRandom
-from modules.util.config.train_config import TrainConfig
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
 from tests.test_e2v_layout import spec_crop, spec_pad
 

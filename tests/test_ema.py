@@ -7,12 +7,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import stop_and_resume, train_config_dict
-from tests.torch_threads import one_torch_thread
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.torch_threads import one_torch_thread
 
 DECAY = 0.8
 
@@ -104,9 +104,9 @@ def test_bad_ema_settings_are_one_line_naming_the_key(tiny_model, video_dataset,
 @pytest.mark.slow
 def test_sigkill_then_resume_with_ema_equals_an_uninterrupted_run(tiny_model, video_dataset, tmp_path):
     from modules.trainer.backup import list_backups
-    from tests.run_paths import last_run
     from tests.faults.test_kill_and_resume import RUN, Run, assert_same_tensors, lora_tensors
     from tests.faults.test_kill_and_resume import make_trainer as make_run
+    from tests.run_paths import last_run
 
     options = {**RUN, "ema": "CPU", "ema_decay": DECAY}
     with one_torch_thread():  # as the subprocesses run

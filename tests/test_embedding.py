@@ -10,14 +10,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.model.text_embedding import WanModelEmbedding, placeholder_token_ids
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSaver.embedding_file import read_embedding
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import SampleConfig, TrainConfig
-from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import write_video_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.base_config import ConfigError
+from modules.util.errors import UserError
 from tests.conftest import stop_and_resume, train_config_dict
 from tests.script_runner import run_script
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader import encoder_placement
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.vae_memory import GIB, vae_encode_bytes, vae_tiling_needed
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import EncoderDevice
 from tests.conftest import train_config_dict
 
@@ -245,7 +245,7 @@ def test_the_trainer_tiles_when_gpu_memory_gib_is_too_small(tiny_model, clips, t
 
 
 def test_config_checks_the_new_keys():
-    from modules.util.config.base_config import ConfigError
+    from modules.util.base_config import ConfigError
 
     with pytest.raises(ConfigError, match="gpu_memory_gib"):
         TrainConfig.from_dict({"gpu_memory_gib": -1}).validate("config.json")

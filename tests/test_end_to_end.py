@@ -119,8 +119,8 @@ def test_the_default_demo_is_the_shapes_one_and_prints_its_verdict_and_epochs_it
 
 def test_training_loss_falls_on_one_clip(tiny_model, video_dataset, tmp_path):
     """Overfitting one clip at a fixed σ: the LoRA learns (loss falls clearly)."""
+    from modules.config.train_config import TrainConfig
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
 
     single = tmp_path / "one"
     single.mkdir()

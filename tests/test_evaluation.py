@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,8 +116,8 @@ def test_prompt_files_are_checked_before_any_model_loads(tmp_path):
 
 
 def test_sample_metrics_need_tensorboard(tmp_path):
-    from modules.util.config.base_config import ConfigError
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
+    from modules.util.base_config import ConfigError
 
     values = train_config_dict(tmp_path / "model", tmp_path / "data", tmp_path, sample_metrics=True)
     with pytest.raises(ConfigError, match="'sample_metrics' writes to tensorboard"):
@@ -156,10 +156,10 @@ class _Links(HTMLParser):
 
 @pytest.mark.slow
 def test_evaluate_compare_base_writes_metrics_and_a_report_whose_files_exist(tiny_model, tmp_path):
-    from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
     from modules.synthetic.synthetic_data import write_video_dataset
     from modules.synthetic.tiny_eval_models import write_tiny_clip, write_tiny_dino
+    from modules.trainer.GenericTrainer import GenericTrainer
 
     data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
     trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), data, tmp_path / "train",
@@ -223,9 +223,9 @@ def test_samples_during_training_log_their_metrics(tiny_model, tmp_path):
     from PIL import Image
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
     from modules.synthetic.synthetic_data import write_video_dataset
+    from modules.trainer.GenericTrainer import GenericTrainer
 
     data = write_video_dataset(tmp_path / "data", count=1, frames=5, height=32, width=32)
     first = tmp_path / "first.png"

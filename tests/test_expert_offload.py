@@ -9,12 +9,12 @@ import weakref
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelSetup import memory
 from modules.modelSetup.memory import ExpertOffloader, is_placement_managed, release_from_device
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import train_config_dict
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from modules.dataLoader.WanBaseDataLoader import EncodeFirstFrameClip, FirstFrameCondition, condition_frames
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.dataLoader.encoding_modules import EncoderCounter
+from modules.dataLoader.WanBaseDataLoader import EncodeFirstFrameClip, FirstFrameCondition, condition_frames
 from modules.model.condition_layout import fold_mask
 from modules.model.conditioning import TRAIN_TIMESTEPS, ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
@@ -19,7 +20,6 @@ from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

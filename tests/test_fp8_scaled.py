@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelSetup.fp8_storage import FP8, dequantize, quantize, stored_weights
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import Fp8Scale
 from tests.conftest import train_config_dict
 from tests.test_single_file_models import comfy_transformer, write
@@ -113,8 +113,9 @@ def test_fp8_scale_needs_fp8_base_weights():
 
 
 def test_the_vram_estimate_adds_the_scales(tiny_model):
-    from modules.modelSetup.memory_estimate import GIB, estimate, transformer_counts
     import json
+
+    from modules.modelSetup.memory_estimate import GIB, estimate, transformer_counts
 
     base = {"base_model_name": str(tiny_model("t2v")), "train_device": "cpu", "fp8_base_weights": True}
     weights = {scale: estimate(TrainConfig.from_dict({**base, "fp8_scale": scale})).phases["training"][

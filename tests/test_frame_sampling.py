@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 
 

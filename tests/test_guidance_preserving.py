@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.guidance_preserving_config import LIGHTNING_4_STEPS, GuidancePreservingConfig
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.flow_matching import SigmaSampler
 from modules.modelSetup.guidance_preserving import guided_target, scales_at
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.guidance_preserving_config import LIGHTNING_4_STEPS, GuidancePreservingConfig
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 
@@ -115,8 +115,8 @@ def transformer_calls(trainer: GenericTrainer, micro_step: int = 0) -> tuple[lis
 
 
 def test_the_unconditional_pass_keeps_the_image_condition_and_changes_only_the_prompt(tiny_model, video_dataset, tmp_path):
+    from modules.config.guidance_preserving_config import WAN_NEGATIVE_PROMPT
     from modules.dataLoader.batching import encode_caption
-    from modules.util.config.guidance_preserving_config import WAN_NEGATIVE_PROMPT
 
     trainer = started(tiny_model, video_dataset, tmp_path, "i2v",
                       guidance_preserving={"scale": 3.0, "unconditional_prompt": "wan_negative"})

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.modelSetup import host_memory_estimate, memory_plan
 from modules.modelSetup.host_memory_estimate import GIB, host_estimate
 from modules.modelSetup.memory_plan import apply_memory_plan, plan_memory
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT
 from tests.fixtures.wan_configs import TRANSFORMER_1_3B, TRANSFORMER_14B, write_config_folder

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import load_dataset_config
-from modules.util.config.loading import MAX_JSON_DEPTH, json_depth, load_concepts, load_train_config
+from modules.config.e2v_dataset_config import load_dataset_config
+from modules.config.loading import MAX_JSON_DEPTH, json_depth, load_concepts, load_train_config
+from modules.util.base_config import ConfigError
 from tests.conftest import REPO_ROOT
 
 DEEP = "[" * 200_000 + "]" * 200_000  # valid JSON that overflows json's recursive parser

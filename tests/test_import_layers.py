@@ -1,15 +1,23 @@
-"""Imports point downward (docs/architecture.md): util, optimizer, adapter (their type names and options are part
-of the config) < model < dataLoader, modelSetup (which do not import
-each other) < modelSaver, modelLoader, modelSampler < trainer < ui < synthetic. The synthetic kit (tiny models,
-shape clips, the shapes recipe) sits above everything: tests, the demo and benchmarks import it, no product module
-may. The test reads every module's imports, function-level ones included.
+"""Imports point downward (docs/architecture.md, "Layers"), floor by floor:
 
-`PENDING` lists the upward imports that exist today, each with what removes it (issue #12, deliverable 6).
-A new upward import fails; so does an entry that no longer exists, so the list stays the true debt.
+    util                                   the ground floor: imports nothing of the product above it
+    optimizer, adapter                     their registries and typed options (BaseConfig is util's)
+    config                                 the typed configs and their loading; names the registries below
+    model                                  WanModel, variants, conditioning, the block's attention (model/attention/)
+    dataLoader | modelSetup                apart: neither imports the other
+    modelFile                              LoRA and model files: formats, headers, reading, checks, merges
+    modelSaver | modelLoader | modelSampler  the saver and the loader apart: what both need is in modelFile
+    trainer, evaluation
+    ui
+    synthetic                              tiny models and shape clips for tests, the demo and benchmarks
 
-No file may reach itself through imports either (issue #25): a circle works only while the import order happens
-to suit it, and a reader cannot tell which file is the lower one. `TYPE_CHECKING` imports count (a type the
-lower file needs belongs below both, or is a Protocol there).
+The synthetic kit sits above everything: tests, the demo and benchmarks import it, no product module may. The test
+reads every module's imports, function-level ones included, and fails on any arrow up or between siblings kept
+apart; there is no allow-list of exceptions.
+
+No file may reach itself through imports either: a circle works only while the import order happens to suit it,
+and a reader cannot tell which file is the lower one. `TYPE_CHECKING` imports count (a type the lower file needs
+belongs below both, or is a Protocol there). The benchmarks are read for circles too.
 """
 from __future__ import annotations
 
@@ -18,11 +26,10 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-LAYERS = {"util": 0, "optimizer": 0, "adapter": 0, "model": 1, "dataLoader": 2, "modelSetup": 2, "modelSaver": 3, "modelLoader": 3,
-          "modelSampler": 3, "trainer": 4, "evaluation": 4, "ui": 5, "synthetic": 6}
-SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"})}
-
-PENDING: dict[tuple[str, str], str] = {}  # (importing file, imported module): what removes it
+FLOORS = (("util",), ("optimizer", "adapter"), ("config",), ("model",), ("dataLoader", "modelSetup"), ("modelFile",),
+          ("modelSaver", "modelLoader", "modelSampler"), ("trainer", "evaluation"), ("ui",), ("synthetic",))
+LAYERS = {package: floor for floor, packages in enumerate(FLOORS) for package in packages}
+SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"}), frozenset({"modelSaver", "modelLoader"})}
 
 
 def imported_names(path: Path) -> list[tuple[str, list[str]]]:
@@ -53,9 +60,13 @@ def upward_imports(root: Path = REPO_ROOT) -> set[tuple[str, str]]:
     return found
 
 
-def test_no_new_upward_import():
-    new = sorted(upward_imports() - set(PENDING))
-    assert new == [], "imports pointing to a higher layer (move the shared code down instead)"
+def test_no_upward_import():
+    assert sorted(upward_imports()) == [], "imports pointing to a higher floor (move the shared code down instead)"
+
+
+def test_every_package_has_a_floor():
+    packages = {p.name for p in (REPO_ROOT / "modules").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(LAYERS), "a package of modules/ needs its floor in FLOORS (and in docs/architecture.md)"
 
 
 def test_no_product_module_imports_the_synthetic_kit():
@@ -64,11 +75,6 @@ def test_no_product_module_imports_the_synthetic_kit():
     assert not (REPO_ROOT / "modules" / "util" / "tiny_model.py").exists()
     assert {p.stem for p in (REPO_ROOT / "modules" / "synthetic").glob("*.py")} >= {
         "tiny_model", "tiny_vae", "tiny_tokenizer", "shape_clips", "synthetic_data", "shapes_training", "tiny_eval_models"}
-
-
-def test_the_pending_list_is_the_true_debt():
-    gone = sorted(set(PENDING) - upward_imports())
-    assert gone == [], "these upward imports are gone: remove them from PENDING"
 
 
 def test_the_reader_finds_function_level_and_sibling_imports(tmp_path):
@@ -82,9 +88,11 @@ def test_the_reader_finds_function_level_and_sibling_imports(tmp_path):
 
 
 def module_graph(root: Path = REPO_ROOT) -> dict[str, set[str]]:
-    """File -> the files it imports, among modules/ and scripts/ (`from pkg import sub` is the file `sub`)."""
+    """File -> the files it imports, among modules/, scripts/ and benchmarks/ (`from pkg import sub` is the file
+    `sub`)."""
     files = {}
-    for path in sorted([*(root / "modules").rglob("*.py"), *(root / "scripts").glob("*.py")]):
+    for path in sorted([*(root / "modules").rglob("*.py"), *(root / "scripts").glob("*.py"),
+                        *(root / "benchmarks").rglob("*.py")]):
         parts = path.relative_to(root).with_suffix("").parts
         files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {}

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.int8_convrot import group_size_for
 from modules.modelSetup.int8_storage import int8_layers
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelSetup.int8_storage import Int8ConvRotLinear, int8_layers
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.optimization import lr_factor
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import LearningRateScheduler as Schedule
 from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

@@ -13,10 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-
-from tests.conftest import REPO_ROOT
-from modules.modelLoader.WanLoRALoader import load_lora_file
-from modules.modelSaver.lora_formats import (
+from modules.modelFile.lora_formats import (
     ALPHA_MAP_KEY,
     COMFY_LORA,
     DIFFUSERS_LORA,
@@ -32,8 +29,10 @@ from modules.modelSaver.lora_formats import (
     from_state_dict,
     to_state_dict,
 )
+from modules.modelFile.lora_reading import load_lora_file
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.util.errors import UserError
+from tests.conftest import REPO_ROOT
 
 FORMATS = [DIFFUSERS_LORA, COMFY_LORA]
 BLOCK_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]

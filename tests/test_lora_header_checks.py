@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from modules.model.detection import detect_variant
-from modules.modelLoader.lora_inference import check_lora_file
-from modules.modelSaver.lora_formats import COMFY_LORA
+from modules.modelFile.lora_checks import check_lora_file
+from modules.modelFile.lora_formats import COMFY_LORA
 from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
 from modules.util.errors import UserError
 from tests.faults.test_sample_faults import lora_weights, model_width

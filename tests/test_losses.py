@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, sigma_weights
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import HuberSchedule, LossType, LossWeightFn
 from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.masks import latent_grid_mask
 from modules.model.step_inputs import StepRandom
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.synthetic.synthetic_data import write_video_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.video_write import write_video
 from tests.conftest import train_config_dict
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.memory_estimate import GIB, adapter_parameters, estimate, transformer_counts
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import REPO_ROOT
 from tests.fixtures.wan_configs import TRANSFORMER_1_3B, TRANSFORMER_14B, write_config_folder
 
@@ -177,7 +177,7 @@ def _e2v_dataset(path, elements: int):
     ("a2", "WanTransformer3DModel", 0),  # A2: the references sit inside the clip's 81 frames
 ])
 def test_an_e2v_run_counts_the_reference_latent_frames_beside_the_video(tmp_path, layout, class_name, extra):
-    from modules.util.config.e2v_dataset_config import with_dataset_shapes
+    from modules.config.e2v_dataset_config import with_dataset_shapes
 
     folder = write_config_folder(tmp_path / "wan", {**TRANSFORMER_1_3B, "_class_name": class_name})
     common = {"base_model_name": str(folder), "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import train_config_dict
 
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from benchmarks.gpu_step import transformer_config
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.memory_estimate import estimate
 from modules.modelSetup.memory_plan import plan_memory
-from modules.util.config.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")

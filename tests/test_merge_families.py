@@ -16,12 +16,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from modules.adapter.registry import adapter_for
+from modules.config.train_config import TrainConfig
 from modules.model.detection import detect_variant
-from modules.modelSaver.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+from modules.modelFile.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+from modules.modelFile.original_keys import original_key
 from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, merge_lora_into_model
-from modules.modelSaver.original_keys import original_key
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests import comfyui_wan
 from tests.conftest import train_config_dict
@@ -204,8 +204,8 @@ def skyreels_e2v_lora(model_dir: Path, folder: Path, clip: bool) -> Path:
     (random, so that they matter), the expanded config in the header."""
     from diffusers import SkyReelsV2Transformer3DModel
 
-    from modules.modelSaver.lora_formats import DIFFUSERS_LORA, LoRALayer, LoRAWeights
-    from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY
+    from modules.modelFile.lora_formats import DIFFUSERS_LORA, LoRALayer, LoRAWeights
+    from modules.modelFile.lora_header import TRANSFORMER_CONFIG_KEY
     from modules.modelSetup.e2v_expansion import expand_transformer
 
     base = SkyReelsV2Transformer3DModel.from_pretrained(model_dir / "transformer")

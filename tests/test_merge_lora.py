@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors import safe_open
 from PIL import Image
+from safetensors import safe_open
 from safetensors.torch import load_file
 
-from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, LoRALayer, LoRAWeights
+from modules.modelFile.lora_formats import COMFY_LORA, DIFFUSERS_LORA, LoRALayer, LoRAWeights
+from modules.modelFile.lora_header import TRANSFORMER_CONFIG_KEY
+from modules.modelFile.original_keys import original_key
 from modules.modelSaver.merged_model import COMFY, DIFFUSERS, MergeInputs, export_e2v_as_i2v, merge_lora_into_model
-from modules.modelSaver.original_keys import original_key
-from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, lora_metadata, save_lora
+from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.util.enum import DataType
 from tests.conftest import REPO_ROOT, train_config_dict
@@ -139,8 +140,9 @@ def test_sharded_transformer_folders_are_written_and_read_like_save_pretrained(t
     diffusers loads that, and the merge reads a sharded base back tensor by tensor."""
     from diffusers import WanTransformer3DModel
 
-    from modules.modelSaver.diffusers_folder import WEIGHTS_INDEX_NAME, write_transformer_folder
-    from modules.modelSaver.merge import folder_source, read_config
+    from modules.modelFile.weight_merge import folder_source, read_config
+    from modules.modelSaver.diffusers_folder import write_transformer_folder
+    from modules.util.model_folders import WEIGHTS_INDEX_NAME
     from modules.util.safetensors_io import TensorSpec
 
     base = base_state(tiny_model("t2v"))
@@ -370,10 +372,10 @@ def sampler_and_pipeline(tiny_model, lora: Path, export: Path, image: Path):
     that one image). The image is 32×32, the video size, and our CLIP resolution is set to 32×32 too, so
     both pad_white steps leave the pixels as they are and the pipeline's own image path (its CLIP processor,
     its VAE preprocessing) sees the pixels ours sees. Same seed, steps, CFG (text only, as A2), negative (none) and scheduler (the folder's)."""
+    from modules.config.train_config import SampleConfig
     from modules.modelLoader.lora_inference import attach_lora_for_inference
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import E2VSamplingOptions, WanModelSampler
-    from modules.util.config.train_config import SampleConfig
 
     sample = SampleConfig.from_dict({"prompt": "a red circle", "elements": [str(image)], "frames": 9, "height": 32,
                                      "width": 32, "steps": 3, "cfg_scale": 4.0, "seed": 11,
@@ -442,8 +444,8 @@ def test_e2v_training_writes_the_i2v_export_that_runs_like_our_sampler(tiny_mode
     """Train an E2V LoRA (dual pathway) on the tiny T2V base: the run writes `<stem>-i2v/` and
     `<stem>-i2v.safetensors` beside the LoRA, and the folder runs in `WanImageToVideoPipeline` like our
     sampler runs the LoRA (see `sampler_and_pipeline` for why these inputs compute the same thing)."""
+    from modules.config.train_config import TrainConfig
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import e2v_on_t2v_config
 
     config = e2v_on_t2v_config(tiny_model, tmp_path)
@@ -475,9 +477,9 @@ def test_e2v_fine_tune_of_a_t2v_base_is_exported_as_wan_i2v_too(tiny_model, tmp_
     `WanImageToVideoPipeline` folder with the run's image encoder."""
     from diffusers import WanImageToVideoPipeline
 
-    from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
+    from modules.config.train_config import TrainConfig
     from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+    from modules.trainer.GenericTrainer import GenericTrainer
 
     data = write_e2v_dataset(tmp_path / "data", count=1, frames=17, height=32, width=32)
     dataset = tmp_path / "dataset.json"

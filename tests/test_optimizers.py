@@ -10,12 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.config.loading import load_train_config
+from modules.config.train_config import CONFIG_VERSION, TrainConfig
 from modules.optimizer.registry import OPTIMIZERS, spec_of
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import load_train_config
-from modules.util.config.train_config import CONFIG_VERSION
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from tests.conftest import stop_and_resume, train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS, TrainConfig
 from modules.dataLoader.errors import TOO_MANY_PIXELS, DataError
 from modules.dataLoader.video_io import probe_video, read_image, read_video_frames
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.video_write import write_video
 
 

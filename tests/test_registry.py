@@ -9,18 +9,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusers import SkyReelsV2ImageToVideoPipeline, SkyReelsV2Pipeline, WanImageToVideoPipeline, WanPipeline, WanVACEPipeline
+from diffusers import (
+    SkyReelsV2ImageToVideoPipeline,
+    SkyReelsV2Pipeline,
+    WanImageToVideoPipeline,
+    WanPipeline,
+    WanVACEPipeline,
+)
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
-from modules.model.registry import FAMILIES, NOT_SUPPORTED, family_for
 from modules.model.detection import detect_variant
+from modules.model.registry import FAMILIES, NOT_SUPPORTED, family_for
 from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.registry import DATA_KINDS, SETUPS, DataKind, Method, data_kind
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, e2v_on_t2v_config, train_config_dict

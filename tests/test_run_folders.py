@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.backup_manifest import MANIFEST, ownership_problem
 from modules.ui.controllers.curves import LOSS, ScalarHistory, read_tensorboard_scalars
-from modules.util.config.train_config import TrainConfig
 from modules.util.run_folder import list_runs, read_run
 from modules.util.sample_record import read_records
 from tests.conftest import train_config_dict
@@ -177,7 +177,7 @@ def test_run_names_default_to_the_output_and_the_time_and_a_taken_name_is_number
 @pytest.mark.parametrize("name, message", [("a/b", "must be a folder name"), (".hidden", "must be a folder name"),
                                            ("backup", "older flat layout"), ("x" * 97, "must be a folder name")])
 def test_a_run_name_that_is_no_plain_folder_name_is_a_config_error(tmp_path, name, message):
-    from modules.util.config.base_config import ConfigError
+    from modules.util.base_config import ConfigError
 
     with pytest.raises(ConfigError, match=rf"^config key 'run_name' .*{message}"):
         TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, run_name=name))

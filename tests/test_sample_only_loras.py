@@ -12,16 +12,16 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from modules.modelLoader.base_loras import merge_base_loras
-from modules.modelLoader.training_only_loras import check_memory_features, sampling_weights
+from modules.config.train_config import BaseLoRAConfig, TrainConfig
+from modules.modelFile.base_loras import merge_base_loras
+from modules.modelFile.lora_formats import COMFY_LORA, extract_from_peft
+from modules.modelFile.training_only_loras import check_memory_features, sampling_weights
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.comfy_workflow import workflow_models
-from modules.modelSaver.lora_formats import COMFY_LORA, extract_from_peft
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.resume_check import config_fingerprint
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict

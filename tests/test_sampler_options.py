@@ -10,24 +10,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from diffusers import DDIMScheduler, DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+from diffusers import (
+    DDIMScheduler,
+    DPMSolverMultistepScheduler,
+    FlowMatchEulerDiscreteScheduler,
+    UniPCMultistepScheduler,
+)
 from diffusers.utils.torch_utils import randn_tensor
 from diffusers.video_processor import VideoProcessor
 from PIL import Image
 
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.dataLoader.e2v.preprocess import preprocess
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, a2_layout
 from modules.dataLoader.video_io import composite_alpha, read_image
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelLoader.WanModelLoader import WanModelLoader
-from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, a2_layout
 from modules.modelSampler.e2v_sampling import build_conditioning, initial_latents, sample_latents
 from modules.modelSampler.schedulers import build_scheduler
 from modules.modelSampler.WanModelSampler import WanModelSampler
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import SampleConfig, TrainConfig
-from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.util.base_config import ConfigError
+from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 from tests.script_runner import run_script
@@ -117,8 +122,8 @@ def test_the_a2_preset_samples_as_a2s_infer_py(i2v):
     """`#wan2.1 i2v 14B e2v skyreels-a2`: SkyReels-A2's infer.py (7c14e2e3) recipe as the preset's sample, and a LoRA
     format A2's pipeline loads on the diffusers of its time (COMFY_LORA's lora_down/.alpha keys fail there:
     diffusers 0.33.1's Wan converter reads lora_A/lora_B only, 0.34.0's leaves .alpha behind and raises)."""
+    from modules.config.loading import load_train_config
     from modules.modelSampler.schedulers import A2FlowUniPC
-    from modules.util.config.loading import load_train_config
     from modules.util.enum import ModelFormat
 
     config = load_train_config(preset="#wan2.1 i2v 14B e2v skyreels-a2")

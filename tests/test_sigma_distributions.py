@@ -8,12 +8,12 @@ import pytest
 import torch
 from diffusers.training_utils import compute_density_for_timestep_sampling
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepRandom
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.flow_matching import SigmaSampler, resolution_shift
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.enum import TimestepDistribution
 from tests.conftest import train_config_dict
 

@@ -13,11 +13,11 @@ from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffu
 from safetensors.torch import load_file, save_file
 from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
 
+from modules.config.train_config import TrainConfig
+from modules.modelFile.wan_vae_names import wan_vae_to_diffusers
 from modules.modelLoader.WanModelLoader import WanModelLoader
-from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.commands import TrainCallbacks
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

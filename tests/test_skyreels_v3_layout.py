@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.dataLoader.e2v.sampling_options import V3_ELEMENT, E2VSamplingOptions
 from modules.model.conditioning import TRAIN_TIMESTEPS, ConditionPayload
 from modules.model.reference_slots import SKYREELS_V3_SLOTS, dual_guidance, pad_reference_slots
@@ -17,12 +18,11 @@ from modules.model.step_inputs import StepInputs, StepRandom
 from modules.modelSampler import e2v_sampling
 from modules.modelSampler.e2v_sampling import build_reference_slots, sample_latents
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import SampleConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
-from tests.test_conditioning import FixedSigma, load
-from tests.test_e2v_loader import F, SAMPLES, Reference, data_root, dataset_json, make_loader  # noqa: F401
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
+from tests.test_conditioning import FixedSigma, load
+from tests.test_e2v_loader import SAMPLES, F, Reference, data_root, dataset_json, make_loader  # noqa: F401
 
 T = (F - 1) // 4 + 1
 SIZE = 32

@@ -8,12 +8,12 @@ import json
 import pytest
 from safetensors import safe_open
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.e2v.config_check import validate_e2v_config
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.base_config import ConfigError
+from modules.util.errors import UserError
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.run_paths import run_dir
 from tests.script_runner import run_script

@@ -6,10 +6,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from modules.config.train_config import TrainConfig
 from modules.model.detection import detect_variant
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.schedule import Schedule
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TimeUnit
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
+from modules.model.attention.backend_setup import apply_attention_backend
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util import attention_backends
-from modules.util.attention_backends import apply_attention_backend, resolve
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util import attention_kernels
+from modules.util.attention_kernels import resolve
+from modules.util.base_config import ConfigError
 from modules.util.enum import AttentionBackend as A
 from tests.conftest import train_config_dict
 
@@ -35,7 +36,7 @@ def test_native_and_auto_attention_train_alike_on_the_cpu(tiny_model, video_data
 
 def test_auto_prefers_flash_then_cudnn_on_a_gpu(monkeypatch):
     installed = {"flash_attn"}
-    monkeypatch.setattr(attention_backends.importlib.util, "find_spec", lambda name: name in installed or None)
+    monkeypatch.setattr(attention_kernels.importlib.util, "find_spec", lambda name: name in installed or None)
     assert resolve(A.AUTO, "cuda", training=True) == A.FLASH
     installed.clear()
     assert resolve(A.AUTO, "cuda", training=True) == A.CUDNN
@@ -54,9 +55,9 @@ def test_unusable_backends_are_refused_at_start_up(settings, message):
 
 
 def test_a_backend_without_backward_is_refused_for_training(monkeypatch):
-    monkeypatch.setattr(attention_backends.importlib.util, "find_spec", lambda name: True)
-    assert "no backward pass" in attention_backends.unavailable(A.SAGE, "cuda", training=True)
-    assert attention_backends.unavailable(A.SAGE, "cuda", training=False) is None
+    monkeypatch.setattr(attention_kernels.importlib.util, "find_spec", lambda name: True)
+    assert "no backward pass" in attention_kernels.unavailable(A.SAGE, "cuda", training=True)
+    assert attention_kernels.unavailable(A.SAGE, "cuda", training=False) is None
 
 
 def test_fused_adamw_trains_as_the_unfused_step(tiny_model, video_dataset, tmp_path):

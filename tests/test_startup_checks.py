@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 from tests.conftest import e2v_on_t2v_config, train_config_dict
 

@@ -8,15 +8,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.model.detection import detect_variant
 from modules.model.step_inputs import StepRandom
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
-from tests.test_pixel_budget import huge_png
 from tests.run_paths import run_dir
+from tests.test_pixel_budget import huge_png
 
 
 def make_trainer(model_dir, data_dir, work, **overrides) -> GenericTrainer:

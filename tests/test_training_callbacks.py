@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.ui.controllers.curves import ScalarHistory, read_tensorboard_scalars
 from modules.util.commands import TrainCallbacks
-from modules.util.config.train_config import TrainConfig
 from modules.util.sample_record import SampleRecord
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir

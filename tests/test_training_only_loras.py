@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from modules.modelLoader.training_only_loras import check_memory_features, without_training_only
-from modules.modelSaver.WanLoRASaver import BASE_LORAS_KEY, stack_header
+from modules.config.train_config import TrainConfig
+from modules.modelFile.lora_header import BASE_LORAS_KEY, stack_header
+from modules.modelFile.training_only_loras import check_memory_features, without_training_only
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)

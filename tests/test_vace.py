@@ -3,24 +3,23 @@ mask and references trains, resumes exactly, saves files ComfyUI's VACE model an
 samples through our sampler; its header keeps it off a plain base."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from safetensors import safe_open
 
-from modules.util.video_write import write_video
+from modules.config.train_config import SampleConfig, TrainConfig
 from modules.model.vace import reference_canvas, vace_context
+from modules.modelFile.lora_formats import DIFFUSERS_LORA
+from modules.modelFile.lora_reading import load_lora_file
 from modules.modelLoader.lora_inference import attach_lora_for_inference
-from modules.modelLoader.WanLoRALoader import load_lora_file
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.WanModelSampler import WanModelSampler
-from modules.modelSaver.lora_formats import DIFFUSERS_LORA
 from modules.modelSaver.WanLoRASaver import save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import SampleConfig, TrainConfig
 from modules.util.errors import UserError
+from modules.util.video_write import write_video
 from tests.conftest import train_config_dict, trains_and_resumes_exactly
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 from tests.script_runner import run_script
@@ -50,8 +49,8 @@ def test_the_vace_context_is_the_one_diffusers_pipeline_builds(tiny_model):
 
 def vace_dataset(folder):
     """Two 17-frame clips, each with a control video (the clip's negative), the second with a mask too."""
-    from modules.synthetic.synthetic_data import write_video_dataset
     from modules.dataLoader.video_io import read_video_frames
+    from modules.synthetic.synthetic_data import write_video_dataset
 
     data = write_video_dataset(folder, count=2, frames=17, height=32, width=32)
     for stem in ("000", "001"):
@@ -137,8 +136,8 @@ def test_a_vace_lora_trains_resumes_saves_and_samples(tiny_model, tmp_path):
 
 
 def test_vace_train_blocks_picks_the_lora_targets(tiny_model, tmp_path):
+    from modules.config.train_config import DEFAULT_LORA_TARGETS
     from modules.modelSetup.lora_targets import select_lora_targets
-    from modules.util.config.train_config import DEFAULT_LORA_TARGETS
     from modules.util.enum import VaceBlocks
 
     transformer = WanModelLoader().load(str(tiny_model("vace")), torch.device("cpu")).transformer

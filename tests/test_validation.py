@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
+from modules.config.train_config import ConceptConfig, TrainConfig
+from modules.synthetic.synthetic_data import write_video_dataset
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
-from modules.synthetic.synthetic_data import write_video_dataset
 from tests.conftest import REPO_ROOT, TORCHRUN, train_config_dict
 from tests.run_paths import run_dir
 from tests.script_runner import run_script

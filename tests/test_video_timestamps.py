@@ -153,8 +153,8 @@ def test_animated_gif_and_webp_are_videos_with_their_frame_durations(tmp_path, s
 
 
 def test_gif_and_webp_train_as_multi_frame_clips(tiny_model, tmp_path):
+    from modules.config.train_config import TrainConfig
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import train_config_dict
 
     folder = tmp_path / "clips"

@@ -8,9 +8,9 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
+from modules.config.train_config import TrainConfig
 from modules.synthetic.synthetic_data import e2v_dataset_json, write_e2v_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from modules.trainer.GenericTrainer import GenericTrainer
+from modules.config.train_config import TrainConfig
 from modules.trainer.backup import TrainProgress, write_backup
+from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.workspace_lock import LOCK_FILE, WorkspaceLock
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 from tests.run_paths import make_run

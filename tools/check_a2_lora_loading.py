@@ -37,7 +37,7 @@ for fmt in ("COMFY_LORA", "DIFFUSERS_LORA"):
 
 
 def main(other_diffusers: str) -> int:
-    from modules.modelSaver.lora_formats import COMFY_LORA, DIFFUSERS_LORA, extract_from_peft
+    from modules.modelFile.lora_formats import COMFY_LORA, DIFFUSERS_LORA, extract_from_peft
     from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
     from modules.synthetic.tiny_model import write_tiny_model
     from tests.test_adapters import injected

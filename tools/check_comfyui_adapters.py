@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from diffusers import WanTransformer3DModel  # noqa: E402
 
-from modules.modelSaver.lora_formats import COMFY_LORA, extract_from_peft, to_state_dict  # noqa: E402
+from modules.modelFile.lora_formats import COMFY_LORA, extract_from_peft, to_state_dict  # noqa: E402
 from modules.synthetic.tiny_model import write_tiny_model  # noqa: E402
 from tests.test_adapters import CODEC_CASES, injected, original_to_diffusers, peft_weight  # noqa: E402
 from tests.test_default_output import comfy_module_names  # noqa: E402
@@ -129,10 +129,10 @@ def check_int8(root: Path, warnings: Warnings) -> None:
     from comfy.ldm.wan.model import WanModel
     from safetensors.torch import load_file
 
+    from modules.config.train_config import TrainConfig
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.synthetic.synthetic_data import write_video_dataset
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import train_config_dict
     from tests.test_int8_files import comfy_int8_file
 
@@ -210,9 +210,9 @@ def check_animate2(root: Path, warnings: Warnings) -> None:
     from comfy.ldm.wan.model import WanModel
     from safetensors.torch import load_file
 
+    from modules.config.train_config import TrainConfig
     from modules.synthetic.tiny_animate2 import write_tiny_animate2
     from modules.trainer.GenericTrainer import GenericTrainer
-    from modules.util.config.train_config import TrainConfig
     from tests.conftest import train_config_dict
     from tests.test_animate2_training import FRAMES, SIZE, triplets
 

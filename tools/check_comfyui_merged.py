@@ -37,7 +37,7 @@ FIXED_WIDTHS = {"img_emb.": 1280, "text_embedding.0.": 4096}
 
 def merged_files(family: str, root: Path) -> list[Path]:
     from modules.model.detection import detect_variant
-    from modules.modelSaver.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+    from modules.modelFile.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
     from modules.modelSaver.merged_model import COMFY, MergeInputs, merge_lora_into_model
     from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
     from modules.synthetic.tiny_model import write_tiny_model

@@ -73,7 +73,7 @@ SAMPLE = dict(prompt="a red car driving fast on a snowy mountain", frames=5, hei
 def prepare(case: str, root: Path) -> tuple[Path, Path, Path]:
     """(tiny model folder, sample video, its workflow file) for one case."""
     from modules.model.detection import detect_variant
-    from modules.modelSaver.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
+    from modules.modelFile.lora_formats import COMFY_LORA, expert_lora_paths, extract_from_peft
     from modules.modelSaver.merged_model import COMFY, MergeInputs, merge_lora_into_model
     from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
     from modules.synthetic.tiny_model import write_tiny_model
@@ -191,7 +191,8 @@ def original_vae(state: dict[str, torch.Tensor], wan22: bool) -> dict[str, torch
     names ComfyUI's own (tiny-sized) Wan VAE has."""
     import comfy.ldm.wan.vae
     import comfy.ldm.wan.vae2_2
-    from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
+
+    from modules.modelFile.wan_vae_names import wan_vae_to_diffusers
 
     vae = comfy.ldm.wan.vae2_2.WanVAE(**TINY_VAE22) if wan22 else comfy.ldm.wan.vae.WanVAE(**TINY_VAE)
     names = list(vae.state_dict())

@@ -1,6 +1,6 @@
 """LoRA, and DoRA as its `lora_decompose` option (peft's `LoraConfig(use_dora=True)`).
 
-LoRA's neutral layer is `LoRALayer` (down, up, alpha): its file codecs are `modules.modelSaver.lora_formats`'
+LoRA's neutral layer is `LoRALayer` (down, up, alpha): its file codecs are `modules.modelFile.lora_formats`'
 LoRA path, which also serves diffusers and musubi key names and works around diffusers' Wan converter.
 
 DoRA files use ComfyUI's keys: ``lora_down.weight`` / ``lora_up.weight`` / ``alpha`` / ``dora_scale``. For a

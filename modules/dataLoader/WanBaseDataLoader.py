@@ -18,46 +18,46 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from modules.config.loading import load_concepts
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig, TrainConfig, resolutions
+from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.batching import (
-    add_unconditional,
-    unconditional_embeds,
-    unconditional_on,
     ConceptSlots,
     FieldMemo,
     LostItems,
+    ProgressReport,
+    add_unconditional,
+    caching_steps,
     copies_for,
+    dropped_captions,
     encode_caption,
     epoch_batches,
     epoch_members,
-    dropped_captions,
     prompt_batch,
-    ProgressReport,
-    caching_steps,
+    unconditional_embeds,
+    unconditional_on,
     until_stopped,
 )
-from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.concept_selection import concepts_of_type
 from modules.dataLoader.discovery import RawSample
 from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
-from modules.dataLoader.encoding_modules import EncodeCaption, EncoderCounter, EncoderModule, EncodePosterior
+from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior, EncoderCounter, EncoderModule
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
-from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
-from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
+from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
+from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_fingerprint, is_control_file
+from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.windows import random_start
-from modules.model.WanModel import WanModel
 from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
 from modules.model.conditioning import ConditionPayload
 from modules.model.step_inputs import StepInputs, StepRandom
-from modules.util.config.loading import load_concepts
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig, TrainConfig, resolutions
+from modules.model.WanModel import WanModel
 from modules.util.distributed import DistributedContext
 from modules.util.enum import BalancingStrategy, ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError

@@ -18,38 +18,27 @@ from typing import Any, Callable
 
 import torch
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.batching import (
-    add_unconditional,
-    unconditional_embeds,
-    unconditional_on,
     FieldMemo,
     LostItems,
+    ProgressReport,
+    add_unconditional,
+    caching_steps,
     caption_dropped,
     dropped_captions,
     encode_caption,
     epoch_batches,
     prompt_batch,
-    ProgressReport,
-    caching_steps,
+    unconditional_embeds,
+    unconditional_on,
     until_stopped,
 )
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.config_check import datasets_of_type
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
-from modules.dataLoader.e2v.vace import (
-    DecodeE2VControl,
-    EncodeE2VVaceContext,
-    note_unused_settings,
-    read_references,
-    reference_names,
-)
-from modules.model.condition_layout import (
-    fold_mask,
-    latent_loss_mask,
-    layout_elements,
-    reference_latent_frames,
-)
 from modules.dataLoader.e2v.modules import (
     BuildConditionClip,
     BuildJointClip,
@@ -59,24 +48,35 @@ from modules.dataLoader.e2v.modules import (
     EncodeEachReference,
     LoadReferences,
 )
+from modules.dataLoader.e2v.plan import e2v_windows, windowed
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
+from modules.dataLoader.e2v.vace import (
+    DecodeE2VControl,
+    EncodeE2VVaceContext,
+    note_unused_settings,
+    read_references,
+    reference_names,
+)
 from modules.dataLoader.encoder_placement import phase_stops, placement_for, prefill
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior
 from modules.dataLoader.errors import DataError
-from modules.dataLoader.e2v.plan import e2v_windows, windowed
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.pipeline import CacheStage, Pipeline
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.vace_modules import control_fingerprint
 from modules.dataLoader.WanBaseDataLoader import EncoderIdentities
-from modules.model.vace_references import placed_references
-from modules.model.WanModel import WanModel
-from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
+from modules.model.condition_layout import (
+    fold_mask,
+    latent_loss_mask,
+    layout_elements,
+    reference_latent_frames,
+)
 from modules.model.conditioning import ConditionPayload
 from modules.model.reference_slots import SKYREELS_V3_SLOTS, check_reference_base, pad_reference_slots
 from modules.model.step_inputs import StepInputs, StepRandom
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
-from modules.util.config.train_config import TrainConfig
+from modules.model.vace_references import placed_references
+from modules.model.WanModel import WanModel
 from modules.util.distributed import DistributedContext
 from modules.util.enum import ConceptType, FrameSampleStrategy
 from modules.util.errors import UserError

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from modules.config.train_config import ConceptConfig, TrainConfig, frame_lengths, resolutions
 from modules.dataLoader.windows import WindowOptions
-from modules.util.config.train_config import ConceptConfig, TrainConfig, frame_lengths, resolutions
 from modules.util.enum import FrameSampleStrategy
 
 # Keys a concept may set for itself (None there: the run's value).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modules.util.config.loading import load_concepts
-from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.config.loading import load_concepts
+from modules.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from modules.dataLoader.masks import is_mask_file, mask_path_for
+from modules.config.loading import check_regular_file, loads_json
 from modules.dataLoader.errors import BAD_MANIFEST, MISSING_FILE, UNSUPPORTED_FILE, DataError
+from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, MEDIA_EXTENSIONS, VIDEO_EXTENSIONS
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import check_regular_file, loads_json
+from modules.util.base_config import ConfigError
 from modules.util.text_io import bom_encoding
 
 logger = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.concept_options import ConceptOptions
 from modules.dataLoader.concept_selection import concept_path_problem
@@ -22,7 +23,6 @@ from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, Pipel
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import probe_video
 from modules.dataLoader.windows import FrameWindow, detect_cuts, plan_windows
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, ConceptConfig
 from modules.util.enum import FrameSampleStrategy, PromptSource
 from modules.util.errors import UserError
 

@@ -9,6 +9,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from modules.config.loading import load_concepts
+from modules.config.train_config import ConceptConfig, TrainConfig
+from modules.dataLoader.animate2_triplets import is_stream_file
 from modules.dataLoader.buckets import area_resolutions, choose_bucket
 from modules.dataLoader.cache import DiskCache
 from modules.dataLoader.concept_options import concept_options
@@ -16,13 +19,10 @@ from modules.dataLoader.encoding_modules import caption_tokens
 from modules.dataLoader.frames import largest_4k1
 from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
 from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.animate2_triplets import is_stream_file
 from modules.dataLoader.vace_modules import is_control_file
 from modules.model.folder_facts import is_animate2_base
 from modules.model.vace_e2v import is_vace_folder
 from modules.model.WanModel import TEXT_SEQ_LEN
-from modules.util.config.loading import load_concepts
-from modules.util.config.train_config import ConceptConfig, TrainConfig
 from modules.util.enum import BalancingStrategy
 from modules.util.resolution_text import clip_text
 

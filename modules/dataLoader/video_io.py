@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, ImageSequence
 
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS, WHITE
 from modules.dataLoader.errors import (
     BAD_NPZ,
     MISSING_FILE,
@@ -27,7 +28,6 @@ from modules.dataLoader.errors import (
     UNSUPPORTED_FILE,
     DataError,
 )
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS, WHITE
 
 logger = logging.getLogger(__name__)
 

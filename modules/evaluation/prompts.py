@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.sampling_choices import WAN_NEGATIVE_PROMPT
-from modules.util.config.train_config import SampleConfig
+from modules.config.sampling_choices import WAN_NEGATIVE_PROMPT
+from modules.config.train_config import SampleConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 
 
@@ -28,7 +28,7 @@ def read_prompts(path: str | Path, elements: list[str] | None = None, control_vi
     {"prompt", "negative_prompt", "image", "elements", "control_video", "control_mask"} objects. `elements`
     (--elements) and the control video and mask (--control-video, --control-mask) apply to every prompt that names
     none."""
-    from modules.util.config.loading import MAX_JSON_BYTES, check_regular_file, read_json
+    from modules.config.loading import MAX_JSON_BYTES, check_regular_file, read_json
     from modules.util.text_io import decode_text
 
     path = Path(path)

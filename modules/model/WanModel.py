@@ -42,11 +42,11 @@ class WanModel:
     component_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     # A textual-inversion embedding (trained, or loaded with --embedding): prompts holding its placeholder get it.
     text_embedding: WanModelEmbedding | None = None
-    # LoRAs merged into the frozen base when it loaded (modules/modelLoader/base_loras.py), as the saved LoRA's
+    # LoRAs merged into the frozen base when it loaded (modules/modelFile/base_loras.py), as the saved LoRA's
     # header records them: {"name", "path", "sha256", "strength", "expert"} with "experts" (the indexes it went into).
     base_loras: list[dict] = dataclasses.field(default_factory=list)
     # The `training_only` ones as read, (expert, file, strength) in merge order: taken out again for samples and
-    # saved weights (modules/modelLoader/training_only_loras.py). The file type is the loader's (no import here).
+    # saved weights (modules/modelFile/training_only_loras.py). The file type is the loader's (no import here).
     training_only_loras: list[tuple] = dataclasses.field(default_factory=list)
     # The `sample_only` ones, read and checked but not merged: merged for the trainer's samples only (same module).
     sample_only_loras: list[tuple] = dataclasses.field(default_factory=list)

@@ -2,7 +2,7 @@
 driving stream (its latents with their own mask and condition channels, CLIP of driving frame 0, the driving prompt;
 diffusers runs it at a fixed clean-end timestep and a RoPE offset) fills a K/V cache; then the generated stream (the
 reference image's latent slot, then the noisy target frames) attends to its own keys and the same frame's cached
-driving keys (`util/animate2_processor.py`). Nothing is detached: both passes carry gradient.
+driving keys (`model/attention/animate2_processor.py`). Nothing is detached: both passes carry gradient.
 
 The passes are diffusers' `WanAnimate2Transformer3DModel.forward` itself with our self-attention processor installed
 (`util/animate2_processor.install`), so embedding, modulation, rotary offsets, the unconditional branch's skipped
@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch.utils.checkpoint import checkpoint
 from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache, WanAnimate2KVLayerCache
+from torch.utils.checkpoint import checkpoint
 
-from modules.util.animate2_processor import install
+from modules.model.attention.animate2_processor import install
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 import torch
 
+from modules.config.e2v_dataset_config import ElementConfig
 from modules.model.layout_frames import (  # noqa: F401 (callers take them from here too)
     TEMPORAL,
     dropped_decoded_frames,
@@ -17,7 +18,6 @@ from modules.model.layout_frames import (  # noqa: F401 (callers take them from 
     reference_latent_frames,
     separate_target_frames,
 )
-from modules.util.config.e2v_dataset_config import ElementConfig
 
 
 def layout_elements(elements: Sequence[ElementConfig], present: Mapping[str, bool]) -> list[tuple[str, int]]:

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from modules.model.WanVariant import WanVariant
-from modules.model.folder_facts import ANIMATE2_CLASS, has_component as component_present
+from modules.config.loading import loads_json
+from modules.model.folder_facts import ANIMATE2_CLASS
+from modules.model.folder_facts import has_component as component_present
 from modules.model.registry import family_of
 from modules.model.vace_e2v import is_vace_class
-from modules.util.config.loading import loads_json
+from modules.model.WanVariant import WanVariant
 from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import path_kind

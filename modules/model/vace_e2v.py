@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-from modules.util.config.train_config import TrainConfig
+from modules.config.e2v_dataset_config import E2VDatasetConfig
+from modules.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 
 # Each reference adds one latent frame of tokens to every step; SkyReels-V3's reference-to-video also stops at 4.
 MAX_VACE_REFERENCES = 4

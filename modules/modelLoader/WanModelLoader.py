@@ -17,22 +17,22 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
 from transformers import AutoTokenizer, CLIPImageProcessor, CLIPVisionModel, UMT5EncoderModel
 
-from modules.model.WanModel import WanModel
+from modules.config.train_config import BaseLoRAConfig, TrainConfig
+from modules.model.attention.attention_processor import install as install_attention_processor
 from modules.model.detection import detect_variant
 from modules.model.registry import family_for
+from modules.model.WanModel import WanModel
 from modules.model.WanVariant import WanVariant
-from modules.modelLoader.component_files import (
+from modules.modelFile.base_loras import merge_base_loras
+from modules.modelFile.component_files import (
     load_image_encoder_file,
     load_text_encoder_file,
     load_transformer_file,
     load_vae_file,
 )
-from modules.modelLoader.base_loras import merge_base_loras
+from modules.modelFile.single_file import SingleFile
 from modules.modelLoader.transformer_check import check_transformer_config
-from modules.modelLoader.single_file import SingleFile
 from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
-from modules.util.attention_processor import install as install_attention_processor
-from modules.util.config.train_config import BaseLoRAConfig, TrainConfig
 from modules.util.enum import DataType
 from modules.util.errors import UserError
 from modules.util.model_folders import require_safetensors

@@ -9,12 +9,11 @@ import re
 import struct
 from pathlib import Path
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import loads_json
+from modules.config.loading import loads_json
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
+from modules.util.model_folders import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
-WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
-INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
 _MAX_HEADER = 100 << 20  # safetensors' own limit on a header
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
@@ -31,7 +30,7 @@ def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 def weight_shapes(folder: Path) -> dict[str, tuple[int, ...]] | None:
     """Tensor name -> shape over the folder's weight file(s); None when it holds none we read."""
-    index = folder / INDEX_NAME
+    index = folder / WEIGHTS_INDEX_NAME
     try:
         if index.is_file():
             files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))

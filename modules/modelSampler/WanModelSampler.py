@@ -15,25 +15,30 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from modules.config.train_config import SampleConfig
+from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.video_io import read_image
-from modules.util.video_write import write_png_strip
-from modules.model.WanModel import WanModel
-from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
-from modules.modelSampler.e2v_sampling import (E2VConditioning, build_conditioning, build_reference_slots,
-                                               contact_sheet, denoise_e2v)
 from modules.model.reference_slots import check_reference_base
+from modules.model.WanModel import WanModel
 from modules.modelSampler.animate2_inputs import generate_animate2
-from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, write_workflow
+from modules.modelSampler.e2v_sampling import (
+    E2VConditioning,
+    build_conditioning,
+    build_reference_slots,
+    contact_sheet,
+    denoise_e2v,
+)
 from modules.modelSampler.schedulers import sample_scheduler
+from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
 from modules.modelSetup.sharding import is_sharded
 from modules.util.atomic import atomic_path
-from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 from modules.util.sample_record import SampleRecord
+from modules.util.video_write import write_png_strip
 from modules.util.write_errors import write_failure
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from modules.util.config.sampling_choices import SAMPLE_SCHEDULERS
+from modules.config.sampling_choices import SAMPLE_SCHEDULERS
 
 COMFY_WAN_SHIFT = 8.0
 DISCARD_PENULTIMATE = ("uni_pc",)  # KSampler.DISCARD_PENULTIMATE_SIGMA_SAMPLERS, of our samplers

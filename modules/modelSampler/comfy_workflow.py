@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from modules.config.sample_config import SampleConfig
+from modules.config.sampling_choices import COMFY_SAMPLERS
 from modules.model.WanVariant import WanVariant
 from modules.modelSampler.comfy_scheduler import split_step
 from modules.modelSampler.comfy_sigmas import COMFY_WAN_SHIFT, ksampler_sigmas
 from modules.util.atomic import atomic_path
-from modules.util.config.sample_config import SampleConfig
-from modules.util.config.sampling_choices import COMFY_SAMPLERS
 
 WORKFLOW_SUFFIX = ".workflow.json"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from modules.config.sampling_choices import REFERENCE_LAYOUTS
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
-from modules.model.WanModel import WanModel
 from modules.model.reference_slots import REFERENCE_LAYOUT_KEY
-from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
+from modules.model.WanModel import WanModel
 from modules.util.errors import UserError
 
 
@@ -33,7 +33,7 @@ def e2v_sampling_options(model: WanModel, e2v_type: str = "auto", target_layout:
     options = E2VSamplingOptions(use_vae=e2v_type != "clip", use_clip=e2v_type != "vae", target_layout=target_layout,
                                  reference_layout=reference_layout)
     if dataset_config:
-        from modules.util.config.e2v_dataset_config import load_dataset_config
+        from modules.config.e2v_dataset_config import load_dataset_config
 
         d = load_dataset_config(dataset_config).datasets[0]
         options.layout = dataset_layout(d)

@@ -19,6 +19,9 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch
 
+from modules.config.train_config import SampleConfig
+from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.dataLoader.e2v.sampling_options import ElementSpec
 from modules.model.condition_layout import (
     concat_clip_embeds,
     dropped_decoded_frames,
@@ -27,13 +30,10 @@ from modules.model.condition_layout import (
     reference_clip,
     reference_latent_frames,
 )
-from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
-from modules.dataLoader.e2v.sampling_options import ElementSpec
 from modules.model.conditioning import ConditionPayload
 from modules.model.reference_slots import SKYREELS_V3_SLOTS, dual_guidance, pad_reference_slots
 from modules.model.WanModel import WanModel
 from modules.modelSampler.schedulers import sample_scheduler
-from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 
 

@@ -12,9 +12,9 @@ import numpy as np
 from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 from diffusers.schedulers import SchedulerMixin
 
+from modules.config.sampling_choices import COMFY_SAMPLERS, DIFFUSERS_SAMPLERS
 from modules.modelSampler.comfy_scheduler import ComfyFlowScheduler
 from modules.modelSampler.comfy_sigmas import COMFY_WAN_SHIFT
-from modules.util.config.sampling_choices import COMFY_SAMPLERS, DIFFUSERS_SAMPLERS
 from modules.util.errors import UserError
 
 _SHIFT_KEYS = ("flow_shift", "shift")  # UniPC / DPM++ call it flow_shift, FlowMatchEuler shift

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from modules.config.train_config import SampleConfig
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.frames import resize_and_crop, to_tensor
 from modules.dataLoader.masks import read_mask_frames
 from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
 from modules.modelSampler.sample_video import read_sample_video
-from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
 
 

@@ -15,16 +15,16 @@ import os
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from modules.adapter.lora import LORA
 from modules.adapter.registry import all_adapters
-from modules.modelSaver.lora_formats import (  # noqa: F401  (VARIANT_KEY: re-exported)
-    VARIANT_KEY,
+from modules.modelFile.lora_formats import (  # noqa: F401  (VARIANT_KEY: re-exported)
     ALPHA_MAP_KEY,
     DIFFUSERS_ADAPTER_METADATA_KEY,
+    VARIANT_KEY,
     WRITABLE_FORMATS,
     LoRAFormatError,
     LoRAWeights,
@@ -33,22 +33,18 @@ from modules.modelSaver.lora_formats import (  # noqa: F401  (VARIANT_KEY: re-ex
     normalize_format,
     to_state_dict,
 )
+from modules.modelFile.lora_header import (
+    ADAPTER_KEY,
+    BASE_CONFIG_HASH_KEY,
+    BOUNDARY_KEY,
+    EXPERT_KEY,
+    EXPERT_NAMES,
+)
 from modules.util.errors import UserError
 from modules.util.safetensors_io import write_safetensors
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "resources" / "model_spec" / "lora.json"
 
-
-# Header keys that say what a file is (read back by `modules.modelLoader.lora_inference`).
-# VARIANT_KEY (`wan-2.1-t2v`, `wan-2.2-a14b-t2v`, ...) is lora_formats', whose reader reads it too
-EXPERT_KEY = "wantrainer.expert"  # `high_noise` / `low_noise`; absent for one-expert models
-BOUNDARY_KEY = "wantrainer.boundary_ratio"  # two-expert models: where the experts split (of 1000 timesteps)
-BASE_CONFIG_HASH_KEY = "wantrainer.base_transformer_config"  # `transformer_config_hash` of the base
-ADAPTER_KEY = "wantrainer.adapter"
-BASE_LORAS_KEY = "wantrainer.base_loras"  # JSON list of the LoRAs merged into the base: name, path, sha256, strength
-# E2V-expanded bases: the expanded transformer config, so a sampler or a merge rebuilds the layout from the file
-TRANSFORMER_CONFIG_KEY = "wantrainer.transformer_config"
-EXPERT_NAMES = ("high_noise", "low_noise")  # by expert index: transformer, transformer_2
 
 # What `modelspec.implementation` names: the code whose key convention the file uses.
 _IMPLEMENTATIONS = {"DIFFUSERS_LORA": "https://github.com/huggingface/diffusers",
@@ -87,24 +83,6 @@ def lora_metadata(variant: str | LoRAFileInfo, base_model: str = "", config_hash
                 "wantrainer.weights": info.weights}
     meta.update({k: v for k, v in optional.items() if v})
     return meta
-
-
-def stack_header(records: Iterable[Mapping[str, Any]], expert: int) -> dict[str, str]:
-    """The trained LoRA's header entry for the base LoRAs merged into `expert` ({} when none): not the
-    `training_only` ones, which the LoRA is used without."""
-    stack = [{key: record[key] for key in ("name", "path", "sha256", "strength")}
-             for record in records if expert in record["experts"] and not record.get("training_only")]
-    return {BASE_LORAS_KEY: json.dumps(stack, separators=(",", ":"))} if stack else {}
-
-
-def read_stack(metadata: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The base-LoRA records of a LoRA header ([] when it has none or they do not parse)."""
-    try:
-        stack = json.loads(metadata.get(BASE_LORAS_KEY, "") or "[]")
-    except ValueError:
-        return []
-    return [s for s in stack if isinstance(s, dict) and {"name", "strength"} <= s.keys()] \
-        if isinstance(stack, list) else []
 
 
 def _creation_date() -> str:

@@ -11,16 +11,17 @@ from pathlib import Path
 import torch
 from huggingface_hub import save_torch_state_dict
 
+from modules.config.train_config import TrainConfig
 from modules.model.reference_slots import REFERENCE_LAYOUT_KEY
 from modules.model.WanModel import WanModel
+from modules.modelFile.lora_formats import LoRAWeights, expert_lora_paths, extract_from_peft
+from modules.modelFile.lora_header import TRANSFORMER_CONFIG_KEY, stack_header
+from modules.modelFile.training_only_loras import without_training_only
 from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components
 from modules.modelSaver.embedding_file import embedding_path_beside, save_embedding
-from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths, extract_from_peft
-from modules.modelLoader.training_only_loras import without_training_only
-from modules.modelSaver.WanLoRASaver import TRANSFORMER_CONFIG_KEY, LoRAFileInfo, lora_metadata, save_lora, stack_header
+from modules.modelSaver.WanLoRASaver import LoRAFileInfo, lora_metadata, save_lora
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.atomic import atomic_write_dir
-from modules.util.config.train_config import TrainConfig
 from modules.util.dtypes import torch_dtype
 from modules.util.enum import ModelFormat, TrainingMethod
 from modules.util.errors import UserError

@@ -9,10 +9,9 @@ from typing import Any, Callable, Collection, Mapping
 
 import torch
 
+from modules.util.model_folders import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from modules.util.safetensors_io import TensorSpec, write_safetensors_streamed
 
-WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
-WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"
 MAX_SHARD_BYTES = 10 * 10**9  # save_pretrained's max_shard_size "10GB" (decimal, as huggingface_hub reads it)
 TRANSFORMER_FOLDERS = ("transformer", "transformer_2")  # by expert index
 

@@ -25,14 +25,15 @@ from typing import Any, Callable, Iterator
 import torch
 from tqdm import tqdm
 
-from modules.model.WanVariant import WanVariant
 from modules.model.detection import detect_variant
 from modules.model.registry import family_for
-from modules.modelLoader.lora_inference import check_lora_file, expert_files
-from modules.modelLoader.WanLoRALoader import load_lora_file
-from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
-from modules.modelSaver.lora_formats import LoRAWeights, expert_lora_paths
-from modules.modelSaver.merge import (
+from modules.model.WanVariant import WanVariant
+from modules.modelFile.lora_checks import check_lora_file, expert_files
+from modules.modelFile.lora_formats import VARIANT_KEY, LoRAWeights, expert_lora_paths
+from modules.modelFile.lora_header import EXPERT_KEY, EXPERT_NAMES, TRANSFORMER_CONFIG_KEY
+from modules.modelFile.lora_reading import load_lora_file
+from modules.modelFile.original_keys import write_original_file
+from modules.modelFile.weight_merge import (
     MergedTransformer,
     SafetensorsSource,
     StateDictSource,
@@ -42,8 +43,7 @@ from modules.modelSaver.merge import (
     model_dtype,
     read_config,
 )
-from modules.modelSaver.original_keys import write_original_file
-from modules.modelSaver.WanLoRASaver import EXPERT_KEY, EXPERT_NAMES, TRANSFORMER_CONFIG_KEY, VARIANT_KEY
+from modules.modelSaver.diffusers_folder import TRANSFORMER_FOLDERS, copy_base_components, write_transformer_folder
 from modules.modelSetup.e2v_expansion import expand_transformer, expanded_config
 from modules.util.atomic import atomic_dir
 from modules.util.errors import UserError
@@ -158,8 +158,8 @@ def _override_source(path: Path, folder: Path) -> tuple[WeightSource, torch.dtyp
     """The weights of a single-file transformer the base was trained with (`transformer_override`), read as
     the model loader reads it (ComfyUI names and fp8 included; fp8 is dequantized to bfloat16, what
     ComfyUI computes in). In memory as a whole: such files are read whole by training too."""
-    from modules.modelLoader.component_files import load_transformer_file
-    from modules.modelLoader.single_file import SingleFile
+    from modules.modelFile.component_files import load_transformer_file
+    from modules.modelFile.single_file import SingleFile
 
     stored = model_dtype(SafetensorsSource([path]))
     dtype = torch.bfloat16 if stored.itemsize == 1 else stored

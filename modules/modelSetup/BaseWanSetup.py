@@ -12,20 +12,21 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.config.train_config import TrainConfig
+from modules.model.attention.backend_setup import apply_attention_backend
 from modules.model.conditioning import TRAIN_TIMESTEPS
+from modules.model.step_inputs import StepInputs, StepRandom
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
-from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY, EmbeddingTraining
-from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
-from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guided_target, scales_at
-from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.chunking import split_blocks
 from modules.modelSetup.compile import CompileLog, compile_blocks
+from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY
+from modules.modelSetup.embedding_training import EmbeddingTraining
+from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
+from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guided_target, scales_at
 from modules.modelSetup.kept_attention import KeptAttention, keep_self_attention
+from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
-from modules.model.step_inputs import StepInputs, StepRandom
-from modules.util.config.train_config import TrainConfig
-from modules.util.attention_backends import apply_attention_backend
 from modules.util.distributed import DistributedContext
 from modules.util.enum import DataParallel, WanExpert
 from modules.util.errors import UserError

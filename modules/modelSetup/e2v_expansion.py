@@ -14,9 +14,9 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
-from modules.model.vace_e2v import check_e2v_on_vace
-from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.config.e2v_dataset_config import load_dataset_config
 from modules.model.reference_slots import check_reference_base
+from modules.model.vace_e2v import check_e2v_on_vace
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)

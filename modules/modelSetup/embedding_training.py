@@ -10,10 +10,10 @@ import logging
 
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.model.step_inputs import StepInputs
 from modules.model.text_embedding import WanModelEmbedding
 from modules.model.WanModel import WanModel
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
+from modules.config.guidance_preserving_config import GuidancePreservingConfig
 
 
 def scales_at(config: GuidancePreservingConfig, sigmas: torch.Tensor) -> torch.Tensor:

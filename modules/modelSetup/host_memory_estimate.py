@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from modules.util.config.train_config import TrainConfig
+from modules.config.train_config import TrainConfig
 from modules.util.enum import EmaMode, EncoderDevice, TrainingMethod, WanExpert
 
 GIB = 2 ** 30
@@ -111,7 +111,6 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     """The host-RAM estimate of `train` against `ram_gib` (default: the machine's RAM), from `base_model_name`'s JSON
     configs: the largest bucket's tokens as the VRAM estimate counts them."""
     from modules.modelSetup import memory_estimate as vram
-
     from modules.modelSetup.pinned_arena import ACTIVATION_SLAB
 
     folder = Path(train.base_model_name)

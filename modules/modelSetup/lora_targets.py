@@ -5,7 +5,7 @@ import re
 
 import torch
 
-from modules.util.config.train_config import DEFAULT_LORA_TARGETS
+from modules.config.train_config import DEFAULT_LORA_TARGETS
 from modules.util.enum import VaceBlocks
 from modules.util.errors import UserError
 

@@ -12,11 +12,11 @@ import logging
 import torch
 from diffusers import WanTransformer3DModel
 
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.fp8_storage import store_linears_in_fp8
 from modules.modelSetup.int8_storage import int8_layers, store_linears_in_int8
 from modules.modelSetup.pinned_arena import ActivationArena, HostArena
 from modules.util.device_memory import release_from_device  # noqa: F401 - re-exported: the trainer's import
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import Fp8Scale
 from modules.util.errors import UserError
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from modules.util.config.train_config import TrainConfig, frame_lengths, resolutions
+from modules.config.train_config import TrainConfig, frame_lengths, resolutions
 from modules.util.enum import DataType, EmaMode, Fp8Scale, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 
@@ -206,9 +206,9 @@ def appended_latent_frames(transformer: dict, train: TrainConfig) -> int:
     """Latent frames an E2V run puts beside the video's in every step (docs/e2v.md): SkyReels-V3's reference slots
     after them (always SKYREELS_V3_SLOTS, empty ones zero), or on a VACE base one leading frame per reference image
     (the most elements any dataset of the E2V JSON has). A2's references sit inside the clip's frames: none."""
+    from modules.config.e2v_dataset_config import load_dataset_config
     from modules.model.layout_frames import SKYREELS_V3_SLOTS
     from modules.model.vace_e2v import is_vace_class
-    from modules.util.config.e2v_dataset_config import load_dataset_config
 
     if not train.dataset_config:
         return 0

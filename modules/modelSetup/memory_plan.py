@@ -25,11 +25,11 @@ import dataclasses
 import enum
 import logging
 
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
-from modules.util.errors import UserError
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import BaseWeightFormat, DataType, EncoderDevice, MemoryPreset, TrainingMethod
+from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float 
 def apply_memory_plan(config: TrainConfig) -> TrainConfig:
     """Start-up: `config` with AUTO's changes (planned at an E2V dataset's resolution and frames), the choice and
     its estimate logged."""
-    from modules.util.config.e2v_dataset_config import with_dataset_shapes
+    from modules.config.e2v_dataset_config import with_dataset_shapes
 
     plan = plan_memory(with_dataset_shapes(config))
     if plan.estimate is None:

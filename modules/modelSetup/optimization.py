@@ -5,8 +5,8 @@ import math
 
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.optimizer.registry import spec_of
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import LearningRateScheduler
 
 

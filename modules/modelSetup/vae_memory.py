@@ -64,11 +64,11 @@ def largest_clip(config) -> tuple[int, int, int]:
     """(frames, height, width) of the largest clip a run encodes: the longest window at the largest resolution, or
     for E2V the largest dataset's (every E2V item is encoded at its dataset's vae_resolution)."""
     if config.dataset_config:
-        from modules.util.config.e2v_dataset_config import load_dataset_config
+        from modules.config.e2v_dataset_config import load_dataset_config
 
         return max(((d.max_num_frames, *d.vae_resolution) for d in load_dataset_config(config.dataset_config).datasets),
                    key=lambda c: c[0] * c[1] * c[2])
-    from modules.util.config.train_config import frame_lengths, resolutions
+    from modules.config.train_config import frame_lengths, resolutions
 
     height, width = max(resolutions(config.resolution), key=lambda r: r[0] * r[1])
     return max(frame_lengths(config.frames)), height, width

@@ -5,7 +5,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, betas_in_range, positive
-from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.base_config import BaseConfig, ConfigError, option
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from modules.optimizer.spec import OptimizerSpec, betas_in_range, positive
-from modules.util.config.base_config import BaseConfig, option
+from modules.util.base_config import BaseConfig, option
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -13,7 +13,7 @@ from modules.optimizer.muon import MUON
 from modules.optimizer.prodigy import PRODIGY
 from modules.optimizer.schedule_free import ADAMW_SCHEDULE_FREE
 from modules.optimizer.spec import OptimizerSpec
-from modules.util.config.base_config import BaseConfig, option
+from modules.util.base_config import BaseConfig, option
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {spec.name: spec for spec in (
     ADAMW, ADAMW_8BIT, PRODIGY, ADAFACTOR, CAME, LION, ADAMW_SCHEDULE_FREE, MUON,

@@ -11,7 +11,7 @@ import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modules.util.config.base_config import BaseConfig, ConfigError
+from modules.util.base_config import BaseConfig, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -21,22 +21,23 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.encoder_placement import park_after_caching, place_before_caching
 from modules.dataLoader.errors import CachingStopped
+from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
+from modules.model.step_inputs import StepRandom
 from modules.model.WanModel import WanModel
+from modules.modelFile.training_only_loras import check_memory_features
 from modules.modelLoader.WanModelLoader import WanModelLoader, resolve_device
-from modules.modelLoader.training_only_loras import check_memory_features
 from modules.modelSaver.WanModelSaver import TrainedAmount, WanModelSaver
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.modelSetup.ema import WeightEMA
 from modules.modelSetup.memory import enable_vae_tiling
-from modules.modelSetup.vae_memory import caching_needs_tiling
-from modules.model.step_inputs import StepRandom
-from modules.util.numbered_names import numbered_names
-from modules.util.seeds import derive_seed
+from modules.modelSetup.memory_plan import apply_memory_plan
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
+from modules.modelSetup.vae_memory import caching_needs_tiling
 from modules.optimizer.registry import spec_of
 from modules.trainer.backup import (
     TrainProgress,
@@ -45,27 +46,26 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
-from modules.trainer.output_destination import free_destination
-from modules.trainer.runs import open_run, write_config_copy
-from modules.dataLoader.prefetch import BatchPrefetcher
-from modules.trainer.initial_weights import continue_from_embedding
-from modules.modelSetup.memory_plan import apply_memory_plan
 from modules.trainer.end_report import end_warnings
+from modules.trainer.initial_weights import continue_from_embedding
+from modules.trainer.output_destination import free_destination
 from modules.trainer.preflight import check_paths
-from modules.trainer.resume import TrainerResume
 from modules.trainer.registry import SETUPS, DataKind, data_kind
+from modules.trainer.resume import TrainerResume
+from modules.trainer.runs import open_run, write_config_copy
+from modules.trainer.sampling import TrainerSampling
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
-from modules.trainer.sampling import TrainerSampling
 from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
 from modules.trainer.workspace_lock import WorkspaceLock
 from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
-from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
+from modules.util.numbered_names import numbered_names
 from modules.util.run_folder import RunFolder
+from modules.util.seeds import derive_seed
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)

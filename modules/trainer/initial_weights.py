@@ -6,10 +6,10 @@ import logging
 from pathlib import Path
 
 from modules.model.WanModel import WanModel
-from modules.modelLoader.lora_inference import check_lora_file, expert_files
-from modules.modelLoader.WanLoRALoader import load_lora_file
+from modules.modelFile.lora_checks import check_lora_file, expert_files
+from modules.modelFile.lora_formats import LoRAFormatError, apply_to_peft, for_animate2
+from modules.modelFile.lora_reading import load_lora_file
 from modules.modelSaver.embedding_file import read_embedding
-from modules.modelSaver.lora_formats import LoRAFormatError, apply_to_peft, for_animate2
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
 from modules.util.errors import UserError
 

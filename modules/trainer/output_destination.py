@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from modules.modelFile.lora_formats import expert_lora_paths
 from modules.modelSaver.embedding_file import embedding_path_beside
-from modules.modelSaver.lora_formats import expert_lora_paths
 from modules.modelSaver.merged_model import i2v_export_paths
 from modules.trainer.snapshots import raw_destination
 from modules.util.numbered_names import numbered_names

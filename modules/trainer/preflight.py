@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.model.folder_facts import is_animate2_base
 from modules.trainer.preflight_animate2 import check_animate2
 from modules.trainer.preflight_base import check_against_base, check_input_files
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 from modules.util.path_checks import (
@@ -55,7 +55,7 @@ def check_paths(config: TrainConfig) -> None:
             check_input_file(key, getattr(config, key), f"a .safetensors {key.removesuffix('_override')} file")
     if config.base_loras:  # files, their experts and headers against the base's variant
         from modules.model.detection import detect_variant  # here: diffusers' classes come with the registry
-        from modules.modelLoader.base_loras import check_base_loras
+        from modules.modelFile.base_loras import check_base_loras
 
         check_base_loras(config.base_loras, detect_variant(config.base_model_name))
     if config.embedding_weight_path:

@@ -3,9 +3,9 @@ triplets and the copying trap (`dataLoader/animate2_triplets.py`). The data load
 `dataLoader/WanAnimate2DataLoader.py`."""
 from __future__ import annotations
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.concept_selection import concepts_of_type
 from modules.model.folder_facts import is_animate2_base
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 

@@ -3,8 +3,8 @@ the files a run reads only later (the LoRA it continues, the samples' control vi
 before any model loads, instead of a silent no-op or a failure an hour into the run."""
 from __future__ import annotations
 
+from modules.config.train_config import TrainConfig
 from modules.model.folder_facts import is_animate2_base
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
@@ -53,7 +53,7 @@ def check_input_files(config: TrainConfig) -> None:
         for number, element in enumerate(sample.elements):
             check_input_file(f"samples[{index}].elements[{number}]", element, "an image file")
     if config.lora_weight_path:
-        from modules.modelLoader.WanLoRALoader import read_lora_header  # here: it imports torch
+        from modules.modelFile.lora_reading import read_lora_header  # here: it imports torch
 
         check_input_file("lora_weight_path", config.lora_weight_path, "a .safetensors LoRA file")
         try:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
-from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanAnimate2DataLoader import WanAnimate2DataLoader
+from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import BaseWanSetup
@@ -19,7 +20,6 @@ from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.initial_weights import continue_from_lora, no_adapter_to_continue
 from modules.trainer.preflight import DATA_CHECKS, data_kind_name
-from modules.util.config.train_config import TrainConfig
 from modules.util.enum import TrainingMethod
 
 

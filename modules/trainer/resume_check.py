@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from modules.util.config.train_config import E2VConfig, TrainConfig
+from modules.config.train_config import E2VConfig, TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",

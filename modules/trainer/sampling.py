@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from modules.modelLoader.training_only_loras import sampling_weights
+from modules.model.attention.backend_setup import apply_attention_backend
+from modules.modelFile.training_only_loras import sampling_weights
 from modules.modelSampler.comfy_workflow import WorkflowModels, workflow_models
 from modules.modelSampler.WanModelSampler import WanModelSampler
 from modules.modelSaver.WanModelSaver import WanModelSaver
-from modules.util.attention_backends import apply_attention_backend
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
 from modules.util.sample_record import sample_video_path

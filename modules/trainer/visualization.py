@@ -18,11 +18,11 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from modules.config.e2v_dataset_config import VisualizationConfig
+from modules.model.step_inputs import StepInputs
 from modules.model.WanModel import WanModel
 from modules.modelSetup.BaseWanSetup import StepOutput
-from modules.model.step_inputs import StepInputs
 from modules.util.atomic import atomic_path
-from modules.util.config.e2v_dataset_config import VisualizationConfig
 
 logger = logging.getLogger(__name__)
 

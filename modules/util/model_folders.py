@@ -10,6 +10,9 @@ from pathlib import Path
 
 from modules.util.errors import UserError
 
+# A diffusers model folder's weight files (`save_pretrained`): one file, or shards listed in the index
+WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
+WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"})
 
 

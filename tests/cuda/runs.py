@@ -54,7 +54,7 @@ class Settings:
     overrides: dict
 
     def config(self, **more):
-        from modules.util.config.train_config import TrainConfig
+        from modules.config.train_config import TrainConfig
 
         values = dict(resolution=[48, 48], frames=9, batch_size=2, epochs=100, max_steps=STEPS, lora_rank=8,
                       lora_alpha=8, learning_rate=1e-3, output_dtype="FLOAT32", train_device=DEVICE,

@@ -48,9 +48,9 @@ def media(tmp_path_factory):
 
 
 def generate(folder, device: str, inputs: dict, sampler: str) -> np.ndarray:
+    from modules.config.sample_config import SampleConfig
     from modules.modelLoader.WanModelLoader import WanModelLoader
     from modules.modelSampler.WanModelSampler import WanModelSampler
-    from modules.util.config.sample_config import SampleConfig
     from modules.util.enum import DataType
 
     model = WanModelLoader().load(str(folder), torch.device(device), transformer_dtype=DataType.FLOAT32,

@@ -14,9 +14,9 @@ F32 = dict(train_dtype="FLOAT32", transformer_dtype="FLOAT32")
 
 
 def sample(trainer):
+    from modules.config.train_config import SampleConfig
     from modules.modelSampler.WanModelSampler import WanModelSampler
     from modules.synthetic.shape_clips import RED_CIRCLE_RIGHT
-    from modules.util.config.train_config import SampleConfig
 
     config = SampleConfig(prompt=RED_CIRCLE_RIGHT.prompt, frames=9, height=48, width=48, steps=8, cfg_scale=1.0,
                           seed=0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from modules.optimizer.registry import OPTIMIZERS
-from modules.util.attention_backends import unavailable
+from modules.util.attention_kernels import unavailable
 from modules.util.enum import AttentionBackend
 from tests.cuda.device import DEVICE, MARKS, ON_GPU
 from tests.cuda.runs import BF16_GRAD, BF16_LOSS, assert_close_step, relative_distance, release

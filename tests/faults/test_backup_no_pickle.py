@@ -21,6 +21,7 @@ from safetensors import SafetensorError
 
 import modules.modelSetup.sharding as sharding
 import modules.trainer.backup as backup_module
+from modules.config.train_config import TrainConfig
 from modules.modelSetup.optimization import create_lr_scheduler
 from modules.trainer.backup import (
     DamagedBackup,
@@ -32,13 +33,12 @@ from modules.trainer.backup import (
     write_backup,
     write_sharded_backup,
 )
+from modules.trainer.backup_manifest import MANIFEST, write_manifest
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util import state_io
-from modules.util.config.train_config import TrainConfig
 from modules.util.distributed import DistributedContext
 from modules.util.enum import LearningRateScheduler
 from modules.util.errors import UserError
-from modules.trainer.backup_manifest import MANIFEST, write_manifest
 from modules.util.run_folder import RunFolder, find_run
 from tests.conftest import train_config_dict
 from tests.run_paths import last_run, make_run

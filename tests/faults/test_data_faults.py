@@ -18,22 +18,27 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.batching import LostItems
 from modules.dataLoader.discovery import read_caption, read_jsonl_manifest
 from modules.dataLoader.errors import MISSING_FILE, CachingStopped, DataError
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import read_video_frames
-from modules.util.video_write import write_video
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.dataLoader.WanE2VDataLoader import WanE2VDataLoader
 from modules.model.WanModel import TEXT_SEQ_LEN
-from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import e2v_dataset_json, render_clip, write_e2v_dataset
+from modules.trainer.GenericTrainer import GenericTrainer
+from modules.util.errors import UserError
+from modules.util.video_write import write_video
 from tests.conftest import REPO_ROOT, train_config_dict
-from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread here too)
-from tests.faults.test_fault_suite import all_finite, messages, png_bytes, write_messy_dataset
+from tests.faults.test_fault_suite import (
+    all_finite,
+    messages,
+    one_thread,  # noqa: F401  (autouse: one torch thread here too)
+    png_bytes,
+    write_messy_dataset,
+)
 
 F, H, W = 17, 32, 32
 LONG_CAPTION = "a red circle moving left to right over a gray background, " * 60  # well over 512 tokens

@@ -18,11 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.dataLoader import cache as cache_module
-from modules.trainer.GenericTrainer import MAX_NONFINITE_STEPS, GenericTrainer
-from modules.util.config.train_config import TrainConfig
-from modules.util.errors import UserError
 from modules.synthetic.synthetic_data import render_clip
+from modules.trainer.GenericTrainer import MAX_NONFINITE_STEPS, GenericTrainer
+from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
 
 

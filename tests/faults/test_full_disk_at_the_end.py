@@ -13,9 +13,9 @@ import pytest
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.modelSaver.WanModelSaver import WanModelSaver
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.run_paths import run_dir

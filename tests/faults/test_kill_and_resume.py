@@ -20,9 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.backup import list_backups, read_backup
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 from tests.run_paths import last_run, run_dir
 from tests.torch_threads import one_torch_thread

@@ -16,9 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
 from modules.ui.controllers.curves import LOSS, ScalarHistory, read_tensorboard_scalars
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 

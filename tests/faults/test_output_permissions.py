@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.atomic import atomic_dir, atomic_write_bytes
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 
 

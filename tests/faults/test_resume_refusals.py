@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.resume_check import tensor_mismatch
-from modules.util.config.train_config import TrainConfig
 from modules.util.errors import UserError
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir

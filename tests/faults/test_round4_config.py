@@ -4,16 +4,16 @@ not regular files or are huge, keys that do nothing on the chosen base, files th
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import load_concepts, load_train_config, loads_json
-from modules.util.config.train_config import TrainConfig
+from modules.config.loading import load_concepts, load_train_config, loads_json
+from modules.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.faults.test_startup_checks import no_model_load, start_error  # noqa: F401  (fixture)
@@ -31,10 +31,10 @@ def write(tmp_path, text, name="config.json"):
 
 
 def test_an_integer_too_long_for_python_is_one_line_in_every_reader(tmp_path):
+    from modules.config.e2v_dataset_config import load_dataset_config
     from modules.dataLoader.discovery import read_jsonl_manifest
     from modules.dataLoader.errors import DataError
     from modules.evaluation.prompts import read_prompts
-    from modules.util.config.e2v_dataset_config import load_dataset_config
 
     with pytest.raises(ConfigError, match=r"config file '.*' holds a number too long to read"):
         load_train_config(write(tmp_path, f'{{"epochs": {HUGE}}}'))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modules.modelSaver.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights
+from modules.modelFile.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT
@@ -104,7 +104,7 @@ def test_merge_lora_cli_refuses_the_base_transformer_as_output_in_one_line(own_m
 
 def nan_lora(model_dir: Path, folder: Path) -> Path:
     lora = write_lora(model_dir, "t2v", folder)
-    from modules.modelLoader.WanLoRALoader import load_lora_file
+    from modules.modelFile.lora_reading import load_lora_file
 
     weights, _ = load_lora_file(lora)
     module = next(iter(weights.layers))

@@ -16,17 +16,18 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from modules.util.video_write import write_video
-from modules.model.WanModel import WanModel
+from modules.config.train_config import SampleConfig
 from modules.model.detection import detect_variant
-from modules.modelLoader.lora_inference import attach_lora_for_inference, check_lora_file
+from modules.model.WanModel import WanModel
+from modules.modelFile.lora_checks import check_lora_file
+from modules.modelFile.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights, to_state_dict
+from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSampler.video_output import write_video_output
 from modules.modelSampler.WanModelSampler import WanModelSampler
-from modules.modelSaver.lora_formats import COMFY_LORA, LoRALayer, LoRAWeights, to_state_dict
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
-from modules.util.config.train_config import SampleConfig
 from modules.util.errors import UserError
+from modules.util.video_write import write_video
 from tests.conftest import REPO_ROOT
 from tests.faults.test_fault_suite import one_thread  # noqa: F401  (autouse: one torch thread for tiny models)
 

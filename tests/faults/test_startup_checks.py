@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from modules.config.loading import load_train_config
+from modules.config.train_config import TrainConfig
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.trainer.GenericTrainer import GenericTrainer
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import load_train_config
-from modules.util.config.train_config import TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer, TrainingStopped
 from modules.util.commands import TrainCommands
-from modules.util.config.train_config import TrainConfig
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir
 

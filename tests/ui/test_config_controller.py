@@ -6,16 +6,28 @@ import json
 
 import pytest
 
+from modules.config.loading import load_train_config
+from modules.config.train_config import ConceptConfig, TrainConfig
 from modules.optimizer.registry import OPTIMIZERS
 from modules.ui.controllers.app_controller import AppController
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.fields import (
-    BOOL, CHOICE, FLOAT, INT, INT_LIST, JSON, PATH, RESOLUTION, TEXT, TEXT_LIST, FieldError, format_value, parse_text,
+    BOOL,
+    CHOICE,
+    FLOAT,
+    INT,
+    INT_LIST,
+    JSON,
+    PATH,
+    RESOLUTION,
+    TEXT,
+    TEXT_LIST,
+    FieldError,
+    format_value,
+    parse_text,
 )
 from modules.ui.controllers.layout import TABS, placed_keys, sections_of
-from modules.util.config.base_config import ConfigError
-from modules.util.config.loading import load_train_config
-from modules.util.config.train_config import ConceptConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 
 
@@ -164,7 +176,7 @@ def test_loading_a_bad_file_names_the_key(config, tmp_path):
 
 # --- presets ---------------------------------------------------------------------------------------
 def test_shipped_presets_are_listed_first(tmp_path):
-    from modules.util.config.loading import PRESET_DIR
+    from modules.config.loading import PRESET_DIR
 
     presets = ConfigController(PRESET_DIR).list_presets()
     assert presets and all(p.shipped for p in presets)
@@ -172,7 +184,7 @@ def test_shipped_presets_are_listed_first(tmp_path):
 
 
 def test_a_preset_sets_options_and_keeps_the_users_data():
-    from modules.util.config.loading import PRESET_DIR
+    from modules.config.loading import PRESET_DIR
 
     config = ConfigController(PRESET_DIR)
     config.set_list("concepts", [{"path": "my/clips"}])

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from modules.config.e2v_dataset_config import load_dataset_config
 from modules.ui.controllers.e2v_dataset import DATASET_SPECS, DatasetController
 from modules.ui.controllers.elements_controller import COLUMNS, scan_dataset
 from modules.ui.controllers.layout import DATASET_SECTIONS
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import load_dataset_config
+from modules.util.base_config import ConfigError
 from tests.conftest import REPO_ROOT
 from tests.ui.conftest import write_e2v_folder
 

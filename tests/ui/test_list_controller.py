@@ -1,8 +1,8 @@
 """Concept and sample list editors: rows from the record classes' metadata, errors per row."""
 from __future__ import annotations
 
+from modules.config.train_config import ConceptConfig
 from modules.ui.controllers.app_controller import AppController
-from modules.util.config.train_config import ConceptConfig
 
 
 def make(tmp_path) -> AppController:
@@ -68,7 +68,7 @@ def test_a_concept_row_can_be_made_a_validation_concept(tmp_path):
 
 
 def test_base_lora_rows_use_their_record_and_the_lightning_preset_fills_them(tmp_path):
-    from modules.util.config.train_config import BaseLoRAConfig
+    from modules.config.train_config import BaseLoRAConfig
 
     app = make(tmp_path)
     app.base_loras.add(path="loras/lightning.safetensors")

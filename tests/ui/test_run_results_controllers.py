@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from modules.config.train_config import SampleConfig
 from modules.ui.controllers.curves import (
     LOSS,
     LR,
@@ -23,7 +24,6 @@ from modules.ui.controllers.curves import (
     to_pixels,
 )
 from modules.ui.controllers.sample_gallery import Playback, SampleGallery, fit_size, record_title
-from modules.util.config.train_config import SampleConfig
 from modules.util.sample_record import SampleRecord, read_records, sample_video_path
 
 

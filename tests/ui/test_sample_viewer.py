@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from modules.config.train_config import SampleConfig
 from modules.dataLoader.video_io import read_video_frames
 from modules.ui.controllers.sample_gallery import fit_size
 from modules.ui.views.samples_tab import PLAYER_SIZE
+from modules.ui.views.screenshots import pump_until as pump
 from modules.ui.views.screenshots import settle
-from modules.util.config.train_config import SampleConfig
 from modules.util.sample_record import SampleRecord, sample_video_path
 from modules.util.video_write import write_png_strip, write_video
-from modules.ui.views.screenshots import pump_until as pump
-from tests.ui.test_gui_training import configure
 from tests.run_paths import run_dir
+from tests.ui.test_gui_training import configure
 
 
 @pytest.fixture(scope="module")

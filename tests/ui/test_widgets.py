@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from modules.config.e2v_dataset_config import load_dataset_config
+from modules.config.loading import load_train_config
 from modules.ui.controllers.app_controller import APP_NAME
 from modules.ui.controllers.layout import TAB_NAMES
-from modules.util.config.e2v_dataset_config import load_dataset_config
-from modules.util.config.loading import load_train_config
 from modules.ui.views.screenshots import pump_until as pump
 from tests.ui.conftest import write_e2v_folder
 

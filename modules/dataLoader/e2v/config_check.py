@@ -3,12 +3,12 @@ frames, and the samples' frames against the layout. Light on imports, so scripts
 trainer (and diffusers) is imported: a dataset error in a second or two."""
 from __future__ import annotations
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions, dataset_layout
 from modules.model.layout_frames import SKYREELS_V3_SLOTS, min_num_frames
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
-from modules.util.config.train_config import TrainConfig
 from modules.model.vace_e2v import check_e2v_on_vace, is_vace_folder
+from modules.util.base_config import ConfigError
 from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 

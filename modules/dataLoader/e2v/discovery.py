@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from modules.config.e2v_dataset_config import ElementConfig, suffix_key
+from modules.dataLoader.errors import MISSING_FILE, DataError
 from modules.dataLoader.masks import is_mask_file, mask_path_for
 from modules.dataLoader.vace_modules import is_control_file
-from modules.dataLoader.errors import MISSING_FILE, DataError
 from modules.dataLoader.video_io import VIDEO_EXTENSIONS
-from modules.util.config.e2v_dataset_config import ElementConfig, suffix_key
 
 CAPTION_SUFFIX = ".txt"
 

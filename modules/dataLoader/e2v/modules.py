@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-
 import torch
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS
+from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
+from modules.dataLoader.encoding_modules import EncodePosterior
+from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
+from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
+from modules.dataLoader.masks import latent_grid_mask, read_mask_frames
+from modules.dataLoader.pipeline import ItemContext, PipelineModule
+from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
+from modules.dataLoader.windows import random_start
 from modules.model.condition_layout import (
     TEMPORAL,
     joint_clip,
@@ -24,19 +33,7 @@ from modules.model.condition_layout import (
     reference_latent_frames,
     separate_target_frames,
 )
-from modules.dataLoader.e2v.preprocess import image_to_tensor, preprocess
-from modules.dataLoader.encoding_modules import EncodePosterior
-from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
-from modules.dataLoader.frames import largest_4k1, resize_and_crop, to_tensor
-from modules.dataLoader.pipeline import ItemContext, PipelineModule
-from modules.dataLoader.masks import latent_grid_mask, read_mask_frames
-from modules.dataLoader.video_io import WHITE, read_image, read_video_frames
-from modules.dataLoader.windows import random_start
 from modules.model.WanModel import WanModel
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
-
-
 
 
 def flipped(ctx: ItemContext) -> bool:

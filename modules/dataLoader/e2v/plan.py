@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig
 from modules.dataLoader.e2v.modules import DecodeTargetVideo
 from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.windows import WindowOptions, plan_windows
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
 from modules.util.enum import FrameSampleStrategy
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig
+from modules.config.train_config import WHITE
 from modules.model.layout_frames import SKYREELS_V3_SLOTS, min_num_frames
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-from modules.util.config.train_config import WHITE
 from modules.util.errors import UserError
 
 

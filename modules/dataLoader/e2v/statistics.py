@@ -6,6 +6,8 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
+from modules.config.train_config import TrainConfig
 from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
@@ -17,10 +19,8 @@ from modules.dataLoader.item_plan import ItemPlanner
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.statistics import ConceptStatistics
 from modules.model.condition_layout import layout_elements
-from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.model.detection import detect_variant
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig, load_dataset_config
-from modules.util.config.train_config import TrainConfig
+from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.resolution_text import clip_text
 
 

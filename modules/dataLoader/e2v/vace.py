@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from modules.config.e2v_dataset_config import E2VDatasetConfig
+from modules.config.train_config import DEFAULT_MAX_FRAME_PIXELS
 from modules.dataLoader.e2v.modules import flipped
 from modules.dataLoader.frames import resize_and_crop
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
@@ -19,8 +21,6 @@ from modules.dataLoader.video_io import WHITE, read_image
 from modules.model.condition_layout import layout_elements
 from modules.model.vace_references import reference_context
 from modules.model.WanModel import WanModel
-from modules.util.config.e2v_dataset_config import E2VDatasetConfig
-from modules.util.config.train_config import DEFAULT_MAX_FRAME_PIXELS
 
 logger = logging.getLogger(__name__)
 

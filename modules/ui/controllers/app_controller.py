@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from modules.config.loading import PRESET_DIR
+from modules.trainer.preflight import check_base_model
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
-from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
+from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.vram_controller import VramEstimate
-from modules.trainer.preflight import check_base_model
-from modules.util.config.loading import PRESET_DIR
 from modules.util.errors import UserError
 from modules.util.run_folder import find_run, last_started_run
 from modules.util.sample_record import samples_folder

@@ -18,6 +18,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from modules.config.loading import PRESET_DIR, deep_merge, load_train_config, migrate, read_json, save_config
+from modules.config.train_config import BaseLoRAConfig, ConceptConfig, SampleConfig, TrainConfig
 from modules.trainer.preflight import TWO_EXPERT_KEYS
 from modules.ui.controllers.base_fields import VACE_KEYS, BaseFacts, base_stamp, not_for_base, read_base_facts
 from modules.ui.controllers.fields import (
@@ -35,9 +37,7 @@ from modules.ui.controllers.fields import (
 from modules.ui.controllers.layout import shown
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
-from modules.util.config.base_config import BaseConfig, ConfigError
-from modules.util.config.loading import PRESET_DIR, deep_merge, load_train_config, migrate, read_json, save_config
-from modules.util.config.train_config import BaseLoRAConfig, ConceptConfig, SampleConfig, TrainConfig
+from modules.util.base_config import BaseConfig, ConfigError
 from modules.util.enum import ModelFormat, TrainingMethod
 from modules.util.errors import UserError
 

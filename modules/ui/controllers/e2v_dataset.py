@@ -16,6 +16,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+from modules.config.e2v_dataset_config import (
+    FRAME_CONDITIONING_MODES,
+    PREPROCESS_METHODS,
+    VISUALIZATION_DATA,
+    VISUALIZATION_FORMATS,
+    VISUALIZATION_TYPES,
+    E2VDatasetConfig,
+    E2VDatasetFile,
+    VisualizationProcessorConfig,
+    normalize_flat_form,
+)
+from modules.config.loading import read_json
 from modules.ui.controllers.elements_controller import COLUMNS, ElementsController, Problem
 from modules.ui.controllers.fields import (
     CHOICE,
@@ -33,19 +45,7 @@ from modules.ui.controllers.fields import (
 )
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
-from modules.util.config.base_config import ConfigError
-from modules.util.config.e2v_dataset_config import (
-    FRAME_CONDITIONING_MODES,
-    PREPROCESS_METHODS,
-    VISUALIZATION_DATA,
-    VISUALIZATION_FORMATS,
-    VISUALIZATION_TYPES,
-    E2VDatasetConfig,
-    E2VDatasetFile,
-    VisualizationProcessorConfig,
-    normalize_flat_form,
-)
-from modules.util.config.loading import read_json
+from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 
 DEFAULT = "default"

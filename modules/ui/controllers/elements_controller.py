@@ -21,10 +21,18 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from modules.config.e2v_dataset_config import IMAGE_SUFFIX_EXTENSIONS, PREPROCESS_METHODS, ElementConfig
 from modules.ui.controllers.fields import (
-    BOOL, CHOICE, INT, TEXT, TEXT_LIST, FieldError, FieldSpec, field_specs, parse_text,
+    BOOL,
+    CHOICE,
+    INT,
+    TEXT,
+    TEXT_LIST,
+    FieldError,
+    FieldSpec,
+    field_specs,
+    parse_text,
 )
-from modules.util.config.e2v_dataset_config import IMAGE_SUFFIX_EXTENSIONS, PREPROCESS_METHODS, ElementConfig
 
 DEFAULT, OFF = "default", "off"
 
@@ -164,7 +172,7 @@ def preview_with_loader(folder: str | os.PathLike, elements: list[dict[str, Any]
     """The preview from the E2V loader's own discovery (modules/dataLoader/e2v/discovery.py); None when
     the rows do not parse as typed elements yet (then `scan_dataset` answers)."""
     from modules.dataLoader.e2v.discovery import discover_e2v_samples, find_element_image
-    from modules.util.config.base_config import ConfigError
+    from modules.util.base_config import ConfigError
 
     folder = Path(folder)
     try:

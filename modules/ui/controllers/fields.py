@@ -16,8 +16,8 @@ import typing
 from enum import Enum
 from typing import Any
 
-from modules.util.config.base_config import INT_MAX, INT_MIN, BaseConfig, ConfigError
-from modules.util.config.loading import loads_json
+from modules.config.loading import loads_json
+from modules.util.base_config import INT_MAX, INT_MIN, BaseConfig, ConfigError
 from modules.util.resolution_text import parse_resolution_text, resolution_text
 
 # Widget kinds a view knows how to draw.

@@ -65,9 +65,9 @@ class VramEstimate:
         raise TimeoutError("the VRAM estimate took too long")
 
     def _estimate(self, train, key: str) -> None:
+        from modules.config.e2v_dataset_config import with_dataset_shapes
         from modules.modelSetup.memory_estimate import detected_gpu_gib
         from modules.modelSetup.memory_plan import detected_capability, planned_estimate
-        from modules.util.config.e2v_dataset_config import with_dataset_shapes
 
         changes: dict = {}
         gpu = None

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from modules.modelSaver.lora_formats import diffusers_to_wan_name
+from modules.modelFile.lora_formats import diffusers_to_wan_name
 from modules.util.atomic import atomic_path
 from modules.util.errors import UserError
 from modules.util.safetensors_io import TensorSpec, write_safetensors_streamed

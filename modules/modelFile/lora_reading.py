@@ -7,7 +7,7 @@ import os
 import torch
 
 from modules.adapter.spec import AdapterSpec
-from modules.modelSaver.lora_formats import (
+from modules.modelFile.lora_formats import (
     LoRAFormatError,
     LoRAWeights,
     adapter_of_keys,

@@ -12,30 +12,29 @@ import re
 from pathlib import Path
 
 from modules.adapter.registry import ADAPTERS, PeftType
+from modules.config.guidance_preserving_config import GuidancePreservingConfig
+from modules.config.limits import check_frame_count, check_lora_strength, check_resolution_side
+from modules.config.sample_config import SampleConfig, SampleOverrides
+from modules.config.sampling_choices import REFERENCE_LAYOUTS
 from modules.optimizer.registry import Optimizer, OptimizerOptions, spec_of
-from modules.util.attention_backends import device_type_of, unavailable
-from modules.util.config.base_config import BaseConfig, ConfigError, option
-from modules.util.config.guidance_preserving_config import GuidancePreservingConfig
-from modules.util.config.limits import check_frame_count, check_lora_strength, check_resolution_side
-from modules.util.config.sampling_choices import REFERENCE_LAYOUTS
-from modules.util.config.sample_config import SampleConfig, SampleOverrides
-from modules.util.run_folder import run_name_problem
+from modules.util.attention_kernels import device_type_of, unavailable
+from modules.util.base_config import BaseConfig, ConfigError, option
 from modules.util.enum import (
     AttentionBackend,
-    BaseWeightFormat,
     BalancingStrategy,
+    BaseWeightFormat,
     ConceptType,
     DataParallel,
-    EncoderDevice,
-    MemoryPreset,
-    FrameSampleStrategy,
     DataType,
     EmaMode,
+    EncoderDevice,
     Fp8Scale,
+    FrameSampleStrategy,
     HuberSchedule,
     LearningRateScheduler,
     LossType,
     LossWeightFn,
+    MemoryPreset,
     ModelFormat,
     ModelType,
     PromptSource,
@@ -45,10 +44,11 @@ from modules.util.enum import (
     VaceBlocks,
     WanExpert,
 )
+from modules.util.run_folder import run_name_problem
 
 CONFIG_VERSION = 3  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*
 
-# Modules that both diffusers and ComfyUI know by name (see modules/modelSaver/lora_formats.py), so a
+# Modules that both diffusers and ComfyUI know by name (see modules/modelFile/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
 DEFAULT_LORA_TARGETS = [
     "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",

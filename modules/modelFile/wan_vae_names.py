@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from modules.modelLoader.single_file import count_indices
+from modules.modelFile.single_file import count_indices
 
 _RESNET_PARTS = {"residual.0": "norm1", "residual.2": "conv1", "residual.3": "norm2", "residual.6": "conv2",
                  "shortcut": "conv_shortcut"}

@@ -26,7 +26,7 @@ from transformers import (
     UMT5EncoderModel,
 )
 
-from modules.modelLoader.encoder_configs import (
+from modules.modelFile.encoder_configs import (
     clip_image_processor,
     clip_vision_config,
     clip_vision_heads,
@@ -36,11 +36,16 @@ from modules.modelLoader.encoder_configs import (
     umt5_config,
     umt5_sizes,
 )
-from modules.modelLoader.single_file import (
-    CONVROT_GROUP, WEIGHT_SCALE, SingleFile, check_matches, read_single_file, shapes,
+from modules.modelFile.single_file import (
+    CONVROT_GROUP,
+    WEIGHT_SCALE,
+    SingleFile,
+    check_matches,
+    read_single_file,
+    shapes,
 )
+from modules.modelFile.wan_vae_names import wan_vae_to_diffusers
 from modules.modelSetup.int8_storage import Int8ConvRotLinear, set_submodule
-from modules.modelLoader.wan_vae_names import wan_vae_to_diffusers
 
 DiffusersModel = TypeVar("DiffusersModel", bound=ModelMixin)
 TransformersModel = TypeVar("TransformersModel", bound=PreTrainedModel)

@@ -18,9 +18,9 @@ from typing import Any, Mapping, Protocol
 
 import torch
 
-from modules.modelSaver.diffusers_folder import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-from modules.modelSaver.lora_formats import LoRAFormatError, LoRAWeights
+from modules.modelFile.lora_formats import LoRAFormatError, LoRAWeights
 from modules.util.errors import UserError
+from modules.util.model_folders import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from modules.util.safetensors_io import TensorSpec, dtype_from_name
 
 

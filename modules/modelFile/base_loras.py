@@ -27,11 +27,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from modules.config.limits import check_lora_strength
+from modules.config.train_config import BaseLoRAConfig
 from modules.model.WanModel import WanModel
 from modules.model.WanVariant import WanVariant
-from modules.modelLoader.lora_inference import LoRAFiles, check_lora_matches
-from modules.modelLoader.WanLoRALoader import first_line, read_lora_header, read_lora_tensors
-from modules.modelSaver.lora_formats import (
+from modules.modelFile.lora_checks import LoRAFiles, check_lora_matches
+from modules.modelFile.lora_formats import (
     COMFY_PREFIX,
     DIFFUSERS_PREFIX,
     MUSUBI_PREFIX,
@@ -39,10 +40,9 @@ from modules.modelSaver.lora_formats import (
     LoRAWeights,
     from_state_dict,
 )
-from modules.modelSaver.original_keys import original_key
-from modules.modelSaver.WanLoRASaver import EXPERT_NAMES, read_stack
-from modules.util.config.limits import check_lora_strength
-from modules.util.config.train_config import BaseLoRAConfig
+from modules.modelFile.lora_header import EXPERT_NAMES, read_stack
+from modules.modelFile.lora_reading import first_line, read_lora_header, read_lora_tensors
+from modules.modelFile.original_keys import original_key
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
 from modules.util.file_hash import file_sha256

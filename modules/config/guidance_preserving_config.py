@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from modules.util.config.base_config import BaseConfig, ConfigError, option
+from modules.util.base_config import BaseConfig, ConfigError, option
 
 #: Wan's own negative prompt (Wan2.1 `shared_config.sample_neg_prompt`): the unconditional text of Wan's CFG, and of
 #: distillers that kept it (lightx2v's CFG-distilled models).

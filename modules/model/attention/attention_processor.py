@@ -13,9 +13,9 @@ sample.py."""
 from __future__ import annotations
 
 import torch
-from torch.utils.checkpoint import checkpoint
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
+from torch.utils.checkpoint import checkpoint
 
 TEXT_TOKENS = 512  # diffusers' Wan processors: the image tokens are what precedes UMT5's 512
 

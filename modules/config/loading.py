@@ -13,13 +13,13 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
+from modules.config.sampling_choices import OLD_SCHEDULERS
+from modules.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
 from modules.util.atomic import atomic_write_text
-from modules.util.config.base_config import ConfigError
-from modules.util.config.sampling_choices import OLD_SCHEDULERS
-from modules.util.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
+from modules.util.base_config import ConfigError
 from modules.util.text_io import decode_text
 
-PRESET_DIR = Path(__file__).resolve().parents[3] / "training_presets"
+PRESET_DIR = Path(__file__).resolve().parents[2] / "training_presets"
 
 
 def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_wan_animate_2 import _get_qkv_projections, rope_apply
 
-from modules.util.animate2_attention import frame_aligned_attention
-from modules.util.attention_processor import compute_dtype
+from modules.model.attention.animate2_attention import frame_aligned_attention
+from modules.model.attention.attention_processor import compute_dtype
 
 
 class Animate2AttentionProcessor:

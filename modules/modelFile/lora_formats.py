@@ -1,6 +1,6 @@
 """LoRA weights of a `WanTransformer3DModel`: peft adapter <-> neutral form <-> file state dicts.
 
-Pure key/tensor logic, no file I/O (see `WanLoRASaver.save_lora` / `WanLoRALoader.load_lora_file`).
+Pure key/tensor logic, no file I/O (see `modelSaver/WanLoRASaver.save_lora` / `lora_reading.load_lora_file`).
 
 Neutral form
 ------------
@@ -82,9 +82,9 @@ import torch
 from modules.adapter.lora import LORA, LoRALayer
 from modules.adapter.registry import adapter_named, adapter_of_module, adapter_of_suffixes
 from modules.adapter.spec import AdapterLayer, AdapterSpec
-from modules.modelSaver.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
-    animate2_name,
+from modules.modelFile.lora_names import (  # noqa: F401  (re-exported: the names are part of this API)
     BLOCK_CONTAINERS,
+    animate2_name,
     diffusers_to_wan_name,
     musubi_to_wan_name,
     wan_to_diffusers_name,
@@ -511,7 +511,7 @@ def from_state_dict(state_dict: Mapping[str, torch.Tensor], metadata: Mapping[st
     """Reads any of DIFFUSERS_LORA, COMFY_LORA, MUSUBI_LORA (`metadata`: the safetensors header, optional).
 
     Keys it cannot use (other suffixes, modules WanTrainer has no name for) are refused; with `skipped` given they
-    are left out and listed there instead (a base LoRA from elsewhere: `modules/modelLoader/base_loras.py`).
+    are left out and listed there instead (a base LoRA from elsewhere: `modules/modelFile/base_loras.py`).
     ComfyUI's Animate-2 names are Wan 2.1's: a file whose header names the Animate-2 variant gets Animate-2's."""
     weights = _from_state_dict(state_dict, metadata, skipped)
     if not (metadata or {}).get(VARIANT_KEY, "").endswith(ANIMATE2_VARIANT_SUFFIX):

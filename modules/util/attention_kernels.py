@@ -1,16 +1,14 @@
-"""Which attention kernel the transformer runs, through diffusers' own dispatcher (`set_attention_backend`):
+"""The attention kernels this machine can run (a fact about the installed packages and the device, no model code):
 `attention_backend` for training (backends with a backward pass only), `sample_attention_backend` for samples.
-AUTO takes the first available of FLASH, CUDNN, NATIVE on a CUDA device (NATIVE elsewhere) and logs it."""
+AUTO takes the first available of FLASH, CUDNN, NATIVE on a CUDA device (NATIVE elsewhere). The config's checks read
+this catalogue; setting a kernel on a transformer is `modules/model/attention/backend_setup.py`."""
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import logging
 from collections.abc import Callable
 
 from modules.util.enum import AttentionBackend
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +28,6 @@ BACKENDS = {
     AttentionBackend.SAGE: Backend("sage", "sageattention", cuda_only=True, backward=False),
 }
 AUTO_ORDER = (AttentionBackend.FLASH, AttentionBackend.CUDNN, AttentionBackend.NATIVE)
-_LOGGED: set = set()  # what AUTO chose, said once per process
 
 
 def unavailable(backend: AttentionBackend, device_type: str | Callable[[], str], training: bool) -> str | None:
@@ -56,29 +53,6 @@ def resolve(backend: AttentionBackend, device_type: str, training: bool) -> Atte
     if backend != AttentionBackend.AUTO:
         return backend
     return next(b for b in AUTO_ORDER if unavailable(b, device_type, training) is None)
-
-
-def apply_attention_backend(transformers, backend: AttentionBackend, device_type: str, training: bool,
-                            what: str = "training") -> AttentionBackend:
-    """Set `backend` (AUTO resolved) on every transformer, whose attention modules first get our processor (q, k
-    and v in one dtype at the kernel: modules/util/attention_processor.py); returns what was set."""
-    from modules.util.animate2_processor import install as install_animate2
-    from modules.util.attention_processor import install
-
-    chosen = resolve(backend, device_type, training)
-    if backend == AttentionBackend.AUTO and (what, chosen) not in _LOGGED:
-        _LOGGED.add((what, chosen))
-        logger.info("attention backend for %s: %s (AUTO on %s)", what, chosen.name, device_type)
-    previous = logging.getLogger("diffusers.models.modeling_utils").level
-    logging.getLogger("diffusers.models.modeling_utils").setLevel(logging.ERROR)  # its "experimental" notice
-    try:
-        for transformer in transformers:
-            install(transformer)
-            install_animate2(transformer)
-            transformer.set_attention_backend(BACKENDS[chosen].dispatcher_name)
-    finally:
-        logging.getLogger("diffusers.models.modeling_utils").setLevel(previous)
-    return chosen
 
 
 def device_type_of(train_device: str) -> str:

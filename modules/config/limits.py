@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from modules.util.config.base_config import ConfigError
+from modules.util.base_config import ConfigError
 
 # ComfyUI's LoraLoader accepts strength_model from -100 to 100; beyond it a merged weight is noise or overflows.
 MAX_LORA_STRENGTH = 100.0

@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 
 from modules.model.WanModel import WanModel
-from modules.modelLoader.base_loras import checked_patches, merge_stack
+from modules.modelFile.base_loras import checked_patches, merge_stack
 from modules.util.errors import UserError
 
 _PEFT_BASE = ".base_layer"  # peft's wrapped linear keeps the frozen weight as <module>.base_layer.weight

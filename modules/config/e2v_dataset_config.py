@@ -23,7 +23,7 @@ import json
 import os
 from typing import Any
 
-from modules.util.config.base_config import BaseConfig, ConfigError, T, option
+from modules.util.base_config import BaseConfig, ConfigError, T, option
 from modules.util.enum import ConceptType, FrameSampleStrategy
 
 PREPROCESS_METHODS = ("pad_white", "center_crop", "resize", "letterbox")
@@ -421,7 +421,7 @@ def _normalize_dataset(dataset: dict[str, Any], path: str) -> dict[str, Any]:
 
 def load_dataset_config(path: str | os.PathLike) -> E2VDatasetFile:
     """Read and validate an E2V dataset JSON; any problem is a one-line `ConfigError` naming the file."""
-    from modules.util.config.loading import read_json
+    from modules.config.loading import read_json
 
     data = read_json(path, "dataset config")
     if not isinstance(data, dict):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from modules.util.config.base_config import BaseConfig, ConfigError, option
-from modules.util.config.limits import check_frame_count, check_resolution_side
-from modules.util.config.sampling_choices import (DIFFUSERS_SAMPLERS, E2V_POSTERIORS, SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS,
-                                                  WAN_NEGATIVE_PROMPT)
+from modules.config.limits import check_frame_count, check_resolution_side
+from modules.config.sampling_choices import (
+    DIFFUSERS_SAMPLERS,
+    E2V_POSTERIORS,
+    SAMPLE_SAMPLERS,
+    SAMPLE_SCHEDULERS,
+    WAN_NEGATIVE_PROMPT,
+)
+from modules.util.base_config import BaseConfig, ConfigError, option
 
 
 @dataclasses.dataclass

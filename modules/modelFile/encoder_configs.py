@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers import CLIPImageProcessor, CLIPVisionConfig, PretrainedConfig, UMT5Config
 
-from modules.modelLoader.single_file import count_indices
+from modules.modelFile.single_file import count_indices
 
 Shapes = Mapping[str, tuple[int, ...]]
 
