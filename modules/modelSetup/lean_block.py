@@ -19,6 +19,7 @@ import dataclasses
 
 import torch
 
+from modules.modelSetup.lean_ffn import backward_ffn
 from modules.modelSetup.lean_ops import AffineNorm, GatedResidual, ModulatedNorm, slice_rows
 
 _LEAN = "_wan_lean_saves"  # the BlockSaves a block runs with
@@ -31,10 +32,17 @@ class BlockSaves:
     - `norm_statistics`: each norm's per-token mean and reciprocal deviation (8 bytes a token), so the backward does
       not run the norm's reductions again;
     - `slice_bytes`: the float32 working set of one token slice of the arithmetic (forward, recompute and backward);
-      0 runs each op on the whole sequence at once (diffusers' transients)."""
+      0 runs each op on the whole sequence at once (diffusers' transients);
+    - `ffn_in_backward` (under gradient checkpointing): the feed-forward keeps nothing but its input; the block's
+      recompute skips it and its own backward runs it again in token slices whose hidden layer holds about
+      `ffn_slice_bytes`, at least `ffn_slices` of them (lean_ffn.py). Off, or where the residual's gate trains
+      (its gradient needs the feed-forward's output), the feed-forward runs under autograd as diffusers runs it."""
 
     norm_statistics: bool = True
     slice_bytes: int = 64 * 2 ** 20
+    ffn_in_backward: bool = False
+    ffn_slice_bytes: int = 32 * 2 ** 20
+    ffn_slices: int = 1
 
 
 def _tables(table: torch.Tensor, temb: torch.Tensor, per_token_axis: int | None) -> list[tuple[torch.Tensor, ...]]:
@@ -68,11 +76,18 @@ class _Lean:
     def gated(self, x: torch.Tensor, branch: torch.Tensor, gate) -> torch.Tensor:
         return GatedResidual.apply(x, branch, slice_rows(x, self.saves.slice_bytes), *gate)
 
+    def feed_forward(self, ffn: torch.nn.Module, x: torch.Tensor, gate) -> torch.Tensor:
+        saves = self.saves
+        if saves.ffn_in_backward and torch.is_grad_enabled() and not torch.compiler.is_compiling() \
+                and not any(t.requires_grad for t in gate):
+            return backward_ffn(ffn, x, saves.ffn_slice_bytes, saves.ffn_slices)
+        return ffn(x)
+
     def block(self, x, mod, norm1, self_attention, norm2, cross_attention, norm3, ffn) -> torch.Tensor:
         """Self-attention, cross-attention and feed-forward with their residuals: the body of every Wan block."""
         x = self.gated(x, self_attention(self.modulated(x, norm1, mod[0], mod[1])), mod[2])
         x = x + cross_attention(self.normed(x, norm2))
-        return self.gated(x, ffn(self.modulated(x, norm3, mod[3], mod[4])), mod[5])
+        return self.gated(x, self.feed_forward(ffn, self.modulated(x, norm3, mod[3], mod[4]), mod[5]), mod[5])
 
 
 def _wan(lean: _Lean):
