@@ -88,9 +88,10 @@ def test_estimate_vram_json_on_the_8_gib_plan_with_umt5_on_the_cpu(tmp_path):
     assert text.returncode == 0 and "\nhost RAM ≈ " in text.stdout and "text_encoder" in text.stdout
 
 
-def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path):
+def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path, monkeypatch):
     from modules.ui.controllers.app_controller import AppController
 
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 64.0)  # AUTO's plan offloads the inputs
     folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
     app = AppController(tmp_path / "presets")
     app.vram.detect = False
