@@ -9,7 +9,8 @@ The attentions and the feed-forward are the blocks' own modules, called as diffu
 stays: the attention processors and backends, `ffn_chunks` and `checkpoint_attention` (chunking.py), LoRA and the
 other adapters, fp8 / int8 base weights; the block is still the module gradient checkpointing, `keep_self_attention`,
 block swap, activation offload, FSDP and `compile` see. Values and gradients are diffusers' bit for bit
-(tests/test_lean_block.py).
+(tests/test_lean_block.py), but where the feed-forward runs its backward in several token slices: its adapters'
+gradients are then the sum of the slices' (lean_ffn.py).
 
 What a block keeps for its backward is decided here, in `BlockSaves` (one place: a checkpoint policy extends it).
 """
@@ -149,11 +150,18 @@ def _animate2(lean: _Lean):
 
 FORWARDS = {"WanTransformerBlock": _wan, "WanVACETransformerBlock": _vace, "SkyReelsV2TransformerBlock": _skyreels,
             "WanAnimate2TransformerBlock": _animate2}
+# the norms each family modulates (without weights of their own in every released config: ModulatedNorm has none)
+MODULATED_NORMS = {"WanAnimate2TransformerBlock": ("norm1", "norm2")}
 
 
 def _family(block: torch.nn.Module) -> str | None:
-    """The block's diffusers class (by ancestry: FSDP2's fully_shard renames a block's class to a subclass)."""
-    return next((cls.__name__ for cls in type(block).__mro__ if cls.__name__ in FORWARDS), None)
+    """The block's diffusers class (by ancestry: FSDP2's fully_shard renames a block's class to a subclass), None
+    where the lean forward does not apply (a modulated norm with weights of its own: diffusers' forward stays)."""
+    family = next((cls.__name__ for cls in type(block).__mro__ if cls.__name__ in FORWARDS), None)
+    norms = MODULATED_NORMS.get(family, ("norm1", "norm3"))
+    if family is None or any(getattr(getattr(block, name), "weight", None) is not None for name in norms):
+        return None
+    return family
 
 
 def _blocks(transformer: torch.nn.Module) -> list[torch.nn.Module]:

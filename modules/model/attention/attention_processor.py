@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
+from torch.utils.checkpoint import checkpoint
 
 from modules.util.sliced_recompute import sliced_recompute
 
@@ -66,10 +67,10 @@ def normed(norm, x: torch.Tensor, heads: int, rotary_emb=None, dtype: torch.dtyp
 
     if not torch.is_grad_enabled() or (x.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type)):
         return compute(x, *rotary)
+    if torch.compiler.is_compiling():  # dynamo traces a checkpoint (the slices' autograd.grad it would not)
+        return checkpoint(compute, x, *rotary, use_reentrant=False, preserve_rng_state=False)
     params = [p for p in norm.parameters() if p.requires_grad]
     slices = 1 if params else -(-x.shape[0] * x.shape[1] * x.shape[2] * 4 // NORM_SLICE_BYTES)
-    if torch.compiler.is_compiling():
-        slices = 1
     return sliced_recompute(compute, x, extras=rotary, params=params, slices=slices)
 
 
