@@ -229,6 +229,8 @@ def write_fake_checkpoint(folder, z_dim=16, experts=False):
 
 def test_the_variant_is_read_from_the_checkpoint_and_a_model_type_mismatch_is_flagged(config, tmp_path):
     config.set("base_model_name", str(write_fake_checkpoint(tmp_path / "a14b", experts=True)))
+    assert config.detected_variant()[1]  # AUTO, the default: the checkpoint's
+    config.set("model_type", "WAN_2_1")
     text, ok = config.detected_variant()
     assert text.startswith("a14b_t2v") and "WAN_2_2" in text and not ok
     config.set("model_type", "WAN_2_2")

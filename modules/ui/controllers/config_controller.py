@@ -347,6 +347,6 @@ class ConfigController(Observable):
         text, model_type = self._variant_cache[1]
         if not model_type:
             return text, False
-        if model_type != self.data["model_type"]:
+        if self.data["model_type"] not in ("AUTO", model_type):  # AUTO: the checkpoint's
             return f"{text} — the checkpoint is {model_type}: set the model type to match", False
         return text, True
