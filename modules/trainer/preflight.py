@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from modules.config.train_config import TrainConfig
+from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.model.folder_facts import is_animate2_base
 from modules.trainer.preflight_animate2 import check_animate2
@@ -59,6 +60,10 @@ def _check_concepts(config: TrainConfig) -> RunVerdict:
 # E2V dataset's config
 DATA_CHECKS: dict[str, Callable[[TrainConfig], RunVerdict | None]] = {"clips": _check_concepts, "e2v": _check_e2v,
                                                                       "animate_2": _check_concepts}
+# The part of each that needs no torch (`check_paths`, before train.py imports the trainer): a concept to train on,
+# the E2V dataset's config
+QUICK_DATA_CHECKS: dict[str, Callable[[TrainConfig], None]] = {"clips": check_concepts, "e2v": _check_e2v,
+                                                               "animate_2": check_concepts}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,25 +80,28 @@ def start_up_problems(config: TrainConfig, data: bool = True, config_files: Sequ
     folder are skipped while it is wrong (its own problem says why). `data`: the data check too (the concepts'
     verdict probes every clip: about a second per hundred, cached with the latents; or the E2V dataset's config).
     `config_files`: the config (and preset) files the run was started from, which no output may replace."""
-    return _start_up(config, data, config_files)[0]
+    return _start_up(config, data, config_files, quick=False)[0]
 
 
 def check_before_loading(config: TrainConfig, config_files: Sequence[str] = ()) -> RunVerdict | None:
     """What the trainer's start checks before a model loads (`start_up_problems`), for the command line to run
     before the heavy imports: the first problem as a one-line `UserError`. Returns the data verdict (None for E2V),
     whose items the data loader trains on."""
-    problems, verdict = _start_up(config, True, config_files)
+    problems, verdict = _start_up(config, True, config_files, quick=False)
     _raise_first(problems)
     return verdict
 
 
 def check_paths(config: TrainConfig, config_files: Sequence[str] = ()) -> None:
     """One-line `UserError` naming the first key whose path (or setting against the base) is wrong, in a second and
-    without torch (train.py runs it before the trainer's imports); the data's own check is `check_before_loading`'s."""
-    _raise_first(start_up_problems(config, data=False, config_files=config_files))
+    without torch (train.py runs it before the trainer's imports), with the data checks that need no torch either;
+    the concepts' verdict is `check_before_loading`'s."""
+    _raise_first(_start_up(config, False, config_files, quick=True)[0])
 
 
-def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str]) -> tuple[list[Problem], RunVerdict | None]:
+def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str],
+              quick: bool) -> tuple[list[Problem], RunVerdict | None]:
+    """`quick`: only what needs no torch (the samples against the base's variant need diffusers' registry)."""
     problems: list[Problem] = []
 
     def attempt(check: Callable[..., Any], *args) -> Any:
@@ -108,7 +116,7 @@ def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str]) -> t
         attempt(check_against_base, config)
         attempt(check_base_lora_files, config)
         attempt(check_animate2, config)
-        for index in range(len(config.samples)):
+        for index in range(len(config.samples) if not quick else 0):
             attempt(check_sample_against_base, config, index)
     for index in range(len(config.samples)):
         attempt(check_sample_files, config, index)
@@ -116,8 +124,8 @@ def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str]) -> t
     attempt(check_other_paths, config)
     attempt(check_outputs_not_inputs, config, config_files)
     verdict = None
-    if data and not problems:  # the data check reads what the paths name
-        verdict = attempt(DATA_CHECKS[data_kind_name(config)], config)
+    if not problems:  # the data check reads what the paths name
+        verdict = attempt((DATA_CHECKS if data else QUICK_DATA_CHECKS)[data_kind_name(config)], config)
     return problems, verdict if verdict is not True else None
 
 
