@@ -96,7 +96,7 @@ def test_a_disguised_copy_of_the_target_is_caught(takes, evasion):
     folder, target, _ = takes
     driving = mp4(folder, evasion.replace(" ", "_").replace(",", ""), perf.evasions(target)[evasion])
     match = stream_match(mp4(folder, "target", target), driving)
-    assert match.psnr >= COPY_PSNR_DB + 5, (evasion, match)  # old code: 28.6 dB one frame later, mirrored ~13
+    assert match.psnr >= COPY_PSNR_DB + 2, (evasion, match)  # old code: 28.6 dB one frame later, mirrored ~15
 
 
 def test_a_reference_taken_from_the_driving_video_is_flagged(tiny_model, takes, tmp_path):
