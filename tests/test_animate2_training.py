@@ -217,7 +217,7 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
 
 
 def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_model, tmp_path):
-    from modules.trainer.preflight import check_paths
+    from modules.trainer.preflight import check_before_loading
     from modules.util.errors import UserError
 
     data = triplets(tmp_path / "data")
@@ -234,5 +234,5 @@ def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_mode
     for overrides, base, message in cases:
         config = TrainConfig.from_dict({**train_config_dict(base, data, tmp_path), **overrides})
         with pytest.raises(UserError, match=message) as error:
-            check_paths(config)
+            check_before_loading(config)
         assert "\n" not in str(error.value)

@@ -73,6 +73,7 @@ class Problem:
 
     key: str
     message: str
+    error: UserError | None = dataclasses.field(default=None, compare=False, repr=False)  # as raised (its class)
 
 
 def start_up_problems(config: TrainConfig, data: bool = True, config_files: Sequence[str] = ()) -> list[Problem]:
@@ -108,7 +109,7 @@ def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str],
         try:
             return check(*args) or True
         except UserError as e:
-            problems.append(Problem(key_of(e), str(e)))
+            problems.append(Problem(key_of(e), str(e), e))
             return None
 
     if attempt(check_base_model, config.base_model_name):
@@ -131,7 +132,9 @@ def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str],
 
 def _raise_first(problems: list[Problem]) -> None:
     if problems:
-        raise UserError.about(problems[0].key, problems[0].message)
+        error = problems[0].error or UserError(problems[0].message)
+        error.key = problems[0].key
+        raise error
 
 
 def check_base_lora_files(config: TrainConfig) -> None:
