@@ -30,6 +30,8 @@ class TrainerSampling:
         samples = [(index, self.config.sample_overrides.apply(s))
                    for index, s in enumerate(s for s in self.config.samples if s.enabled)]
         pending = [(index, sample) for index, sample in samples if not self._sampled_already(index)]
+        if samples and not pending:
+            logger.info("the samples of step %d are written already: not sampled again", self.progress.global_step)
         if not pending or not (self.dist.is_main or self.setup.sharded):
             return []
         device = self.model.train_device.type
