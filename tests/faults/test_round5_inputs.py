@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from modules.config.train_config import TrainConfig
-from modules.trainer.preflight import check_before_loading, start_up_problems
+from modules.trainer.preflight import check_before_loading
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
 from tests.test_merge_lora import write_lora
@@ -30,6 +30,8 @@ def test_the_output_cannot_be_a_base_lora_file(tiny_model, video_dataset, tmp_pa
         check_before_loading(config)
     assert str(error.value).startswith("config key 'output_model_destination' (overwrite_output true) '")
     assert "is the same path as config key 'base_loras[0].path'" in str(error.value)
+    from modules.trainer.preflight import start_up_problems
+
     assert [p.key for p in start_up_problems(config, data=False)] == ["output_model_destination"]
 
 

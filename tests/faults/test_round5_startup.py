@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from modules.config.train_config import SampleConfig, TrainConfig
-from modules.trainer.preflight import check_before_loading, start_up_problems
+from modules.trainer.preflight import check_before_loading
 from modules.util.base_config import ConfigError
 from modules.util.errors import UserError
 from tests.conftest import REPO_ROOT, train_config_dict
@@ -23,6 +23,8 @@ from tests.test_animate2_training import triplets
 
 
 def test_every_problem_that_needs_no_model_is_found_at_once_with_its_key(tiny_model, video_dataset, tmp_path):
+    from modules.trainer.preflight import start_up_problems
+
     image = tmp_path / "ref.png"
     image.write_bytes(b"")
     values = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path,
@@ -45,6 +47,8 @@ def test_every_problem_that_needs_no_model_is_found_at_once_with_its_key(tiny_mo
 
 
 def test_an_animate_2_sample_without_its_driving_video_is_named_before_any_weights_load(tiny_model, tmp_path):
+    from modules.trainer.preflight import start_up_problems
+
     data = triplets(tmp_path / "data")
     values = train_config_dict(tiny_model("animate_2"), data, tmp_path,
                                samples=[{"prompt": "a", "image": str(data / "001_reference.png")}])
