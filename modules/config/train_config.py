@@ -332,6 +332,7 @@ class TrainConfig(BaseConfig):
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
+    sequence_parallel: int = option(1, "Under torchrun: split each clip's tokens over this many GPUs (Ulysses sequence parallelism: each GPU runs the blocks on 1/N of the tokens, and self-attention on 1/N of the heads over all of them), for clips whose activations do not fit one GPU. The GPUs form groups of N (consecutive ranks: keep a group on one node); batch_size counts per group; works with DDP and FSDP. The transformer's attention heads must divide by N (1.3B: 12, 14B: 40, 5B: 24). 1 = off.")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions). Off: caching still tiles when the largest clip's encode would not fit gpu_memory_gib (logged).")
     text_encoder_caching_device: EncoderDevice = option(EncoderDevice.GPU, "Where UMT5 encodes the captions while the cache is filled: GPU (the train device, 10.6 GiB in bf16 for UMT5-XXL, one encoder at a time) or CPU (slow, no device memory). A trained embedding still moves it to the GPU for training.")
     text_encoder_fp8: bool = option(False, "Store UMT5's Linear weights as float8 (e4m3, one scale per output channel), dequantized per layer: about half the memory of bf16; its embeddings differ slightly, so cached captions are encoded again.")
@@ -523,6 +524,8 @@ class TrainConfig(BaseConfig):
         if self.compile and importlib.util.find_spec("triton") is None and device_type_of(self.train_device) == "cuda":
             fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
                             "install it or set compile false")
+        if self.sequence_parallel < 1:
+            fail("sequence_parallel", f"must be 1 (off) or more GPUs per clip, got {self.sequence_parallel}")
         if self.data_parallel == DataParallel.FSDP:
             if self.training_method != TrainingMethod.FINE_TUNE:
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
