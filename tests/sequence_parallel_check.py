@@ -11,6 +11,7 @@ the σ, noise and conditioning of each sample are the same tensors in both runs.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from modules.model.conditioning import ConditionPayload  # noqa: E402
 from modules.model.step_inputs import StepInputs  # noqa: E402
 from modules.modelLoader.WanModelLoader import WanModelLoader  # noqa: E402
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup  # noqa: E402
-from modules.util.distributed import init_distributed  # noqa: E402
+from modules.util.distributed import exit_rank, init_distributed  # noqa: E402
 
 LATENT = (3, 6, 6)  # frames, height, width of the latents: 27 tokens
 REFERENCES = 2  # E2V on the I2V base: two reference images' CLIP tokens and condition frames
@@ -79,8 +80,8 @@ def gradients(setup: WanFineTuneSetup) -> dict[str, torch.Tensor]:
     return grads
 
 
-def step(folder: str, config: TrainConfig, context, batch: int, seed: int) -> tuple[list[float], dict, list[int]]:
-    model = WanModelLoader().load(folder, torch.device("cpu"))
+def step(loaded, config: TrainConfig, context, batch: int, seed: int) -> tuple[list[float], dict, list[int]]:
+    model = copy.deepcopy(loaded)  # prepare_device wraps and shards the transformers in place
     setup = WanFineTuneSetup(model, config)
     setup.setup_trainable()
     setup.prepare_device(context)
@@ -107,19 +108,21 @@ def main() -> None:
     alone = type(context)()  # the same step in one process
     batch = context.data_world_size
     results = {}
-    for entry in args.model:
+    for seed, entry in enumerate(args.model):
         family, folder = entry.split("=", 1)
+        loaded = WanModelLoader().load(folder, torch.device("cpu"))
+        reference_losses, reference = None, None
         for wrapper in ("DDP", "FSDP"):
-            config = TrainConfig.from_dict({"training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS", "data_parallel": wrapper,
-                                            "sequence_parallel": args.sequence_parallel,
+            config = TrainConfig.from_dict({"training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS",
+                                            "data_parallel": wrapper, "sequence_parallel": args.sequence_parallel,
                                             "base_model_name": folder}, "check")
-            reference_losses, reference, _ = step(folder, config, alone, batch, seed=len(results))
-            own_losses, own, lengths = step(folder, config, context, batch, seed=len(results))
+            if reference is None:
+                reference_losses, reference, _ = step(loaded, config, alone, batch, seed)
+            own_losses, own, lengths = step(loaded, config, context, batch, seed)
             # each data rank's loss is that of its share: compare the mean over the data ranks
             mean_losses = [value / context.world_size for value in context.all_sum(own_losses)]
-            alone_mean = reference_losses
             results[f"{family} {wrapper}"] = {
-                "loss": max(abs(a - b) for a, b in zip(mean_losses, alone_mean)),
+                "loss": max(abs(a - b) for a, b in zip(mean_losses, reference_losses)),
                 "gradient": max(float((own[k] - reference[k]).abs().max()) for k in reference),
                 "largest": max(float(v.abs().max()) for v in reference.values()),
                 "parameters": len(reference), "tokens_per_rank": lengths,
@@ -128,9 +131,7 @@ def main() -> None:
     if context.is_main:
         Path(args.output).write_text(json.dumps(results, indent=1))
     dist.barrier()
-    from modules.util.distributed import exit_rank
-
-    exit_rank(0)
+    exit_rank(0)  # gloo's threads outlive the process group (util/distributed.py)
 
 
 if __name__ == "__main__":

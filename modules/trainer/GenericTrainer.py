@@ -114,7 +114,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         check_paths(config)  # every path error before any model loads
         self.kind = kind = data_kind(config)
         kind.check(config)  # e.g. an E2V dataset error stops before any model loads
-        self.dist, device_name = init_distributed(config.train_device)
+        self.dist, device_name = init_distributed(config.train_device, config.sequence_parallel)
         if resolve_device(device_name).type == "cuda":  # memory_preset AUTO: the savers this GPU needs
             self.config = config = apply_memory_plan(config)
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
     def _micro_step(self, batch: dict[str, torch.Tensor], offset: int, global_size: int, sync: bool) -> float:
         """Forward and backward of this rank's share of one global batch (`offset` = its first sample)."""
         micro_step = self.progress.micro_step
-        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step, self.dist.rank))  # LoRA dropout etc.
+        # LoRA dropout etc.: the ranks of a sequence group draw alike (they hold the same text and modulation)
+        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step, self.dist.data_rank))
         size = len(batch["prompt_embeds"])
         random = StepRandom.for_micro_step(self.config.seed, micro_step, size, first_sample=offset)
         with self.setup.gradient_sync(sync):
@@ -299,7 +300,9 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                     output.loss.backward()
                 self.skip_update = True
                 return float("nan")
-            # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
+            # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean. With sequence
+            # parallelism each of the N ranks of a group holds the gradient of its own tokens, whose sum is the
+            # share's: world_size (not data_world_size) puts that N into the weight of the average DDP / FSDP take.
             weight = size * self.dist.world_size / global_size / self.config.gradient_accumulation_steps
             if output.loss.requires_grad:  # not when nothing trained is in the batch (an EMBEDDING run's caption
                 (output.loss * weight).backward()  # without the placeholder): its parameters get no gradient
@@ -386,7 +389,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self._status("writing backup")
         return write_backup(self.run, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
-                            config.rolling_backup_count, self.dist.world_size,
+                            config.rolling_backup_count, self.dist.data_world_size,
                             ema=self.ema.state_dict() if self.ema is not None else None,
                             reported=self.kept_backups_reported)
 

@@ -28,7 +28,7 @@ class TrainerResume:
     def _fingerprints(self) -> dict[str, str]:
         if getattr(self, "_base_weights", None) is None:  # frozen: made once
             self._base_weights = f"{self.config.base_weight_format.name} {int8_fingerprint(self.model.transformers())}"
-        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint(),
+        return {"config": config_fingerprint(self.config, self.dist.data_world_size), "dataset": self.data.fingerprint(),
                 "base_loras": base_lora_fingerprint(self.model.base_loras), "base_weights": self._base_weights.strip()}
 
     def _resume(self) -> None:
@@ -50,7 +50,7 @@ class TrainerResume:
         if backup is None:
             logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.run.backups)
             return
-        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
+        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.data_world_size)
         self._refuse_unloadable(backup, changes)
         now = self._fingerprints()
         self._refuse_implausible(backup, same_data=backup.fingerprints == now)

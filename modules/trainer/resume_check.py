@@ -15,7 +15,7 @@ from modules.config.train_config import E2VConfig, TrainConfig
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "sample_overrides", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
-                       "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
+                       "backup_before_save", "train_device", "data_parallel", "sequence_parallel", "save_every", "save_every_unit",
                        "save_skip_first", "rolling_save_count", "output_dtype",
                        # memory features that leave the math unchanged (AUTO may pick others on another GPU)
                        "memory_preset", "gpu_memory_gib", "gradient_checkpointing", "activation_offload", "ffn_chunks",

@@ -26,7 +26,8 @@ class TrainerSampling:
         apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
                                 training=False, what="sampling")
         try:
-            with self._averaged_weights(sampling=True), sampling_weights(self.model):
+            # sequence parallel: rank 0 samples whole clips alone (the others go on to the next step and wait)
+            with self._averaged_weights(sampling=True), sampling_weights(self.model), self.setup.whole_sequences():
                 return self._sample()
         finally:  # back to the training kernel
             apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)

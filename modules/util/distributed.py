@@ -21,8 +21,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from modules.util.errors import UserError
-
 _MESHES: dict[tuple[str, int, int], DeviceMesh] = {}  # (device type, data, sequence) -> the run's mesh
 
 
@@ -111,22 +109,11 @@ class DistributedContext:
         return box[0]
 
 
-def check_sequence_parallel(sequence_parallel: int, world_size: int | None = None) -> None:
-    """One line when the processes cannot form sequence groups of `sequence_parallel` (`world_size`: torchrun's
-    WORLD_SIZE, 1 without torchrun)."""
-    if world_size is None:
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if sequence_parallel > 1 and world_size % sequence_parallel:
-        started = f"{world_size} processes" if world_size > 1 else "one process (no torchrun)"
-        raise UserError(f"config key 'sequence_parallel' is {sequence_parallel}, but this run has {started}: start it "
-                        f"with torchrun --nproc_per_node a multiple of {sequence_parallel} (GPUs in all), or set "
-                        "sequence_parallel to 1")
-
-
 def init_distributed(train_device: str, sequence_parallel: int = 1) -> tuple[DistributedContext, str]:
     """Start the process group when launched by torchrun; returns the context and this rank's device."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    check_sequence_parallel(sequence_parallel, world_size)
+    if world_size % sequence_parallel:  # the start-up checks say so in one line (trainer/preflight_base.py)
+        raise ValueError(f"{world_size} processes do not form sequence groups of {sequence_parallel}")
     if world_size <= 1:
         return DistributedContext(), train_device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
