@@ -108,7 +108,7 @@ class _GatherTokens(torch.autograd.Function):
         ctx.rows = (shards.start, shards.stop)
         longest = max(shards.lengths)
         padded = torch.nn.functional.pad(local, (0, 0, 0, longest - local.shape[1])).contiguous()
-        gathered = funcol.all_gather_tensor(padded, 0, shards.group)  # (N·B, longest, C), rank-major
+        gathered = funcol.all_gather_single(padded, 0, shards.group)  # (N·B, longest, C), rank-major
         gathered = funcol.wait_tensor(gathered).unflatten(0, (shards.size, local.shape[0]))
         return torch.cat([gathered[rank, :, :count] for rank, count in enumerate(shards.lengths)], dim=1)
 

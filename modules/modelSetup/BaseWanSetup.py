@@ -219,8 +219,10 @@ class BaseWanSetup:
                     # loaded the same ones)
                     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
                         transformer, [n for n, p in transformer.named_parameters() if not p.requires_grad])
+                # the gradients live in DDP's all-reduce buckets, not beside them (a 14B LoRA's: 0.6 GiB less a rank)
                 self.ddp[expert] = DistributedDataParallel(
-                    transformer, device_ids=[device.index] if device.type == "cuda" else None)
+                    transformer, device_ids=[device.index] if device.type == "cuda" else None,
+                    gradient_as_bucket_view=True)
 
     def whole_sequences(self):
         """A block in which every rank runs whole clips alone (samples, which rank 0 makes by itself)."""

@@ -299,6 +299,7 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     from modules.optimizer.registry import spec_of
 
     tokens, latent_frames, height, width = largest_tokens(transformers[0], vae, train)
+    tokens = -(-tokens // train.sequence_parallel)  # per rank: sequence_parallel's larger share of an uneven cut
     dim, ffn = transformer_width(transformers[0])
     layers = counts[0]["layers"]
     batch = train.batch_size
