@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+logger = logging.getLogger(__name__)
 _MESHES: dict[tuple[str, int, int], DeviceMesh] = {}  # (device type, data, sequence) -> the run's mesh
 
 
@@ -121,6 +122,10 @@ def init_distributed(train_device: str, sequence_parallel: int = 1) -> tuple[Dis
     if not dist.is_initialized():
         # NCCL for CUDA tensors, gloo beside it for the small CPU tensors of all_true / all_sum
         dist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo", timeout=datetime.timedelta(minutes=30))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    if sequence_parallel > 1 and local_world % sequence_parallel and rank == 0:
+        logger.warning("sequence_parallel %d does not divide the %d processes of a node: some sequence groups span "
+                       "two nodes and their all-to-alls go over the network (slower)", sequence_parallel, local_world)
     device = f"cuda:{local_rank}" if use_cuda else "cpu"
     if use_cuda:
         torch.cuda.set_device(local_rank)
