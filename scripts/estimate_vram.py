@@ -50,6 +50,9 @@ def main() -> int:
                 print(f"  {name:<28} {gib:8.2f} GiB")
     verdict = "" if result.fits is None else (" — fits" if result.fits else f" — does NOT fit {result.gpu_gib:g} GiB")
     print(f"peak: {result.peak_gib:.2f} GiB in the {result.peak_phase} phase (with {0.5:g} GiB headroom){verdict}")
+    if config.sequence_parallel > 1:
+        print(f"  (each of the {config.sequence_parallel} GPUs of a sequence group: the whole model, 1/"
+              f"{config.sequence_parallel} of a clip's tokens)")
     for line in result.suggestions:
         print(f"  to fit: {line}")
     print(f"host {plan.host.line()}")
