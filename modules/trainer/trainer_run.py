@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -119,6 +120,7 @@ class TrainerRun:
     def _open_tensorboard(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_tensorboard_thread_failures()
         self.tensorboard = SummaryWriter(str(self.run.tensorboard))
 
     # --- the record -------------------------------------------------------------------------------------
@@ -245,6 +247,27 @@ class TrainerRun:
             logger.error("cannot write the curves to %s (%s, then %s): tensorboard logging is off for the rest of "
                          "this run", self.run.tensorboard, write_failure(error), write_failure(e))
             self.tensorboard = None
+
+
+def _quiet_tensorboard_thread_failures() -> None:
+    """tensorboard's writer thread appends to its event file by path: when the run folder is renamed or deleted
+    under it, the write fails in that thread, which Python reports with a traceback on the console. That failure
+    is one line in the log instead; the trainer's next write opens a new event file (`_to_tensorboard`)."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        thread = args.thread
+        if thread is not None and type(thread).__module__.startswith("tensorboard.") and \
+                issubclass(args.exc_type, OSError):
+            logger.warning("tensorboard could not write its event file (%s); the curves go on in a new one",
+                           write_failure(args.exc_value))
+            return
+        previous(args)
+
+    hook.quiets_tensorboard = True
+    threading.excepthook = hook
 
 
 def new_log_path(log_dir: Path) -> Path:
