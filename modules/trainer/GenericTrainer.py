@@ -486,8 +486,7 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
                                     self.backup_failure):
             logger.warning(warning)
             self.callbacks.on_warning(warning)
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self._close_tensorboard()
         self._record_finished(self.output_paths)
         self._end_of_run()
         return self.output_paths
@@ -519,6 +518,7 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
             self._lock.release()
             self._lock = None
         self._close_log_file()
+        self._close_tensorboard()  # a stopped or failed run's event file too (end() closes a finished one's)
         self.dist.finish()
 
     def _status(self, text: str) -> None:

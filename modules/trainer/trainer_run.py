@@ -123,6 +123,12 @@ class TrainerRun:
         _quiet_tensorboard_thread_failures()
         self.tensorboard = SummaryWriter(str(self.run.tensorboard))
 
+    def _close_tensorboard(self) -> None:
+        if self.tensorboard is not None:
+            with contextlib.suppress(Exception):  # a writer whose file went away: nothing more to keep
+                self.tensorboard.close()
+            self.tensorboard = None
+
     # --- the record -------------------------------------------------------------------------------------
     def _record(self, state: str, reason: str = "", outputs: tuple[str, ...] = ()) -> None:
         """Write the run's record now (rank 0). A failed write (a full disk) is said once; training goes on."""
@@ -197,8 +203,7 @@ class TrainerRun:
                            "with its run.json; the later backups, samples and logs go there", old, run.path)
             write_config_copy(run, self.config.to_dict())
         if self.tensorboard is not None:  # its writer appends to the old path: a new event file
-            with contextlib.suppress(Exception):
-                self.tensorboard.close()
+            self._close_tensorboard()
             self._open_tensorboard()
         if self._lock is not None:
             self._lock.name_run(run.name)
@@ -237,8 +242,7 @@ class TrainerRun:
             error = e
         self._follow_run_folder()
         try:
-            with contextlib.suppress(Exception):
-                self.tensorboard.close()
+            self._close_tensorboard()
             self._open_tensorboard()
             write(self.tensorboard)
         except Exception as e:
