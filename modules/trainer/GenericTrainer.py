@@ -8,7 +8,9 @@ Exactness: the data order of an epoch is a function of (seed, epoch), and every 
 step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
 resumed from a backup therefore continues bit-identically on the CPU.
 
-The resume from a backup is trainer/resume.py and the samples during training trainer/sampling.py (mixed in).
+The resume from a backup is trainer/resume.py, the samples during training trainer/sampling.py, and the run
+folder (opening it, its state record, following it when renamed or deleted mid-run) trainer/trainer_run.py
+(mixed in).
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
-__all__ = ["GenericTrainer", "TrainingStopped"]
+__all__ = ["GenericTrainer", "TrainingStopped"]  # TrainingStopped lives in trainer_run.py; callers import it here
 
 
 class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):

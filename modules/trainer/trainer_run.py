@@ -1,8 +1,8 @@
 """The trainer's run folder: opening it, the state record it keeps there, its log file and tensorboard writer, and
 finding it again when it moves (mixed into GenericTrainer; rank 0 does all of it).
 
-- Opening (`_open_run`): the workspace lock, the run trainer/runs.py picks, a check that the run writes only inside
-  its own folder (no symbolic link among its sub-folders), the log file, the config copy. A full disk or a
+- Opening (`_open_run`): the workspace lock, the run trainer/runs.py picks (a run resumed only when it writes only
+  inside its own folder: no symbolic link among its sub-folders), the log file, the config copy. A full disk or a
   read-only workspace at this point is one line, before any model loads.
 - The record (run_record.py): `running` when training begins (a new run: as soon as its folder exists), after
   each backup and every minute; `stopped`, `failed` with its one-line reason, or `finished` with its files when
@@ -28,7 +28,7 @@ from modules.trainer.runs import open_run, write_config_copy
 from modules.trainer.workspace_lock import WorkspaceLock
 from modules.util.errors import UserError
 from modules.util.numbered_names import numbered_names
-from modules.util.run_folder import foreign_link, relocate_run
+from modules.util.run_folder import relocate_run
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -80,10 +80,6 @@ class TrainerRun:
                                 config.continue_last_backup, limits=(config.epochs, config.max_steps),
                                 training_method=config.training_method.name)
             self._resuming = config.continue_last_backup and bool(self.run.backup_folders())
-            link = foreign_link(self.run)
-            if link:
-                raise UserError(f"run '{self.run.name}': {link}; a run writes only inside its own folder: remove "
-                                "the link (what it points to is left as it is), or set another run_name")
             self._lock.name_run(self.run.name)
             remove_interrupted_writes(self.workspace)
             self._start_log_file()
@@ -191,6 +187,10 @@ class TrainerRun:
                              write_failure(e))
             return
         if not what:
+            return
+        log_file = Path(self._log_handler.baseFilename) if self._log_handler is not None else None
+        if what == "marked" and (log_file is None or log_file.exists()):
+            logger.warning("the run folder %s lost its run.json while the run trained: written again", old)
             return
         self.run = run
         if what == "renamed":

@@ -249,3 +249,17 @@ def test_logs_or_samples_that_are_symbolic_links_are_refused(tiny_model, video_d
                                   "own folder: remove the link (what it points to is left as it is), or set another "
                                   "run_name")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_run_folder_that_is_a_symbolic_link_is_refused_before_anything_is_written(tiny_model, video_dataset,
+                                                                                     tmp_path):
+    workspace = tmp_path / "workspace"
+    train_until(trainer(tiny_model, video_dataset, tmp_path, run_name="r", **RUN), stop_at=2)
+    target = tmp_path / "elsewhere"
+    os.rename(workspace / "r", target)
+    (workspace / "r").symlink_to(target)
+    before = {p: p.stat().st_mtime_ns for p in target.rglob("*")}
+    with pytest.raises(UserError, match=rf"^run 'r': the run folder {workspace / 'r'} is a symbolic link \(to "
+                                        rf"{target}\); a run writes only inside its own folder"):
+        resumed(tiny_model, video_dataset, tmp_path, run_name="r")
+    assert {p: p.stat().st_mtime_ns for p in target.rglob("*")} == before
