@@ -151,3 +151,46 @@ def test_what_stays_loaded(keys, kept, tiny_model, media, tmp_path):
     encode_ahead(config, model, WanModelSampler(model), [sample], writes=True, keep_text=False)
     park_after_caching(config, model, keep_text=False, keep_clip=config.sample_metrics)
     assert {"text", "clip"} - model.residency.released == kept
+
+
+def test_sample_now_with_a_new_prompt_loads_umt5_for_the_round_and_frees_it_after(tiny_model, tmp_path, caplog):
+    from modules.synthetic.synthetic_data import write_video_dataset
+    from modules.trainer.GenericTrainer import GenericTrainer
+    from modules.util.commands import TrainCommands
+
+    data = write_video_dataset(tmp_path / "data", count=2, frames=9, height=32, width=32)
+    sample = {"prompt": "a red fox", "frames": FRAMES, "height": SIZE, "width": SIZE, "steps": 2}
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("t2v"), data, tmp_path, epochs=1, max_steps=1,
+                                                     samples=[sample]))
+    commands = TrainCommands()
+    trainer = GenericTrainer(config, commands=commands)
+    with caplog.at_level(logging.INFO, logger="modules.model.encoder_residency"):
+        trainer.start()
+        commands.sample([SampleConfig.from_dict({**sample, "prompt": "a green owl"}, "sample")])  # the GUI's list now
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+    assert len(trainer.sample_paths) == 1 and not trainer.sample_failures
+    assert "loading the text encoder (UMT5) again for the prompt 'a green owl'" in caplog.text
+    assert trainer.model.residency.released == {"text"}  # freed again after the round
+
+
+def test_the_guis_sample_now_sends_the_sampling_tabs_list_as_it_is_now(tmp_path):
+    from modules.ui.controllers.app_controller import AppController
+    from tests.ui.test_training_controller import FakeTrainer, run_until
+
+    app = AppController(tmp_path / "presets", trainer_factory=lambda *a: FakeTrainer(*a))
+    app.samples.add(prompt="a red fox")
+    app.training.start(object())
+    try:
+        app.samples.set(0, "prompt", "a green owl")  # edited while it trains
+        assert app.sample_now()
+        assert app.training.commands.take_sample()
+        assert [s.prompt for s in app.training.commands.take_samples()] == ["a green owl"]
+        app.samples.set(0, "height", "20")  # not a multiple of 16: one line, nothing asked
+        assert not app.sample_now() and not app.training.commands.take_sample()
+        assert app.training.state.status.startswith("cannot sample now: config key 'samples[0].height'")
+    finally:
+        app.training.stop()
+        run_until(app.training, lambda: not app.training.running)

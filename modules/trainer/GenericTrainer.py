@@ -370,8 +370,9 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         step, epoch = self.progress.global_step, self.progress.epoch
         if self.model.residency.loaded_again:  # a cache entry encoded again in the step: its encoder leaves again
             self._park_encoders()
-        if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
-            self.sample()
+        requested = self.commands.take_sample()
+        if requested or self.schedules.sample.due(step, epoch, epoch_end):
+            self.sample(self.commands.take_samples() if requested else None)
         if self.validation is not None and self.schedules.validate.due(step, epoch, epoch_end):
             self.validate()
         if self.schedules.save.due(step, epoch, epoch_end):

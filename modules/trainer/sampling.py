@@ -21,19 +21,21 @@ logger = logging.getLogger(__name__)
 class TrainerSampling:
     """Mixed into GenericTrainer: reads its model, config, data kind, workspace, progress and callbacks."""
 
-    def sample(self) -> list[Path]:
+    def sample(self, samples: list | None = None) -> list[Path]:
+        """The run's samples now (`samples`: these instead, e.g. the GUI's list as edited since the start)."""
         device = self.model.train_device.type
         apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
                                 training=False, what="sampling")
         try:
             with self._averaged_weights(sampling=True), sampling_weights(self.model):
-                return self._sample()
+                return self._sample(samples)
         finally:  # back to the training kernel
             apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)
 
-    def _samples(self) -> list:
-        """The enabled samples with `sample_overrides` applied: what each sampling round generates."""
-        return [self.config.sample_overrides.apply(s) for s in self.config.samples if s.enabled]
+    def _samples(self, samples: list | None = None) -> list:
+        """The enabled samples (the run's, or `samples`) with `sample_overrides` applied: what a round generates."""
+        return [self.config.sample_overrides.apply(s) for s in (self.config.samples if samples is None else samples)
+                if s.enabled]
 
     def _sampler(self, workflows: bool = False) -> WanModelSampler:
         sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data),
@@ -41,9 +43,9 @@ class TrainerSampling:
         sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
         return sampler
 
-    def _sample(self) -> list[Path]:
+    def _sample(self, samples: list | None = None) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
-        samples = self._samples()
+        samples = self._samples(samples)
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")
