@@ -108,6 +108,17 @@ def test_a_prompt_not_encoded_ahead_loads_umt5_again_says_so_and_is_kept(tiny_mo
     assert model.residency.released == {"text"}
 
 
+def test_an_image_not_encoded_ahead_loads_clip_again(tiny_model, media, tmp_path, caplog):
+    config, sample, model = check_case("i2v", tiny_model, media, tmp_path)
+    other = sample_for(media, {"image": "last"})
+    resident = WanModelSampler(loaded(tiny_model, "i2v", tmp_path)[1]).generate(other, show_progress=False)
+    with caplog.at_level(logging.INFO, logger="modules.model.encoder_residency"):
+        late = WanModelSampler(model).generate(other, show_progress=False)
+    assert np.array_equal(late, resident)
+    assert "loading the image encoder (CLIP) again for a sample image" in caplog.text
+    assert model.residency.released == {"text"}
+
+
 def test_a_restart_with_the_same_samples_runs_neither_encoder(tiny_model, media, tmp_path):
     config, sample, first = check_case("i2v", tiny_model, media, tmp_path)
     _, model = loaded(tiny_model, "i2v", tmp_path)
