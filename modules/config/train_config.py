@@ -291,7 +291,7 @@ class TrainConfig(BaseConfig):
     random_crop: float = option(0.0, "Augmentation: the crop window shrinks by up to this share (0 to 0.5) and moves within the frame, alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
     color_jitter: float = option(0.0, "Augmentation: brightness, contrast and saturation change by up to this share (0 to 0.5, e.g. 0.1), alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
     fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1 and Wan 2.2 A14B, 24 for Wan 2.2 TI2V 5B).")
-    latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
+    latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder, and the text encoder and CLIP are freed after caching (the samples' prompts and images are encoded ahead).")
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
     ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")

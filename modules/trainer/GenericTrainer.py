@@ -48,6 +48,7 @@ from modules.trainer.output_destination import free_destination
 from modules.trainer.preflight import check_paths
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.resume import TrainerResume
+from modules.trainer.sample_inputs import encode_ahead
 from modules.trainer.sampling import TrainerSampling
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
@@ -145,6 +146,9 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
             self._status(str(stopped))
             raise TrainingStopped(None, reason=str(stopped)) from None
+        # the samples' prompts and images encoded now, then UMT5 and CLIP freed (trainer/sample_inputs.py)
+        encode_ahead(config, self.model, self._sampler(), self._samples(), self.dist.is_main,
+                     keep_text=self.setup.embedding_training is not None)
         self._park_encoders()
 
         params = self.setup.setup_trainable()
@@ -179,10 +183,12 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
                          on_host=self.config.ema == EmaMode.CPU)
 
     def _park_encoders(self) -> None:
-        """With latent caching the encoders are not needed until sampling: off the GPU, to free it for training.
-        A trained embedding keeps UMT5 there: captions holding its placeholder are encoded in each step."""
+        """With latent caching the encoders are not needed after it (the samples' inputs were encoded ahead): UMT5
+        and CLIP freed, also after a sampling round or a step that loaded one again. A trained embedding keeps UMT5
+        on the GPU (captions holding its placeholder are encoded in each step), `sample_metrics` CLIP in RAM."""
         park_after_caching(self.config, self.model,
-                           keep_text=self.setup is not None and self.setup.embedding_training is not None)
+                           keep_text=self.setup is not None and self.setup.embedding_training is not None,
+                           keep_clip=self.config.sample_metrics)
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)
@@ -347,8 +353,11 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     def _after_step(self, epoch_end: bool) -> None:
         self._follow_run_folder()  # renamed or deleted by hand: followed, or made again (trainer_run.py)
         step, epoch = self.progress.global_step, self.progress.epoch
-        if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
-            self.sample()
+        if self.model.residency.loaded_again:  # a cache entry encoded again in the step: its encoder leaves again
+            self._park_encoders()
+        requested = self.commands.take_sample()
+        if requested or self.schedules.sample.due(step, epoch, epoch_end):
+            self.sample(self.commands.take_samples() if requested else None)
         if self.validation is not None and self.schedules.validate.due(step, epoch, epoch_end):
             self.validate()
         if self.schedules.save.due(step, epoch, epoch_end):

@@ -125,6 +125,23 @@ class AppController:
     def stop(self) -> None:
         self.training.stop()
 
+    def sample_now(self) -> bool:
+        """"Sample now" with the sampling tab's samples as they are now (edited since the start too); a sample
+        with an error is one status line and nothing is asked."""
+        from modules.config.sample_config import SampleConfig
+        from modules.util.base_config import ConfigError
+
+        try:
+            samples = []
+            for index, row in enumerate(self.samples.rows):
+                sample = SampleConfig.from_dict(row, f"samples[{index}]")
+                sample.validate(f"samples[{index}]")
+                samples.append(sample)
+        except ConfigError as e:
+            self.training.say(f"cannot sample now: {e}", error=True)
+            return False
+        return self.training.sample_now(samples)
+
     def export(self, path: str | os.PathLike) -> Path:
         """Write the config for `scripts/train.py --config-path` (and the E2V dataset JSON it names)."""
         problems = self.problems()

@@ -145,9 +145,11 @@ class TrainingController:
             return True
         return False
 
-    def sample_now(self) -> bool:
+    def sample_now(self, samples: list | None = None) -> bool:
+        """Sample after the current step: `samples` (the sampling tab's list as it is now: new prompts load the text
+        encoder again for the round), or the run's own."""
         if self.running and self.commands is not None:
-            self.commands.sample()
+            self.commands.sample(samples)
             self.sample_requested = True
             self.say("sampling after this step")
             return True
