@@ -17,13 +17,14 @@ from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.model.folder_facts import is_animate2_base
 from modules.trainer.preflight_animate2 import check_animate2
-from modules.trainer.preflight_outputs import check_outputs_not_inputs
 from modules.trainer.preflight_base import (
     check_against_base,
     check_lora_to_continue,
     check_sample_against_base,
     check_sample_files,
+    check_sequence_parallel_base,
 )
+from modules.trainer.preflight_outputs import check_outputs_not_inputs
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError, key_of
 from modules.util.path_checks import (
@@ -115,6 +116,7 @@ def _start_up(config: TrainConfig, data: bool, config_files: Sequence[str],
     if attempt(check_base_model, config.base_model_name):
         attempt(check_expert_keys, config)
         attempt(check_against_base, config)
+        attempt(check_sequence_parallel_base, config)
         attempt(check_base_lora_files, config)
         attempt(check_animate2, config)
         for index in range(len(config.samples) if not quick else 0):

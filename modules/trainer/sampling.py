@@ -22,15 +22,14 @@ logger = logging.getLogger(__name__)
 class TrainerSampling:
     """Mixed into GenericTrainer: reads its model, config, data kind, workspace, progress and callbacks."""
 
-    def sample(self) -> list[Path]:
-        """The enabled samples at this step, each once: one whose record this run folder holds already (the
-        scheduled sample of the last step, then the end-of-run one; a resume) is not made again. A sample is a
-        by-product: whatever goes wrong in one (a bad setting, a full disk, a bug) is one warning, counted in the
-        end report, and never costs the run its model."""
-        samples = [(index, self.config.sample_overrides.apply(s))
-                   for index, s in enumerate(s for s in self.config.samples if s.enabled)]
-        pending = [(index, sample) for index, sample in samples if not self._sampled_already(index)]
-        if samples and not pending:
+    def sample(self, samples: list | None = None) -> list[Path]:
+        """The run's samples now (`samples`: these instead, e.g. the GUI's list as edited since the start), each
+        once: one whose record this run folder holds already (the scheduled sample of the last step, then the
+        end-of-run one; a resume) is not made again. A sample is a by-product: whatever goes wrong in one (a bad
+        setting, a full disk, a bug) is one warning, counted in the end report, and never costs the run its model."""
+        round_ = list(enumerate(self._samples(samples)))
+        pending = [(index, sample) for index, sample in round_ if not self._sampled_already(index)]
+        if round_ and not pending:
             logger.info("the samples of step %d are written already: not sampled again", self.progress.global_step)
         if not pending or not (self.dist.is_main or self.setup.sharded):
             return []
@@ -39,7 +38,9 @@ class TrainerSampling:
             apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
                                     training=False, what="sampling")
             try:
-                with self._averaged_weights(sampling=True), sampling_weights(self.model):
+                # sequence parallel: rank 0 samples whole clips alone (the others go on to the next step and wait)
+                with self._averaged_weights(sampling=True), sampling_weights(self.model), \
+                        self.setup.whole_sequences():
                     return self._sample(pending)
             finally:  # back to the training kernel
                 apply_attention_backend(self.model.transformers(), self.config.attention_backend, device,
@@ -47,6 +48,17 @@ class TrainerSampling:
         except Exception as e:  # noqa: BLE001 (whatever it is, the run goes on to its model)
             self._sample_failed("the samples", e, len(pending))
             return []
+
+    def _samples(self, samples: list | None = None) -> list:
+        """The enabled samples (the run's, or `samples`) with `sample_overrides` applied: what a round generates."""
+        return [self.config.sample_overrides.apply(s) for s in (self.config.samples if samples is None else samples)
+                if s.enabled]
+
+    def _sampler(self, workflows: bool = False) -> WanModelSampler:
+        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data),
+                                  self._workflow_models() if workflows else None)
+        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
+        return sampler
 
     def _sampled_already(self, index: int) -> bool:
         if self.run is None:
@@ -69,8 +81,7 @@ class TrainerSampling:
     def _sample(self, samples: list) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
         self._status("sampling")
-        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data), self._workflow_models())
-        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
+        sampler = self._sampler(workflows=True)
         paths = []
         for index, sample in samples:
             if not self.dist.is_main:
@@ -88,7 +99,7 @@ class TrainerSampling:
                 paths.append(record.video)
             except Exception as e:  # noqa: BLE001 (a sample never ends a run)
                 self._sample_failed(f"sample {index}", e)
-        self._park_encoders()  # sampling moved the encoders to the GPU
+        self._park_encoders()  # an encoder loaded again for a new input (or moved to the GPU) leaves again
         self.sample_paths.extend(paths)
         return paths
 
@@ -159,7 +170,8 @@ class TrainerSampling:
         from modules.evaluation.encoders import loaded_clip
         from modules.evaluation.run import Encoders, Prompt, measure
 
-        encoders = Encoders(clip_image=loaded_clip(self.model.image_encoder, self.model.image_processor))
+        clip = self.model.encoder("clip", "for sample_metrics") if self.model.image_encoder is not None else None
+        encoders = Encoders(clip_image=loaded_clip(clip, self.model.image_processor))
         elements = [read_image(path, self.config.transparent_background) for path in sample.elements]
         values = measure(frames, Prompt(sample.prompt, elements=tuple(sample.elements)), encoders,
                          elements if encoders.clip_image is not None else [])
