@@ -17,6 +17,7 @@ from modules.dataLoader.discovery import discover_concept
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, read_video_frames
+from modules.dataTools.elements import PROVENANCE_SUFFIX
 from modules.dataTools.vlm import Media
 from modules.util.atomic import atomic_write_text
 from modules.util.errors import UserError
@@ -36,7 +37,7 @@ STILL_TEMPLATES = {
 }
 #: Element-aware: appended when a clip has E2V element images, naming each (its prompt where make_elements wrote one)
 ELEMENT_SENTENCE = "Name these in the description, with the same words: {elements}."
-PROVENANCE_SUFFIX = ".elements.json"  # written by make_elements: each element's text prompt
+
 
 
 class Captioner(Protocol):
