@@ -307,7 +307,7 @@ def e2v_tool_dataset(folder: Path, clips_per_colour: int, seed: int) -> Path:
 
     from modules.config.e2v_dataset_config import E2VDatasetFile
     from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements
-    from modules.synthetic.scene_segmenter import ForegroundSegmenter
+    from modules.synthetic.element_scene import ForegroundSegmenter
     from modules.synthetic.shape_clips import BACKGROUND, directed_motion, render
     from modules.util.video_write import write_video
 
@@ -364,7 +364,7 @@ def e2v_tool_held_out(work: Path) -> list[tuple[str, list[str]]]:
 
 def e2v_tool_dataset_elements(folder: Path) -> None:
     from modules.dataTools.elements import ElementJob, ElementOptions, make_elements
-    from modules.synthetic.scene_segmenter import ForegroundSegmenter
+    from modules.synthetic.element_scene import ForegroundSegmenter
     from modules.synthetic.shape_clips import BACKGROUND
 
     jobs = (ElementJob("subject", "circle", "_subject.png"), ElementJob("background", "", "_background.png", True))

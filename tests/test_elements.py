@@ -14,35 +14,13 @@ from modules.dataLoader.video_io import read_image, read_video_frames
 from modules.dataTools.element_images import background_plate, cut_out
 from modules.dataTools.elements import ElementJob, ElementOptions, jobs_from_dataset, make_elements
 from modules.dataTools.masks import MaskOptions, make_masks
-from modules.synthetic.scene_segmenter import ColourSegmenter
+from modules.synthetic.element_scene import BLUE, RED, SCENE_SIZE, ColourSegmenter, empty_background, scene
 from modules.synthetic.shape_clips import psnr
 from modules.util.errors import UserError
 from modules.util.video_write import write_video
 from tests.script_runner import run_script
 
-H, W, F = 64, 96, 20
-RED, BLUE = (230, 30, 30), (30, 40, 230)
-
-
-def empty_background() -> np.ndarray:
-    """A smooth scene without red or blue (a green-grey gradient with soft stripes)."""
-    y, x = np.mgrid[0:H, 0:W].astype(np.float32)
-    grey = 90 + 40 * np.sin(x / 9.0) * np.cos(y / 13.0) + 0.4 * x
-    return np.stack([grey, grey + 25, grey * 0.8], axis=-1).clip(0, 255).astype(np.uint8)
-
-
-def scene() -> tuple[np.ndarray, np.ndarray]:
-    """(frames, subject radius per frame): a red disc crossing the scene, growing, half out of view in frame 0,
-    whole and largest in frames 12-14, hidden behind a blue square from frame 15 on."""
-    background = empty_background()
-    frames = np.repeat(background[None], F, axis=0).copy()
-    radii = np.array([8 + f * 0.5 for f in range(F)])
-    for f in range(F):
-        cx = 2 + f * 3.5
-        cv2.circle(frames[f], (round(cx), 30), round(radii[f]), RED, -1)
-        if f >= 15:
-            cv2.rectangle(frames[f], (round(cx) - 6, 14), (round(cx) + 22, 46), BLUE, -1)
-    return frames, radii
+H, W = SCENE_SIZE
 
 
 def dataset_json(folder, background=True) -> E2VDatasetFile:

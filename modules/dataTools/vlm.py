@@ -78,7 +78,17 @@ class Qwen3VLCaptioner:
         self.image_token = "<|image_pad|>"
         self.video_token_id = config.video_token_id
         self.image_token_id = config.image_token_id
-        self.template = getattr(self.tokenizer, "chat_template", None)
+        self.template = getattr(self.tokenizer, "chat_template", None) or self._folder_template()
+        if self.template:
+            self.tokenizer.chat_template = self.template
+
+    def _folder_template(self) -> str | None:
+        """The chat template the hub folders keep beside the processor (chat_template.json or .jinja), not in the
+        tokenizer's config."""
+        jinja = self.folder / "chat_template.jinja"
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8")
+        return _read_json(self.folder / "chat_template.json").get("chat_template")
 
     # --- frames -> the model's video input ---------------------------------------------------------------
     @property

@@ -1,8 +1,9 @@
-"""Segmenters that return a synthetic scene's true masks, for the element and mask tools' tests, the E2V learning run
-on tool-made elements and the benchmarks: a prompt names a colour, and its mask is the pixels of that colour (what a
-perfect segmenter sees: the visible part of the element, occluded pixels excluded)."""
+"""A synthetic scene for the element and mask tools, and segmenters that return its true masks (for their tests, the
+E2V learning run on tool-made elements and benchmarks/data_tools.py): a prompt names a colour, and its mask is the
+pixels of that colour (what a perfect segmenter sees: the visible part of the element, occluded pixels excluded)."""
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from modules.dataTools.segmenter import Detection, mask_box
@@ -43,3 +44,28 @@ class ForegroundSegmenter(ColourSegmenter):
     def detect(self, frames: np.ndarray, prompt: str) -> list[list[Detection]]:
         self.colours = {prompt: self.background}
         return super().detect(frames, prompt)
+
+
+SCENE_SIZE = (64, 96)  # H, W
+SCENE_FRAMES = 20
+RED, BLUE = (230, 30, 30), (30, 40, 230)
+
+
+def empty_background(height: int = SCENE_SIZE[0], width: int = SCENE_SIZE[1]) -> np.ndarray:
+    """A smooth scene without red or blue (a green-grey gradient with soft stripes)."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    grey = 90 + 40 * np.sin(x / 9.0) * np.cos(y / 13.0) + 0.4 * x
+    return np.stack([grey, grey + 25, grey * 0.8], axis=-1).clip(0, 255).astype(np.uint8)
+
+
+def scene() -> tuple[np.ndarray, np.ndarray]:
+    """(frames, subject radius per frame): a red disc ("subject") crossing the scene, growing, half out of view in
+    frame 0, whole and largest in frames 12-14, partly hidden behind a blue square ("object") from frame 15 on."""
+    frames = np.repeat(empty_background()[None], SCENE_FRAMES, axis=0).copy()
+    radii = np.array([8 + f * 0.5 for f in range(SCENE_FRAMES)])
+    for f in range(SCENE_FRAMES):
+        cx = 2 + f * 3.5
+        cv2.circle(frames[f], (round(cx), 30), round(radii[f]), RED, -1)
+        if f >= 15:
+            cv2.rectangle(frames[f], (round(cx) - 6, 14), (round(cx) + 22, 46), BLUE, -1)
+    return frames, radii
