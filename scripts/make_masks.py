@@ -24,8 +24,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--download", action="store_true", help="fetch --model from the Hugging Face hub")
     parser.add_argument("--threshold", type=float, default=0.4, help="SAM 3's detection score threshold")
     parser.add_argument("--overwrite", action="store_true", help="replace existing masks")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--device", default="auto", help="cuda, cpu, ... (auto: a GPU when there is one)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
 
 
