@@ -95,9 +95,13 @@ class DatasetViewController:
                 continue
             if suffix in IMAGE_EXTENSIONS and any(path.stem.startswith(v + "_") for v in videos):
                 continue  # an element image of a clip
-            if suffixes:
-                elements = {name: by_name[(path.stem + s).lower()] for name, options in suffixes.items()
-                            for s in options[:1] if (path.stem + s).lower() in by_name}
+            if suffixes:  # each element's first suffix that exists, as the loader tries them
+                elements = {}
+                for name, options in suffixes.items():
+                    found = next((by_name[(path.stem + s).lower()] for s in options
+                                  if (path.stem + s).lower() in by_name), None)
+                    if found is not None:
+                        elements[name] = found
             else:
                 elements = {p.stem[len(path.stem) + 1:]: p for p in files if suffix in VIDEO_EXTENSIONS
                             and p.suffix.lower() in IMAGE_EXTENSIONS and p.stem.startswith(path.stem + "_")}

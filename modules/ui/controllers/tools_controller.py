@@ -76,13 +76,15 @@ def _number(tool: str, key: str, text: str, kind: type = float, optional: bool =
 
 
 def _pairs(text: str) -> dict[str, str]:
+    """NAME=PROMPT parts between ';' (NAME= with no prompt: that element is not made)."""
     prompts = {}
     for part in (p.strip() for p in text.replace("\n", ";").split(";")):
         if part:
             name, sep, prompt = part.partition("=")
-            if not sep or not name.strip() or not prompt.strip():
+            if not sep or not name.strip():
                 raise UserError(f"elements: '{part}' must be NAME=PROMPT, e.g. subject=person")
-            prompts[name.strip()] = prompt.strip()
+            if prompt.strip():
+                prompts[name.strip()] = prompt.strip()
     return prompts
 
 
@@ -106,6 +108,11 @@ class ToolsController:
         if root is not None and str(root) not in found:
             found.append(str(root))
         return found
+
+    def element_prompts_template(self) -> str:
+        """'name=; name=' for the open E2V dataset's elements that are no background: what to fill in."""
+        names = [str(e.get("name", "")) for e in self.dataset.current.get("elements", []) if isinstance(e, dict)]
+        return "; ".join(f"{n}=" for n in names if n and "background" not in n.lower())
 
     def set(self, tool: str, key: str, value: Any) -> None:
         self.values[tool][key] = value

@@ -22,6 +22,7 @@ from modules.util.errors import UserError
 
 PLAYER_SIZE = (480, 320)
 CARD_THUMB = 72
+TEXT = ctk.ThemeManager.theme["CTkLabel"]["text_color"]
 ELEMENT_SIZE = 110
 MAX_CLIPS = 300  # listed per concept
 
@@ -95,10 +96,12 @@ class DatasetTab(BaseTab):
                 picture.bind("<Button-1>", lambda _e, c=card: self.choose(c.folder))
             note = card.problem or f"{card.clips} clip(s)"
             ctk.CTkButton(cell, text=f"{card.name}\n{note}", width=120, fg_color="transparent",
-                          text_color=RED if card.problem else None, border_width=0,
+                          text_color=RED if card.problem else TEXT, border_width=0,
                           command=lambda c=card: self.choose(c.folder)).pack(padx=4, pady=4)
         if self.view.selected is not None:
             self.choose(self.view.selected, keep_clip=True)
+        elif any(card.clips for card in self.cards):  # open on the first concept that has clips
+            self.choose(next(card.folder for card in self.cards if card.clips))
 
     def choose(self, folder: Path, keep_clip: bool = False) -> None:
         index = self.view.clip_index if keep_clip else 0
@@ -107,7 +110,7 @@ class DatasetTab(BaseTab):
             child.destroy()
         for i, entry in enumerate(self.entries):
             ctk.CTkButton(self.clip_list, text=entry.name, anchor="w", fg_color="transparent", border_width=0,
-                          command=lambda i=i: self.show_clip(i)).pack(fill="x")
+                          text_color=TEXT, command=lambda i=i: self.show_clip(i)).pack(fill="x")
         if self.entries:
             self.show_clip(min(index, len(self.entries) - 1))
         else:

@@ -94,6 +94,8 @@ class ToolsTab(BaseTab):
         for child in self.fields_frame.winfo_children():
             child.destroy()
         self.inputs = {}
+        if tool == "elements" and self.tools.values[tool]["prompts"] == FIELDS[tool]["prompts"][1]:
+            self.tools.values[tool]["prompts"] = self.tools.element_prompts_template() or FIELDS[tool]["prompts"][1]
         for row, (key, (label, default, help_text)) in enumerate(FIELDS[tool].items()):
             text = ctk.CTkLabel(self.fields_frame, text=label, anchor="w", width=150)
             text.grid(row=row, column=0, sticky="w", pady=1)
