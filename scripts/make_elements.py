@@ -4,7 +4,7 @@ is cut out on white as SkyReels-A2's references are, the background element is t
 
 python scripts/make_elements.py --dataset-config E2V.json --element subject=person --element object="red bag"
     [--background background] [--model SAM3_FOLDER | --download] [--plate median|frame] [--avoid-first N]
-    [--max-frames 32] [--overwrite] [--data-root FOLDER]
+    [--max-frames 32] [--fill white|black|grey|R,G,B] [--overwrite] [--data-root FOLDER]
 
 Writes `<clip><suffix>` (each element's first suffix in the dataset JSON) and `<clip>.elements.json` (frame, box,
 mask area, score). Existing images are kept unless --overwrite; an element not found in a clip is listed, not
@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None):
                         help="frames at a clip's start an element is not cut from unless only they show it (set it "
                              "to the frames a step trains on: a reference copied from them teaches copying)")
     parser.add_argument("--max-frames", type=int, default=32, help="frames per clip SAM 3 looks at")
+    parser.add_argument("--fill", default="white",
+                        help="around a cut-out: white (A2's references), black, grey or R,G,B")
     parser.add_argument("--threshold", type=float, default=0.4, help="SAM 3's detection score threshold")
     parser.add_argument("--overwrite", action="store_true", help="replace existing element images")
     parser.add_argument("--device", default="auto", help="cuda, cpu, ... (auto: a GPU when there is one)")
@@ -57,7 +59,7 @@ def parse_prompts(pairs: list[str]) -> dict[str, str]:
 def main() -> int:
     args = parse_args()
     from modules.config.e2v_dataset_config import load_dataset_config
-    from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements
+    from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements, parse_fill
     from modules.dataTools.model_source import resolve_model
     from modules.util.errors import UserError
 
@@ -67,7 +69,7 @@ def main() -> int:
     dataset = datasets[args.dataset]
     options = ElementOptions(jobs_from_dataset(dataset.elements, parse_prompts(args.element), args.background),
                              overwrite=args.overwrite, max_frames=args.max_frames, avoid_first=args.avoid_first,
-                             plate=args.plate)
+                             plate=args.plate, fill=parse_fill(args.fill))
     options.check()
     if not args.download:
         resolve_model(args.model, False, "segmentation (SAM 3)")

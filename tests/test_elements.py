@@ -12,7 +12,7 @@ import pytest
 from modules.config.e2v_dataset_config import E2VDatasetFile
 from modules.dataLoader.video_io import read_image, read_video_frames
 from modules.dataTools.element_images import background_plate, cut_out
-from modules.dataTools.elements import ElementJob, ElementOptions, jobs_from_dataset, make_elements
+from modules.dataTools.elements import ElementJob, ElementOptions, jobs_from_dataset, make_elements, parse_fill
 from modules.dataTools.masks import MaskOptions, make_masks
 from modules.synthetic.element_scene import BLUE, RED, SCENE_SIZE, ColourSegmenter, empty_background, scene
 from modules.synthetic.shape_clips import psnr
@@ -100,6 +100,10 @@ def test_cut_out_pads_a_wide_crop_to_a_centred_square():
     image, box = cut_out(frame, mask, margin=0.0)
     assert box == (5, 10, 45, 20) and image.shape == (40, 40, 3)
     assert (image[15:25, :, 0] == 7).all() and (image[:15] == 255).all() and (image[25:] == 255).all()
+    grey, _ = cut_out(frame, mask, margin=0.0, fill=parse_fill("110,110,110"))
+    assert (grey[:15] == 110).all() and (grey[15:25] == 7).all()
+    with pytest.raises(UserError, match="--fill"):
+        parse_fill("pink")
 
 
 def test_an_element_not_found_is_listed_and_not_guessed(clip_folder):

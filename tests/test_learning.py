@@ -201,7 +201,7 @@ def e2v_tool_learned(tmp_path_factory):
     scripts/make_elements.py's code made from the clips (tests/learning_runs.py: e2v_tool_dataset)."""
     from modules.synthetic.tiny_model import write_tiny_model
 
-    from tests.learning_runs import e2v_tool_held_out, e2v_tool_run
+    from tests.learning_e2v_tool import e2v_tool_held_out, e2v_tool_run
 
     work = tmp_path_factory.mktemp("learning-e2v-tool")
     run = e2v_tool_run(write_tiny_model("t2v", work / "base", trained_vae=True), work)
@@ -213,7 +213,7 @@ def test_e2v_learns_from_element_images_the_tool_made(e2v_tool_learned, record_p
     # the E2V run above, its subject and background images cut and composed by the element tool (frame choice,
     # cut-out on white, median background plate) from the clips; held-out elements made by the tool from held-out
     # clips. Metric and threshold as test_e2v_the_element_decides_which_shape_appears: 0.8 for every colour.
-    from tests.learning_runs import e2v_tool_rate
+    from tests.learning_e2v_tool import e2v_tool_rate
 
     run, held_out = e2v_tool_learned
     for colour, elements in held_out:

@@ -71,21 +71,22 @@ def crop_box(mask: np.ndarray, margin: float = 0.05) -> tuple[int, int, int, int
     return max(0, x0 - grow_x), max(0, y0 - grow_y), min(width, x1 + grow_x), min(height, y1 + grow_y)
 
 
-def cut_out(frame: np.ndarray, mask: np.ndarray, margin: float = 0.05) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """The element on white, as SkyReels-A2's reference images are: pixels outside the mask white, cropped to the
-    mask's box (+ margin), then padded with white to a square, centred (the training's `pad_white` fits any aspect
-    without cropping, docs/e2v.md §2). Returns the image and the box it was cut from."""
+def cut_out(frame: np.ndarray, mask: np.ndarray, margin: float = 0.05,
+            fill: tuple[int, int, int] = WHITE) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The element on white (`fill`), as SkyReels-A2's reference images are: pixels outside the mask white, cropped
+    to the mask's box (+ margin), then padded with white to a square, centred (the training's `pad_white` fits any
+    aspect without cropping, docs/e2v.md §2). Returns the image and the box it was cut from."""
     x0, y0, x1, y1 = crop_box(mask, margin)
-    piece = np.where(mask[y0:y1, x0:x1, None], frame[y0:y1, x0:x1], np.uint8(255)).astype(np.uint8)
-    return pad_square(piece), (int(x0), int(y0), int(x1), int(y1))
+    piece = np.where(mask[y0:y1, x0:x1, None], frame[y0:y1, x0:x1], np.array(fill, np.uint8)).astype(np.uint8)
+    return pad_square(piece, fill), (int(x0), int(y0), int(x1), int(y1))
 
 
-def pad_square(image: np.ndarray) -> np.ndarray:
+def pad_square(image: np.ndarray, fill: tuple[int, int, int] = WHITE) -> np.ndarray:
     height, width = image.shape[:2]
     side = max(height, width)
     top, left = (side - height) // 2, (side - width) // 2
     return cv2.copyMakeBorder(image, top, side - height - top, left, side - width - left, cv2.BORDER_CONSTANT,
-                              value=WHITE)
+                              value=tuple(int(c) for c in fill))
 
 
 @dataclass(frozen=True)

@@ -48,14 +48,33 @@ class ElementOptions:
     plate: str = "median"  # "median" of the free pixels, or the least covered "frame"
     margin: float = 0.05
     min_score: float = 0.0
+    fill: tuple[int, int, int] = (255, 255, 255)  # around a cut-out: white, as A2's references
 
     def check(self) -> None:
         if not self.elements:
             raise UserError("no element to make: give --element NAME=PROMPT for the elements of the dataset")
         if self.plate not in PLATES:
             raise UserError(f"--plate must be one of {', '.join(PLATES)}, got '{self.plate}'")
+        if len(self.fill) != 3 or not all(0 <= int(c) <= 255 for c in self.fill):
+            raise UserError(f"--fill must be white, black, grey or R,G,B in 0..255, got {self.fill}")
         if self.max_frames < 1 or self.avoid_first < 0:
             raise UserError("--max-frames must be >= 1 and --avoid-first >= 0")
+
+
+FILLS = {"white": (255, 255, 255), "black": (0, 0, 0), "grey": (128, 128, 128), "gray": (128, 128, 128)}
+
+
+def parse_fill(text: str) -> tuple[int, int, int]:
+    """white | black | grey | R,G,B."""
+    if text.strip().lower() in FILLS:
+        return FILLS[text.strip().lower()]
+    try:
+        rgb = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        rgb = ()
+    if len(rgb) != 3 or not all(0 <= c <= 255 for c in rgb):
+        raise UserError(f"--fill '{text}' must be white, black, grey or R,G,B with each 0..255")
+    return rgb
 
 
 def jobs_from_dataset(elements: Sequence, prompts: dict[str, str], background: str | None = None) -> tuple:
@@ -175,7 +194,7 @@ def _make_for_clip(clip: Path, segmenter: Segmenter, options: ElementOptions, to
                            targets[job.name].name)
             entries[job.name] = {"prompt": job.prompt, "found": False}
             continue
-        image, box = cut_out(sample[choice.frame], masks[choice.frame], options.margin)
+        image, box = cut_out(sample[choice.frame], masks[choice.frame], options.margin, options.fill)
         write_image(targets[job.name], image)
         report.written += 1
         entries[job.name] = {"prompt": job.prompt, "found": True, "file": targets[job.name].name,

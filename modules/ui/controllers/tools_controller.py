@@ -44,6 +44,7 @@ FIELDS: dict[str, dict[str, tuple[str, Any, str]]] = {
         "download": ("Download", False, "fetch the model from the Hugging Face hub"),
         "prompts": ("Element prompts", "subject=person", "NAME=PROMPT per element of the E2V dataset, ';' between"),
         "plate": ("Background", "median", "median of the free pixels, or the least covered frame"),
+        "fill": ("Fill", "white", "around a cut-out: white (A2's references), black, grey or R,G,B"),
         "avoid_first": ("Avoid first frames", "1", "frames at a clip's start an element is not cut from"),
         "overwrite": ("Overwrite", False, "replace existing element images"),
     },
@@ -220,13 +221,13 @@ class ToolsController:
 
         total = len(clips_of(folder))
         if tool == "elements":
-            from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements
+            from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements, parse_fill
 
             elements = self._dataset_elements(folder)
             if not elements:
                 raise UserError("elements: open the E2V dataset JSON (E2V elements tab) whose data_root is the folder")
             options = ElementOptions(jobs_from_dataset(elements, _pairs(str(v["prompts"]))),
-                                     overwrite=bool(v["overwrite"]), plate=v["plate"],
+                                     overwrite=bool(v["overwrite"]), plate=v["plate"], fill=parse_fill(v["fill"]),
                                      avoid_first=_number(tool, "avoid_first", v["avoid_first"], int))
             options.check()
             return lambda: make_elements(folder, segmenter, options, stop, False,
