@@ -113,6 +113,18 @@ def test_template_trigger_and_prefix_removal(tmp_path):
     assert finish("In this video, a dog runs", CaptionOptions()) == "a dog runs"
 
 
+def test_a_long_clip_spreads_the_frame_budget_over_its_whole_length(tmp_path):
+    from modules.dataTools.captions import load_media
+    from modules.util.video_write import write_video
+
+    frames = np.zeros((160, 16, 16, 3), np.uint8)
+    frames[:, :, :, 0] = np.arange(160)[:, None, None]  # red = frame index: which frames were taken
+    write_video(tmp_path / "long.mp4", frames, 16.0)  # 10 s: 21 frames at 2 fps, over Echo's budget of 8
+    media = load_media(tmp_path / "long.mp4", Echo())
+    assert len(media.frames) == 8 and media.fps == pytest.approx(0.8)
+    assert media.frames[0, 0, 0, 0] < 8 and media.frames[-1, 0, 0, 0] > 130  # from the start to near the end
+
+
 def test_existing_captions_are_kept_unless_asked(tmp_path):
     folder = clips(tmp_path / "clips", count=2)
     (folder / "000.txt").write_text("my own words", encoding="utf-8")

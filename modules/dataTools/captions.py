@@ -16,7 +16,7 @@ from modules.dataLoader.caption_text import strip_llm_prefix
 from modules.dataLoader.discovery import discover_concept
 from modules.dataLoader.e2v.discovery import discover_e2v_samples
 from modules.dataLoader.errors import DataError
-from modules.dataLoader.video_io import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, read_video_frames
+from modules.dataLoader.video_io import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, read_video_frames, video_header
 from modules.dataTools.elements import PROVENANCE_SUFFIX
 from modules.dataTools.vlm import Media
 from modules.util.atomic import atomic_write_text
@@ -130,15 +130,20 @@ def finish(answer: str, options: CaptionOptions) -> str:
 
 
 def load_media(path: Path, captioner: Captioner) -> Media:
-    """A clip's frames at the captioner's sampling rate, at most its frame budget spread over the clip; a still."""
-    frames, fps = read_video_frames(path, target_fps=captioner.sample_fps)
+    """A clip's frames at the captioner's sampling rate, or, for a clip longer than its frame budget, at the rate
+    that spreads the budget over the whole clip (decoded by timestamps, never all held); a still as one frame."""
+    rate = captioner.sample_fps
+    if path.suffix.lower() in VIDEO_EXTENSIONS and path.suffix.lower() != ".gif":
+        try:
+            seconds = video_header(path)[1]
+        except DataError:
+            seconds = 0.0  # read_video_frames below names the problem
+        if seconds * rate > captioner.max_frames:
+            rate = captioner.max_frames / seconds
+    frames, fps = read_video_frames(path, target_fps=rate, max_frames=captioner.max_frames)
     if len(frames) == 1 and fps == 0.0:
         return Media(frames, 0.0)
-    if len(frames) > captioner.max_frames:  # a long clip: the budget spread evenly, at the rate that gives
-        keep = [round(i * (len(frames) - 1) / (captioner.max_frames - 1)) for i in range(captioner.max_frames)]
-        rate = captioner.sample_fps * (captioner.max_frames - 1) / max(1, len(frames) - 1)
-        return Media(frames[keep], rate)
-    return Media(frames, captioner.sample_fps)
+    return Media(frames, rate)
 
 
 def caption_folder(folder: str | os.PathLike, captioner: Captioner | Callable[[], Captioner],
