@@ -228,7 +228,7 @@ class WanBaseDataLoader:
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.on_progress = on_progress  # told each item of prepare(): the GUI's caching progress
         self.dist = dist or DistributedContext()
-        self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
+        self.batch_size = config.batch_size * self.dist.data_world_size  # the global batch; ranks take shares
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.cache = DiskCache(config.cache_dir)
@@ -515,7 +515,7 @@ class WanBaseDataLoader:
         balancing puts in that epoch (all of them, with whole repeats only)."""
         members = epoch_members(self.concept_slots, self.config.seed, epoch)
         batches = epoch_batches([self.items[m].bucket for m in members], self.batch_size, self.config.seed, epoch,
-                                self.dist.world_size)
+                                self.dist.data_world_size)
         return [[members[k] for k in batch] for batch in batches]
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:

@@ -92,8 +92,9 @@ class EncodeAnimate2Clip(EncoderModule):
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.use_encoder()
-        return {"clip_embeds": animate2_clip(self.model.image_encoder, item["reference_frames"][:, 0]),
-                "driving_clip_embeds": animate2_clip(self.model.image_encoder, item["driving_frames"][:, 0])}
+        image_encoder = self.model.encoder("clip", "to encode a cache entry again")
+        return {"clip_embeds": animate2_clip(image_encoder, item["reference_frames"][:, 0]),
+                "driving_clip_embeds": animate2_clip(image_encoder, item["driving_frames"][:, 0])}
 
 
 def animate2_clip(image_encoder, frame: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ class WanModelSampler:
         self.model = model
         self.workflow_models = workflow_models  # set: a ComfyUI workflow beside every video (comfy_workflow.py)
         self.e2v = e2v or E2VSamplingOptions(use_clip=model.variant.has_clip_branch and model.image_encoder is not None)
+        self._encoding_only = False  # inside `encode_inputs`
 
     def _load_image(self, path: str) -> np.ndarray:
         """(H, W, 3) uint8 read as training reads images: EXIF orientation applied, transparency composited."""
@@ -96,6 +97,8 @@ class WanModelSampler:
             raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
         pipe = self.model.pipeline(image_conditioned=use_image)
+        if use_image and hasattr(type(pipe), "encode_image"):
+            self._keep_clip_of(pipe)
         pipe.scheduler = sample_scheduler(self.model, sample)
         pipe.set_progress_bar_config(disable=not show_progress, leave=False)
         device = self.model.train_device
@@ -174,11 +177,47 @@ class WanModelSampler:
             for t, training in zip(self.model.transformers(), was_training):
                 t.train(training)
 
+    def _keep_clip_of(self, pipe) -> None:
+        """diffusers' I2V pipeline encodes its image with CLIP itself: through the model's kept encodings, so an
+        image encoded ahead (the trainer's samples) needs no CLIP, and a freed CLIP is loaded again for a new one."""
+        encode = type(pipe).encode_image
+
+        def encode_image(images, device=None):
+            def run(image_encoder):
+                pipe.image_encoder = image_encoder
+                return encode(pipe, images, device)
+
+            return self.model.encoded_images("diffusers_i2v", images if isinstance(images, list) else [images], run)
+
+        pipe.encode_image = encode_image
+
     def _move(self, device: torch.device) -> None:
-        for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
+        # freed encoders stay freed (what samples need was encoded ahead); when only encoding (`encode_inputs`) the
+        # transformers stay where they are and the encoders are placed as they are used
+        encoders = [] if self._encoding_only else [self.model.loaded_encoder("text"), self.model.loaded_encoder("clip")]
+        transformers = [] if self._encoding_only else self.model.transformers()
+        for module in (*encoders, self.model.vae, *transformers):
             # FSDP shards already live on their rank's device; block swap and expert offload place their own
             if module is not None and not is_sharded(module) and not is_placement_managed(module):
                 module.to(device)
+
+    def encode_inputs(self, sample: SampleConfig) -> None:
+        """Run `sample`'s generation up to its first denoising step and stop there: every prompt and image it
+        encodes is encoded now (the trainer's encoding ahead, `trainer/sample_inputs.py`, has the model keep
+        them); nothing is denoised or decoded, and the transformers are neither moved nor run."""
+        def stop(*_):
+            raise _InputsEncoded
+
+        hooks = [t.register_forward_pre_hook(stop) for t in self.model.transformers()]
+        self._encoding_only = True
+        try:
+            self.generate(sample, show_progress=False)
+        except _InputsEncoded:
+            pass
+        finally:
+            self._encoding_only = False
+            for hook in hooks:
+                hook.remove()
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:
         """Generate and write `output` (.mp4, .gif or .webp, checked before generating) and a PNG strip beside it."""
@@ -225,6 +264,10 @@ class WanModelSampler:
         except OSError as e:
             raise UserError(f"cannot write sample output '{record.sidecar}': {write_failure(e)}") from e
         return record, frames
+
+
+class _InputsEncoded(Exception):
+    """Raised by `encode_inputs`' hook at the first transformer call: everything before it was encoding."""
 
 
 def atomic_save_png(path: Path, image: np.ndarray) -> None:

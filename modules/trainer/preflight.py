@@ -11,7 +11,7 @@ from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.e2v.config_check import validate_e2v_config
 from modules.model.folder_facts import is_animate2_base
 from modules.trainer.preflight_animate2 import check_animate2
-from modules.trainer.preflight_base import check_against_base, check_input_files
+from modules.trainer.preflight_base import check_against_base, check_input_files, check_sequence_parallel_base
 from modules.util.enum import PromptSource, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 from modules.util.path_checks import (
@@ -48,6 +48,7 @@ def check_paths(config: TrainConfig) -> None:
     check_base_model(config.base_model_name)
     check_expert_keys(config)
     check_against_base(config)
+    check_sequence_parallel_base(config)
     check_input_files(config)
     for key in ("transformer_override", "transformer_2_override", "vae_override", "text_encoder_override",
                 "image_encoder_override"):

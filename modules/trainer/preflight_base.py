@@ -3,8 +3,10 @@ the files a run reads only later (the LoRA it continues, the samples' control vi
 before any model loads, instead of a silent no-op or a failure an hour into the run."""
 from __future__ import annotations
 
+import os
+
 from modules.config.train_config import TrainConfig
-from modules.model.folder_facts import is_animate2_base
+from modules.model.folder_facts import is_animate2_base, transformer_config
 from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
@@ -39,6 +41,28 @@ def check_against_base(config: TrainConfig) -> None:
         if not variant.channel_concat_condition:
             raise UserError(f"config key 'last_frame_condition' needs an I2V-layout base, but {where} is "
                            f"{variant.name} (no condition channels): set it false or use an I2V / FLF2V model")
+
+
+def check_sequence_parallel_base(config: TrainConfig) -> None:
+    """`sequence_parallel` N against the processes torchrun started and what the base is: the heads must divide by N
+    (Ulysses hands each rank H/N heads), and Animate-2's two-pass attention is not split."""
+    n = config.sequence_parallel
+    if n <= 1:
+        return
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; the trainer's init_distributed reads it too
+    if world_size % n:
+        started = f"{world_size} processes" if world_size > 1 else "one process (no torchrun)"
+        raise UserError(f"config key 'sequence_parallel' is {n}, but this run has {started}: start it with torchrun "
+                        f"--nproc_per_node a multiple of {n} (GPUs in all), or set sequence_parallel to 1")
+    where = f"base_model_name '{config.base_model_name}'"
+    if is_animate2_base(config.base_model_name):
+        raise UserError(f"config key 'sequence_parallel' is {n}, but {where} is Wan2.2-Animate-2, whose two-pass "
+                        "attention is not split over GPUs yet: set sequence_parallel to 1")
+    heads = transformer_config(config.base_model_name).get("num_attention_heads")
+    if isinstance(heads, int) and heads % n:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise UserError(f"config key 'sequence_parallel' is {n}, but the transformer of {where} has {heads} attention "
+                        f"heads, which {n} does not divide (each GPU takes heads/N of them): use one of {divisors}")
 
 
 def check_input_files(config: TrainConfig) -> None:

@@ -21,24 +21,36 @@ logger = logging.getLogger(__name__)
 class TrainerSampling:
     """Mixed into GenericTrainer: reads its model, config, data kind, workspace, progress and callbacks."""
 
-    def sample(self) -> list[Path]:
+    def sample(self, samples: list | None = None) -> list[Path]:
+        """The run's samples now (`samples`: these instead, e.g. the GUI's list as edited since the start)."""
         device = self.model.train_device.type
         apply_attention_backend(self.model.transformers(), self.config.sample_attention_backend, device,
                                 training=False, what="sampling")
         try:
-            with self._averaged_weights(sampling=True), sampling_weights(self.model):
-                return self._sample()
+            # sequence parallel: rank 0 samples whole clips alone (the others go on to the next step and wait)
+            with self._averaged_weights(sampling=True), sampling_weights(self.model), self.setup.whole_sequences():
+                return self._sample(samples)
         finally:  # back to the training kernel
             apply_attention_backend(self.model.transformers(), self.config.attention_backend, device, training=True)
 
-    def _sample(self) -> list[Path]:
+    def _samples(self, samples: list | None = None) -> list:
+        """The enabled samples (the run's, or `samples`) with `sample_overrides` applied: what a round generates."""
+        return [self.config.sample_overrides.apply(s) for s in (self.config.samples if samples is None else samples)
+                if s.enabled]
+
+    def _sampler(self, workflows: bool = False) -> WanModelSampler:
+        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data),
+                                  self._workflow_models() if workflows else None)
+        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
+        return sampler
+
+    def _sample(self, samples: list | None = None) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
-        samples = [self.config.sample_overrides.apply(s) for s in self.config.samples if s.enabled]
+        samples = self._samples(samples)
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
         self._status("sampling")
-        sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data), self._workflow_models())
-        sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
+        sampler = self._sampler(workflows=True)
         paths = []
         for index, sample in enumerate(samples):
             if not self.dist.is_main:
@@ -69,7 +81,7 @@ class TrainerSampling:
                 if self.config.sample_metrics:
                     self._log_sample_metrics(index, sample, frames)
             self.callbacks.on_sample(record)
-        self._park_encoders()  # sampling moved the encoders to the GPU
+        self._park_encoders()  # an encoder loaded again for a new input (or moved to the GPU) leaves again
         self.sample_paths.extend(paths)
         return paths
 
@@ -95,7 +107,8 @@ class TrainerSampling:
         from modules.evaluation.encoders import loaded_clip
         from modules.evaluation.run import Encoders, Prompt, measure
 
-        encoders = Encoders(clip_image=loaded_clip(self.model.image_encoder, self.model.image_processor))
+        clip = self.model.encoder("clip", "for sample_metrics") if self.model.image_encoder is not None else None
+        encoders = Encoders(clip_image=loaded_clip(clip, self.model.image_processor))
         elements = [read_image(path, self.config.transparent_background) for path in sample.elements]
         values = measure(frames, Prompt(sample.prompt, elements=tuple(sample.elements)), encoders,
                          elements if encoders.clip_image is not None else [])

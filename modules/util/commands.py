@@ -21,6 +21,7 @@ class TrainCommands:
         self._stop = False
         self._backup = False
         self._sample = False
+        self._samples: list | None = None  # "Sample now" with the samples as the GUI shows them now
 
     def stop(self) -> None:
         with self._lock:
@@ -30,9 +31,12 @@ class TrainCommands:
         with self._lock:
             self._backup = True
 
-    def sample(self) -> None:
+    def sample(self, samples: list | None = None) -> None:
+        """Sample after the current step: `samples` (SampleConfig, e.g. the GUI's list as edited since the start),
+        or the run's own samples."""
         with self._lock:
             self._sample = True
+            self._samples = samples
 
     @property
     def stop_requested(self) -> bool:
@@ -48,6 +52,12 @@ class TrainCommands:
         with self._lock:
             requested, self._sample = self._sample, False
             return requested
+
+    def take_samples(self) -> list | None:
+        """The samples the last `sample()` asked for (None: the run's own), once."""
+        with self._lock:
+            samples, self._samples = self._samples, None
+            return samples
 
 
 class StopSignalHandler:

@@ -10,7 +10,6 @@ from typing import Any, Callable
 from modules.config.loading import PRESET_DIR
 from modules.trainer.preflight import check_base_model
 from modules.ui.controllers.config_controller import ConfigController
-from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
 from modules.ui.controllers.list_controller import ConceptListController, RecordListController
@@ -58,11 +57,10 @@ class AppController:
         return samples_folder(self.run_folder())
 
     def load_run_results(self) -> None:
-        """Outside a run: the samples already in the shown run's folder and its curves from its tensorboard logs
-        (a finished run shows what it logged). During a run the live values are kept."""
+        """The samples in the shown run's folder and its curves from the event files of all its starts; the run
+        this window trains adds the values it sends over them (controllers/curves.py)."""
         self.gallery.load_folder(self.samples_folder())
-        if not self.training.running:
-            read_tensorboard_scalars(self.run_folder() / "tensorboard", self.curves)
+        self.curves.load_run(self.run_folder())
 
     def open_tensorboard(self) -> str:
         """TensorBoard on the shown run's tensorboard folder, in the browser; its URL."""
@@ -126,6 +124,23 @@ class AppController:
 
     def stop(self) -> None:
         self.training.stop()
+
+    def sample_now(self) -> bool:
+        """"Sample now" with the sampling tab's samples as they are now (edited since the start too); a sample
+        with an error is one status line and nothing is asked."""
+        from modules.config.sample_config import SampleConfig
+        from modules.util.base_config import ConfigError
+
+        try:
+            samples = []
+            for index, row in enumerate(self.samples.rows):
+                sample = SampleConfig.from_dict(row, f"samples[{index}]")
+                sample.validate(f"samples[{index}]")
+                samples.append(sample)
+        except ConfigError as e:
+            self.training.say(f"cannot sample now: {e}", error=True)
+            return False
+        return self.training.sample_now(samples)
 
     def export(self, path: str | os.PathLike) -> Path:
         """Write the config for `scripts/train.py --config-path` (and the E2V dataset JSON it names)."""

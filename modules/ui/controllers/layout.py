@@ -110,7 +110,7 @@ TABS: tuple[Tab, ...] = (
          ("Memory", ("memory_preset", "gpu_memory_gib", "gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
                      "base_weight_format", "fp8_base_weights",
                      "fp8_scale", "offload_inactive_expert", "vae_tiling")),
-         ("Multi-GPU (torchrun)", ("data_parallel",)),
+         ("Multi-GPU (torchrun)", ("data_parallel", "sequence_parallel")),
          ("Wan 2.2 experts", ("train_expert", "learning_rate_high_noise", "learning_rate_low_noise",
                               "expert_step_share")),
          ("VACE models (control video beside each clip: <name>_control.mp4, <name>_control_mask.mp4)",

@@ -145,9 +145,11 @@ class TrainingController:
             return True
         return False
 
-    def sample_now(self) -> bool:
+    def sample_now(self, samples: list | None = None) -> bool:
+        """Sample after the current step: `samples` (the sampling tab's list as it is now: new prompts load the text
+        encoder again for the round), or the run's own."""
         if self.running and self.commands is not None:
-            self.commands.sample()
+            self.commands.sample(samples)
             self.sample_requested = True
             self.say("sampling after this step")
             return True
@@ -190,6 +192,7 @@ class TrainingController:
         elif event.kind == "run":  # the run's own samples, not another run's of the workspace
             state.run_name, state.run_dir = event.payload
             self.gallery.load_folder(samples_folder(state.run_dir))
+            self.scalars.start_run(state.run_dir)  # a resumed run's earlier starts, under what it trains now
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
