@@ -179,7 +179,8 @@ def test_the_trainer_builds_and_calls_what_the_registries_hold(tiny_model, video
         tiny_model("t2v"), video_dataset, tmp_path, seed=5, lora_weight_path=str(lora), samples=[sample])))
     trainer.start()
     assert type(trainer.setup) is Setup and type(trainer.data) is Loader
-    assert calls == [("check", 5), ("prepare", "t2v"), ("continue from", Setup, str(lora))]
+    # the samples' inputs are encoded ahead right after caching (trainer/sample_inputs.py), with the data kind's options
+    assert calls == [("check", 5), ("prepare", "t2v"), ("sampling options", Loader), ("continue from", Setup, str(lora))]
     assert len(trainer.sample()) == 1 and calls[-1] == ("sampling options", Loader)
 
 

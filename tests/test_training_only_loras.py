@@ -33,7 +33,7 @@ def test_a_full_fine_tune_trains_on_the_adapter_and_samples_and_saves_without_it
     merged = param.detach().clone()
     assert not torch.allclose(merged, base[name])  # training sees the adapter
     seen = []
-    trainer._sample = lambda: seen.append(param.detach().clone()) or []
+    trainer._sample = lambda samples=None: seen.append(param.detach().clone()) or []
     trainer.sample()
     torch.testing.assert_close(seen[0], base[name], rtol=0, atol=1e-6)  # samples do not
     assert torch.equal(param, merged)  # and training goes on from the very same weights

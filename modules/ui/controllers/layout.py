@@ -89,6 +89,8 @@ TABS: tuple[Tab, ...] = (
          ("Captions", ("caption_dropout_probability",)),
          ("Image conditioning (I2V layouts)", ("last_frame_condition",))),
     _tab("concepts"),
+    _tab("dataset"),  # the clips with their captions and elements (dataset_view.py)
+    _tab("tools"),  # the data tools (tools_controller.py)
     _tab("training",
          ("Length and batches", ("epochs", "max_steps", "batch_size", "gradient_accumulation_steps")),
          ("Optimizer", ("optimizer", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",

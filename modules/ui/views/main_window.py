@@ -15,6 +15,7 @@ from modules.ui.views.bottom_bar import BottomBar
 from modules.ui.views.concepts_tab import ConceptsTab
 from modules.ui.views.curves_tab import CurvesTab
 from modules.ui.views.data_tab import DataTab
+from modules.ui.views.dataset_tab import DatasetTab
 from modules.ui.views.dialogs import MessageDialog
 from modules.ui.views.elements_tab import ElementsTab
 from modules.ui.views.general_tab import GeneralTab
@@ -23,6 +24,7 @@ from modules.ui.views.model_tab import ModelTab
 from modules.ui.views.pathways_tab import PathwaysTab
 from modules.ui.views.samples_tab import SamplesTab
 from modules.ui.views.sampling_tab import SamplingTab
+from modules.ui.views.tools_tab import ToolsTab
 from modules.ui.views.top_bar import TopBar
 from modules.ui.views.training_tab import TrainingTab
 from modules.ui.views.visualization_tab import VisualizationTab
@@ -33,9 +35,9 @@ logger = logging.getLogger(__name__)
 
 TAB_TEXT = ctk.ThemeManager.theme["CTkSegmentedButton"]["text_color"]
 
-TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
-                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, SamplesTab,
-                                          CurvesTab)
+TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, DatasetTab, ToolsTab,
+                                          TrainingTab, SamplingTab, BackupTab, LoRATab, ElementsTab, PathwaysTab,
+                                          VisualizationTab, SamplesTab, CurvesTab)
 
 
 class TrainUI(ctk.CTk):
