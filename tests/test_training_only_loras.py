@@ -24,7 +24,8 @@ def test_a_full_fine_tune_trains_on_the_adapter_and_samples_and_saves_without_it
     config = train_config_dict(model_dir, video_dataset, tmp_path, epochs=1, max_steps=1, learning_rate=1e-12,
                                training_method="FINE_TUNE", output_model_format="DIFFUSERS",
                                output_model_destination=str(tmp_path / "out"),
-                               base_loras=[{"path": str(lora), "strength": 0.7, "training_only": True}])
+                               base_loras=[{"path": str(lora), "strength": 0.7, "training_only": True}],
+                               samples=[{"prompt": "a", "frames": 5, "height": 32, "width": 32, "steps": 1}])
     trainer = GenericTrainer(TrainConfig.from_dict(config))
     trainer.start()
     base = base_transformer(model_dir).state_dict()
