@@ -538,9 +538,10 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self._log_handler = None
         self.dist.finish()
 
-    def _status(self, text: str) -> None:
-        logger.info(text)
-        self.callbacks.on_status(text)
+    def _status(self, text: str, done: int = 0, total: int = 0) -> None:
+        """What the run does now (the GUI's status line shows it until the next phase or step)."""
+        logger.info(text if not total else f"{text} {done}/{total}")
+        self.callbacks.on_phase(text, done, total)
 
 
 @dataclasses.dataclass

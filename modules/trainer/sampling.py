@@ -36,11 +36,11 @@ class TrainerSampling:
         samples = [self.config.sample_overrides.apply(s) for s in self.config.samples if s.enabled]
         if not samples or not (self.dist.is_main or self.setup.sharded):
             return []
-        self._status("sampling")
         sampler = WanModelSampler(self.model, self.kind.sampling_options(self.data), self._workflow_models())
         sampler.e2v.background = tuple(self.config.transparent_background)  # sample images composite as the data's
         paths = []
         for index, sample in enumerate(samples):
+            self._status("sampling", index + 1, len(samples))
             if not self.dist.is_main:
                 try:
                     sampler.generate(sample, show_progress=False)

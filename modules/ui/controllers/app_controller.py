@@ -38,6 +38,12 @@ class AppController:
         self.tensorboard = TensorboardLauncher()
         self.gallery = self.training.gallery  # the sample viewer's samples
         self.curves = self.training.scalars  # the curves' values
+        self.config.subscribe(self._config_changed)
+
+    def _config_changed(self, what: Any) -> None:
+        """An error said about the config as it was (a refused action, a failed run) is not true of the edited one."""
+        if what != "presets" and not self.training.running and self.training.state.status_is_error:
+            self.training.say("ready")
 
     # --- the run's results: samples and curves ----------------------------------------------------
     def workspace(self) -> Path:
@@ -105,6 +111,18 @@ class AppController:
                     "E2V elements tab")
         return ""
 
+    def status_line(self) -> tuple[str, bool]:
+        """(text, is_error) of the status line: while a run goes, what it does now (TrainState.shown_status);
+        else the newest message, and what keeps Start from starting, as it is now."""
+        state = self.training.state
+        if state.running:
+            return state.shown_status(), state.shows_error
+        can_start, reason = self.can_start()
+        if not can_start:
+            told = state.status if state.status and state.status != "ready" else ""
+            return "\n".join(filter(None, (told, f"cannot start: {reason}"))), True
+        return state.status, state.status_is_error
+
     def can_start(self) -> tuple[bool, str]:
         if self.training.running:
             return False, "training is running"
@@ -140,9 +158,11 @@ class AppController:
         """Load a config file as the CLI reads it, and the E2V dataset JSON it names."""
         self.config.load_file(path)
         self.load_dataset_from_config()
+        self.training.say(f"loaded {path}")  # nothing said of the config before stays
 
     def apply_preset(self, name: str) -> None:
         self.config.apply_preset(name)
+        self.training.say(f"preset '{name}' applied")
 
     # --- the E2V dataset JSON ------------------------------------------------------------------------
     def load_dataset_from_config(self) -> None:
