@@ -45,6 +45,12 @@ from modules.util.errors import UserError
 LIST_KEYS: dict[str, type[BaseConfig]] = {"concepts": ConceptConfig, "samples": SampleConfig, "base_loras": BaseLoRAConfig}
 # What a user's data is made of: a preset never changes or stores these.
 USER_DATA_KEYS = ("concepts", "samples", "dataset_config")
+# The user's model and the user's folders: a preset sets training settings, never these (a shipped preset's
+# "models/Wan2.1-T2V-14B-Diffusers" exists on no one's disk). The model type is the checkpoint's (detected).
+USER_MODEL_KEYS = ("base_model_name", "transformer_override", "transformer_2_override", "vae_override",
+                   "text_encoder_override", "image_encoder_override", "lora_weight_path", "embedding_weight_path")
+USER_PATH_KEYS = ("workspace_dir", "cache_dir", "output_model_destination", "run_name")
+USER_KEYS = USER_DATA_KEYS + USER_MODEL_KEYS + USER_PATH_KEYS
 # Keys with no widget of their own.
 HIDDEN_KEYS = ("config_version",)
 
@@ -74,7 +80,7 @@ class ConfigController(Observable):
         self.parse_errors: dict[str, str] = {}  # key -> full message
         self.errors: dict[str, str] = {}  # key -> full message ("" key: not tied to one field)
         self.preset_name = ""
-        self._variant_cache: tuple[Any, tuple[str, str]] | None = None
+        self._variant_cache: tuple[Any, tuple[str, Any]] | None = None
         self._base_cache: tuple[Any, BaseFacts] | None = None
         self.auto_choices: dict[str, Any] = {}  # memory key -> what memory_preset AUTO sets it to (VramEstimate's plan)
         self.auto_gpu_gib: float | None = None
@@ -177,17 +183,9 @@ class ConfigController(Observable):
         """Switching LoRA / embedding <-> fine-tune switches an output format (and file name) that no longer fits:
         a LoRA or embedding is one .safetensors file (COMFY_LORA, the format that loads everywhere), a fine-tune a
         folder."""
-        method = TrainingMethod[method_name]
-        fmt = ModelFormat[self.data["output_model_format"]]
-        destination = self.data["output_model_destination"]
-        if method == TrainingMethod.FINE_TUNE and fmt.is_lora():
-            self.data["output_model_format"] = ModelFormat.DIFFUSERS.name
-            if destination.endswith(".safetensors"):
-                self.data["output_model_destination"] = destination[: -len(".safetensors")]
-        elif method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING) and not fmt.is_lora():
-            self.data["output_model_format"] = ModelFormat.COMFY_LORA.name
-            if not destination.endswith(".safetensors"):
-                self.data["output_model_destination"] = destination.rstrip("/\\") + ".safetensors"
+        self.data.update(_output_for_method(TrainingMethod[method_name],
+                                            ModelFormat[self.data["output_model_format"]],
+                                            self.data["output_model_destination"]))
         for key in ("output_model_format", "output_model_destination"):
             self.pending.pop(key, None)
             self.parse_errors.pop(key, None)
@@ -226,6 +224,7 @@ class ConfigController(Observable):
     # --- validation ---------------------------------------------------------------------------------
     def revalidate(self) -> dict[str, str]:
         """Check the whole config as the CLI would, collecting every error (not just the first)."""
+        self._follow_checkpoint()
         errors = dict(self.parse_errors)
         scratch = copy.deepcopy(self.data)
         for key, item_cls in LIST_KEYS.items():
@@ -295,7 +294,9 @@ class ConfigController(Observable):
         return [Preset(p.stem, p, p.stem.startswith("#")) for p in files]
 
     def apply_preset(self, name: str) -> None:
-        """Defaults + the preset; the user's concepts, samples and dataset stay as they are."""
+        """Defaults + the preset's training settings; the user's model, data, concepts, samples and folders stay as
+        they are. The preset's base LoRAs (a speed LoRA its recipe trains on) come in only when the user has none:
+        a path that is not on this disk is then flagged beside its field."""
         preset = next((p for p in self.list_presets() if p.name == name), None)
         if preset is None:
             raise UserError(f"preset '{name}' not found in {self.preset_dir}")
@@ -303,8 +304,15 @@ class ConfigController(Observable):
         if not isinstance(layer, dict):
             raise ConfigError(f"preset file '{preset.path}' must hold a JSON object")
         merged = deep_merge(self.defaults, migrate(layer, str(preset.path)))
-        for key in USER_DATA_KEYS:
+        for key in USER_KEYS:
             merged[key] = copy.deepcopy(self.data[key])
+        if self.data["base_loras"]:
+            merged["base_loras"] = copy.deepcopy(self.data["base_loras"])
+        if self.detected_model_type():
+            merged["model_type"] = self.detected_model_type()
+        method = TrainingMethod[merged["training_method"]]
+        merged.update(_output_for_method(method, ModelFormat[merged["output_model_format"]],
+                                         merged["output_model_destination"]))
         try:
             config = TrainConfig.from_dict(merged)
         except ConfigError as e:
@@ -320,7 +328,7 @@ class ConfigController(Observable):
                             "(names starting with '#' are the shipped presets)")
         current = self.build().to_dict()
         layer = {k: v for k, v in current.items()
-                 if k not in USER_DATA_KEYS and k not in HIDDEN_KEYS and v != self.defaults.get(k)}
+                 if k not in USER_KEYS and k not in HIDDEN_KEYS and v != self.defaults.get(k)}
         path = self.preset_dir / f"{name}.json"
         atomic_write_text(path, json.dumps(layer, indent=4) + "\n")
         self.preset_name = name
@@ -328,25 +336,56 @@ class ConfigController(Observable):
         return path
 
     # --- model ------------------------------------------------------------------------------------
+    def _follow_checkpoint(self) -> None:
+        """The model type is the checkpoint's: while base_model_name is a Wan folder its detection decides (a
+        config or preset that says otherwise is corrected here; the CLI refuses it), and the top bar's control is
+        not offered."""
+        detected = self.detected_model_type()
+        if detected and self.data.get("model_type") != detected:
+            self.data["model_type"] = detected
+            self.pending.pop("model_type", None)
+            self.parse_errors.pop("model_type", None)
+
+    def detected_model_type(self) -> str:
+        """The model type read from the checkpoint at base_model_name ("" while there is none)."""
+        variant = self.variant()
+        return variant.model_type.name if variant is not None else ""
+
+    def variant(self) -> Any:
+        """The WanVariant of the checkpoint at base_model_name, read from its own configs (None: no Wan folder)."""
+        return self._detect()[1]
+
     def detected_variant(self) -> tuple[str, bool]:
         """(text, ok) describing the checkpoint at base_model_name, read from its own configs."""
-        from modules.model.detection import detect_variant
+        text, variant = self._detect()
+        return text, variant is not None
 
+    def _detect(self) -> tuple[str, Any]:
         folder = str(self.data.get("base_model_name", "")).strip()
         if not folder:
-            return "no base model chosen", False
+            return "no base model chosen", None
         index = Path(folder) / "model_index.json"
         stamp = (folder, index.stat().st_mtime_ns if index.is_file() else None)
         if self._variant_cache is None or self._variant_cache[0] != stamp:
+            from modules.model.detection import detect_variant
+
             try:
                 variant = detect_variant(folder)
-                described = (variant.describe(), variant.model_type.name)
+                found: tuple[str, Any] = (variant.describe(), variant)
             except UserError as e:
-                described = (str(e), "")
-            self._variant_cache = (stamp, described)
-        text, model_type = self._variant_cache[1]
-        if not model_type:
-            return text, False
-        if model_type != self.data["model_type"]:
-            return f"{text} — the checkpoint is {model_type}: set the model type to match", False
-        return text, True
+                found = (str(e), None)
+            self._variant_cache = (stamp, found)
+        return self._variant_cache[1]
+
+
+def _output_for_method(method: TrainingMethod, fmt: ModelFormat, destination: str) -> dict[str, str]:
+    """The output format and destination that fit `method`: a LoRA or embedding is one .safetensors file
+    (COMFY_LORA, the format that loads everywhere), a fine-tune a folder."""
+    if method == TrainingMethod.FINE_TUNE:
+        return {"output_model_format": ModelFormat.DIFFUSERS.name if fmt.is_lora() else fmt.name,
+                "output_model_destination": destination.removesuffix(".safetensors")}
+    if method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING) and not fmt.is_lora():
+        suffix = "" if destination.endswith(".safetensors") else ".safetensors"
+        return {"output_model_format": ModelFormat.COMFY_LORA.name,
+                "output_model_destination": destination.rstrip("/\\") + suffix}
+    return {"output_model_format": fmt.name, "output_model_destination": destination}

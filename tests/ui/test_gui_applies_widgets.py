@@ -1,0 +1,27 @@
+"""Under Xvfb: the window shows only what applies and changes only what it should — a preset sets training
+settings and never the user's model or data, the model type is the checkpoint's."""
+from __future__ import annotations
+
+from modules.config.loading import PRESET_DIR
+from modules.ui.controllers.app_controller import AppController
+from tests.fixtures.wan_configs import TRANSFORMER_1_3B, write_config_folder
+
+
+def test_a_preset_picked_in_the_top_bar_keeps_the_users_model_and_the_model_type_is_the_checkpoints(make_ui,
+                                                                                                   tmp_path):
+    ui = make_ui(AppController(PRESET_DIR))
+    base = str(write_config_folder(tmp_path / "t2v", TRANSFORMER_1_3B))
+    ui.app.config.set("base_model_name", base)
+    ui.update()
+    assert ui.top_bar.model_type.widget.cget("state") == "disabled"  # read from the checkpoint, not a choice
+    ui.top_bar.preset_menu.set("#wan2.2 animate-2 14B lora")
+    ui.top_bar._apply_preset("#wan2.2 animate-2 14B lora")  # what choosing it in the dropdown calls
+    ui.update()
+    assert ui.app.config.value("base_model_name") == base
+    assert ui.top_bar.model_type.var.get() == "WAN_2_1" and ui.app.config.value("lora_rank") == 32
+    assert ui.top_bar.variant.cget("text").startswith("variant: t2v")
+    assert ui.top_bar.variant.cget("text_color") != ("#c62828", "#ff6e6e")  # no red contradiction
+    ui.app.config.set("base_model_name", "")
+    ui.update()
+    assert ui.top_bar.model_type.widget.cget("state") == "normal"
+    ui.app.vram.wait(120)  # the estimate's thread must not be inside torch when the test process exits
