@@ -39,23 +39,17 @@ from modules.modelSetup.memory_plan import apply_memory_plan
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.vae_memory import caching_needs_tiling
 from modules.optimizer.registry import spec_of
-from modules.trainer.backup import (
-    TrainProgress,
-    list_backups,
-    remove_interrupted_writes,
-    write_backup,
-    write_sharded_backup,
-)
+from modules.trainer.backup import TrainProgress, list_backups, write_backup, write_sharded_backup
 from modules.trainer.end_report import end_warnings
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.trainer.output_destination import free_destination
 from modules.trainer.preflight import check_paths
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.resume import TrainerResume
-from modules.trainer.runs import open_run, write_config_copy
 from modules.trainer.sampling import TrainerSampling
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
+from modules.trainer.trainer_run import TrainerRun, TrainingStopped, recorded
 from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
 from modules.trainer.workspace_lock import WorkspaceLock
@@ -63,7 +57,6 @@ from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
-from modules.util.numbered_names import numbered_names
 from modules.util.run_folder import RunFolder
 from modules.util.seeds import derive_seed
 from modules.util.write_errors import is_write_failure, write_failure
@@ -74,7 +67,10 @@ MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
-class GenericTrainer(TrainerResume, TrainerSampling):
+__all__ = ["GenericTrainer", "TrainingStopped"]
+
+
+class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     def __init__(self, config: TrainConfig, callbacks: TrainCallbacks | None = None,
                  commands: TrainCommands | None = None):
         self.config = config
@@ -109,6 +105,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.kept_backups_reported: set[str] = set()  # backups pruning could not verify, each reported once
 
     # --- set-up -------------------------------------------------------------------------------------
+    @recorded("start")
     def start(self) -> None:
         config = self.config
         check_paths(config)  # every path error before any model loads
@@ -117,16 +114,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.dist, device_name = init_distributed(config.train_device)
         if resolve_device(device_name).type == "cuda":  # memory_preset AUTO: the savers this GPU needs
             self.config = config = apply_memory_plan(config)
-        self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:  # one run per workspace; then no live process but this one writes backups there
-            self._lock = WorkspaceLock.take(self.workspace)
-            self.run = open_run(self.workspace, config.run_name, config.output_model_destination,
-                                config.continue_last_backup)
-            remove_interrupted_writes(self.workspace)
-            self._start_log_file()
-            write_config_copy(self.run, config.to_dict())
-            logger.info("run '%s': its backups, samples, curves and logs go to %s", self.run.name, self.run.path)
-            self.callbacks.on_run(self.run.name, self.run.path)
+            self._open_run()  # trainer_run.py
         self.run = self.dist.broadcast_object(self.run)  # every rank writes its shards into rank 0's run
         torch.manual_seed(config.seed)
         self._status("loading model")
@@ -178,9 +167,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if visualization is not None and visualization.enabled and self.dist.is_main:
             self.visualizer = Visualizer(visualization, self.run.path, time.strftime("%Y%m%d-%H%M%S"), self.model)
         if config.tensorboard and self.dist.is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(self.run.tensorboard))
+            self._open_tensorboard()
 
     def _make_ema(self) -> WeightEMA | None:
         """The moving average of the trained weights, by `{expert}.{name}` / `embedding` (its backup's keys)."""
@@ -195,16 +182,6 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         park_after_caching(self.config, self.model,
                            keep_text=self.setup is not None and self.setup.embedding_training is not None)
 
-    def _start_log_file(self) -> None:
-        log_dir = self.run.logs
-        log_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(_new_log_path(log_dir), encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-        if logging.getLogger().level > logging.INFO:
-            logging.getLogger().setLevel(logging.INFO)
-        self._log_handler = handler
-
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)
 
@@ -213,6 +190,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         return min(total, self.config.max_steps) if self.config.max_steps else total
 
     # --- the loop -----------------------------------------------------------------------------------
+    @recorded("train")
     def train(self) -> None:
         config = self.config
         accumulation = config.gradient_accumulation_steps
@@ -306,7 +284,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if self.tensorboard is not None:  # σ histogram over the last SIGMA_HISTOGRAM_STEPS steps
             self.sigma_log.append(output.sigmas.detach().float().cpu())
             if len(self.sigma_log) >= SIGMA_HISTOGRAM_STEPS:
-                self.tensorboard.add_histogram("sigma", torch.cat(self.sigma_log), self.progress.global_step)
+                sigmas, step = torch.cat(self.sigma_log), self.progress.global_step
+                self._to_tensorboard(lambda writer: writer.add_histogram("sigma", sigmas, step))
                 self.sigma_log.clear()
         return float(output.loss.detach())
 
@@ -349,8 +328,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if not self.dist.is_main:
             return
         step = self.progress.global_step if step is None else step
-        if self.tensorboard is not None:
-            self.tensorboard.add_scalar(name, value, step)
+        self._to_tensorboard(lambda writer: writer.add_scalar(name, value, step))
         self.callbacks.on_scalar(name, float(value), step)
 
     def _report(self, loss: float, start_time: float, start_step: int) -> None:
@@ -359,8 +337,10 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         eta = elapsed / done * (self.total_steps - self.progress.global_step) if done else None
         self.callbacks.on_update(TrainUpdate(self.progress.global_step, self.total_steps, self.progress.epoch,
                                              self.config.epochs, loss, eta, "training"))
+        self._record_progress()
 
     def _after_step(self, epoch_end: bool) -> None:
+        self._follow_run_folder()  # renamed or deleted by hand: followed, or made again (trainer_run.py)
         step, epoch = self.progress.global_step, self.progress.epoch
         if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
             self.sample()
@@ -373,7 +353,11 @@ class GenericTrainer(TrainerResume, TrainerSampling):
 
     # --- side effects -----------------------------------------------------------------------------------
     def backup(self) -> Path | None:
-        """Rank 0 writes; with FSDP every rank calls this and writes its own shards."""
+        """Rank 0 writes; with FSDP every rank calls this and writes its own shards. Into the run folder where it
+        is now (trainer_run.py)."""
+        return self._write_backup_following_the_run(self._write_backup)
+
+    def _write_backup(self) -> Path | None:
         config = self.config
         if self.setup.sharded:
             self._status("writing backup")
@@ -471,6 +455,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self._scalar(f"loss/validation/{name}", loss, step)
         return result
 
+    @recorded("end")
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
         already_backed_up = self._backup_of_this_step() is not None
@@ -503,6 +488,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self.callbacks.on_warning(warning)
         if self.tensorboard is not None:
             self.tensorboard.close()
+        self._record_finished(self.output_paths)
         self._end_of_run()
         return self.output_paths
 
@@ -532,10 +518,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-        if self._log_handler is not None:
-            logging.getLogger().removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
+        self._close_log_file()
         self.dist.finish()
 
     def _status(self, text: str, done: int = 0, total: int = 0) -> None:
@@ -552,22 +535,6 @@ class _Schedules:
     validate: Schedule
 
 
-class TrainingStopped(Exception):
-    """Training was stopped on request; a backup was written to `path` (None: an immediate stop of a
-    sharded run, which cannot write one, or a stop before training began); `reason` says why not."""
-
-    def __init__(self, path: Path | None, reason: str = ""):
-        super().__init__(f"training stopped; backup written to {path}" if path else "training stopped; no backup")
-        self.path = path
-        self.reason = reason
-
-
 class _SynchronizedStop(Exception):
     """A stop that every rank raises after the same optimizer step (so collective work can follow)."""
 
-
-def _new_log_path(log_dir: Path) -> Path:
-    """`train-<time>.log`, numbered when a run of the same second (a quick resume) has that name: each start of a
-    run keeps its own log."""
-    names = numbered_names(time.strftime("train-%Y%m%d-%H%M%S"), ".log")
-    return next(path for path in (log_dir / name for name in names) if not path.exists())
