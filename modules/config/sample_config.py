@@ -15,6 +15,16 @@ from modules.config.sampling_choices import (
 from modules.util.base_config import BaseConfig, ConfigError, option
 
 
+def check_utf8(key: str, text: str) -> None:
+    """Text that cannot be written as UTF-8 (a lone surrogate such as "\\udc80", which JSON's escapes allow) is refused
+    now, naming the key, not when a sample's files are written at the end of the run."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"config key '{key}' holds {text[e.start]!r} at character {e.start}, a lone surrogate that "
+                          "cannot be written as UTF-8: remove it or write the character it stands for") from None
+
+
 @dataclasses.dataclass
 class SampleConfig(BaseConfig):
     prompt: str = option("", "Text prompt.")
@@ -40,6 +50,8 @@ class SampleConfig(BaseConfig):
     enabled: bool = option(True, "Disabled samples are skipped.")
 
     def validate(self, path: str) -> None:
+        for key in ("prompt", "negative_prompt"):  # written into the sample's sidecar and workflow, as UTF-8
+            check_utf8(f"{path}.{key}", getattr(self, key))
         check_frame_count(f"{path}.frames", self.frames)
         for key, values in (("sampler", SAMPLE_SAMPLERS), ("scheduler", SAMPLE_SCHEDULERS),
                             ("e2v_posterior", E2V_POSTERIORS)):

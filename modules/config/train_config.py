@@ -552,3 +552,17 @@ class TrainConfig(BaseConfig):
             fail("lora_weight_path", "EMBEDDING training has no LoRA to continue: clear it, or use training_method LORA")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS for FINE_TUNE training, got {self.output_model_format.name}")
+        self._check_merged_samples()
+
+    def _check_merged_samples(self) -> None:
+        """Each sample as it runs, sample_overrides applied: an override may not make a sample invalid (a diffusers
+        sampler from the overrides with a sample's beta scheduler)."""
+        overrides = {f.name: getattr(self.sample_overrides, f.name) for f in dataclasses.fields(self.sample_overrides)
+                     if getattr(self.sample_overrides, f.name) is not None}
+        for index, sample in enumerate(self.samples):
+            if overrides and sample.enabled:
+                try:
+                    self.sample_overrides.apply(sample).validate(f"samples[{index}]")
+                except ConfigError as e:
+                    shown = ", ".join(f"{key} {value!r}" for key, value in overrides.items())
+                    raise ConfigError(f"{e} (with sample_overrides' {shown})") from None

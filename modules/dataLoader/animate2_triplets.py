@@ -18,7 +18,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from modules.dataLoader.discovery import RawSample, read_caption
+from modules.dataLoader.discovery import read_caption
 from modules.dataLoader.video_io import IMAGE_EXTENSIONS, probe_video
 from modules.util.errors import UserError
 
@@ -94,33 +94,3 @@ def check_not_a_copy(triplet: Triplet) -> None:
     raise UserError(f"'{triplet.driving}' is its target clip '{triplet.target.name}' itself ({why}): a target "
                     "used as its own driving video teaches copying while the loss looks normal; give a different "
                     "performance of the motion (another take, actor or pose render)")
-
-
-def triplets_of(samples: list[RawSample]) -> tuple[list[Triplet], dict[str, list[str]]]:
-    """The samples' triplets (their driving and reference files are no samples) and the skipped ones by reason."""
-    triplets: list[Triplet] = []
-    skipped: dict[str, list[str]] = {}
-    for sample in samples:
-        if is_stream_file(sample.media_path):
-            continue
-        found = triplet_for(sample.media_path)
-        if isinstance(found, str):
-            skipped.setdefault(found.split(" '")[0], []).append(sample.media_path.name)
-        else:
-            triplets.append(found)
-    return triplets, skipped
-
-
-def check_triplets(samples: list[RawSample], where: str) -> list[Triplet]:
-    """Start-up's check of a concept: every complete triplet is no copy; samples without one are skipped (one
-    warning, counted); none at all is a one-line error naming the concept."""
-    triplets, skipped = triplets_of(samples)
-    if skipped:
-        logger.warning("%s: %s skipped", where, "; ".join(f"{len(names)} with {why} ({', '.join(names[:5])})"
-                                                          for why, names in skipped.items()))
-    if not triplets:
-        raise UserError(f"{where}: no clip has its Animate-2 inputs beside it: put '<name>{DRIVING_SUFFIX}.mp4' "
-                        f"and '<name>{REFERENCE_SUFFIX}.png' next to each '<name>.mp4'")
-    for triplet in triplets:
-        check_not_a_copy(triplet)
-    return triplets

@@ -20,6 +20,7 @@ from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.video_io import read_image
 from modules.model.reference_slots import check_reference_base
+from modules.model.sample_inputs import check_sample_inputs
 from modules.model.WanModel import WanModel
 from modules.modelSampler.animate2_inputs import generate_animate2
 from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, write_workflow
@@ -63,37 +64,20 @@ class WanModelSampler:
     @torch.no_grad()
     def generate(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
         """uint8 frames (F, H, W, 3) for one sample definition."""
-        if self.model.variant.vace_layers:
+        variant = self.model.variant
+        check_sample_inputs(variant, sample, label=lambda field: f"the sample's {field}")
+        if variant.vace_layers:
             return self.generate_vace(sample, show_progress)
-        if self.model.variant.name == "animate_2":
-            if not (sample.image and sample.driving_video):
-                raise UserError("an Animate-2 model animates a reference image with a driving video: give the sample "
-                                "an image and a driving_video")
+        if variant.name == "animate_2":
             self._move(self.model.train_device)
             return generate_animate2(self.model, sample, self._load_image(sample.image))
-        if sample.driving_video:
-            raise UserError(f"the sample has a driving_video, which only Animate-2 models follow (this is "
-                            f"{self.model.variant.name})")
         if sample.elements:
             return self.generate_e2v(sample, show_progress)[0]
-        variant = self.model.variant
         if variant.fps_embedding:  # diffusers' SkyReels-V2 T2V/I2V pipelines feed no fps: our loop does
-            if variant.channel_concat_condition:
-                raise UserError(f"sampling the {variant.name} model (an image-to-video model with an fps embedding) "
-                                "is not supported yet: sample it without the fps embedding's checkpoint")
             self._move(self.model.train_device)
             return self._denoise(E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8)),
                                  sample, show_progress)
-        if sample.control_video:
-            raise UserError(f"the sample has a control_video, which only VACE models follow (this is {variant.name})")
-        if variant.paired_image_tokens and not sample.last_image:
-            raise UserError(f"the {variant.name} model generates between a first and a last frame: give the sample "
-                            "an image and a last_image (--image, --last-image)")
         needs_image = variant.channel_concat_condition
-        if sample.last_image and not needs_image:
-            raise UserError(f"the sample has a last_image, which only I2V-layout models take (this is {variant.name})")
-        if needs_image and not sample.image:
-            raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
         pipe = self.model.pipeline(image_conditioned=use_image)
         pipe.scheduler = sample_scheduler(self.model, sample)

@@ -394,10 +394,9 @@ class BaseWanSetup:
             raise RuntimeError("guidance_preserving is on but the batch has no unconditional_embeds")
         conditioning, payload = self.model.conditioning, inputs.payload
         transformer = self.model.transformer if expert == 0 else self.model.transformer_2
-        with torch.no_grad(), self._autocast():
-            return conditioning.video_prediction(transformer(
-                **conditioning.transformer_inputs(x_t, sigmas * TRAIN_TIMESTEPS, inputs.unconditional_embeds, payload,
-                                                  self.model.train_dtype), return_dict=False)[0], payload)
+        with torch.no_grad(), self._autocast():  # Animate-2: its two passes, the driving stream keeps its caption
+            return conditioning.predict(transformer, x_t, sigmas * TRAIN_TIMESTEPS, inputs.unconditional_embeds,
+                                        payload, self.model.train_dtype)
 
     def loss(self, predicted: torch.Tensor, target: torch.Tensor, sigmas: torch.Tensor, frame_weights: torch.Tensor,
              sample_weights: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None) -> torch.Tensor:

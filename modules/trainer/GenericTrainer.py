@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from modules.dataLoader.encoder_placement import park_after_caching, place_befor
 from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.verdict import RunVerdict
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.model.step_inputs import StepRandom
 from modules.model.WanModel import WanModel
@@ -43,7 +45,7 @@ from modules.trainer.backup import TrainProgress, list_backups, write_backup, wr
 from modules.trainer.end_report import end_warnings
 from modules.trainer.initial_weights import continue_from_embedding
 from modules.trainer.output_destination import free_destination
-from modules.trainer.preflight import check_paths
+from modules.trainer.preflight import check_before_loading
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.resume import TrainerResume
 from modules.trainer.sampling import TrainerSampling
@@ -72,8 +74,9 @@ __all__ = ["GenericTrainer", "TrainingStopped"]
 
 class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     def __init__(self, config: TrainConfig, callbacks: TrainCallbacks | None = None,
-                 commands: TrainCommands | None = None):
+                 commands: TrainCommands | None = None, config_files: Sequence[str] = ()):
         self.config = config
+        self.config_files = config_files  # the files the config was read from: no output may replace them
         self.callbacks = callbacks or TrainCallbacks()
         self.commands = commands or TrainCommands()
         self.workspace = Path(config.workspace_dir)
@@ -108,9 +111,11 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     @recorded("start")
     def start(self) -> None:
         config = self.config
-        check_paths(config)  # every path error before any model loads
+        # every error that needs no model, the data's verdict included, before any model loads
+        verdict = check_before_loading(config, self.config_files)
         self.kind = kind = data_kind(config)
-        kind.check(config)  # e.g. an E2V dataset error stops before any model loads
+        if verdict is not None:  # its skips were logged as found; the loaders train on its items
+            self.skips.add(verdict.skipped())
         self.dist, device_name = init_distributed(config.train_device)
         if resolve_device(device_name).type == "cuda":  # memory_preset AUTO: the savers this GPU needs
             self.config = config = apply_memory_plan(config)
@@ -131,10 +136,11 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         place_before_caching(config, self.model)  # with latent caching each encoder comes in for its phase
         self.data = kind.loader(config, self.model, self.skips, self.dist,
                                 should_stop=lambda: self.commands.stop_requested,
-                                on_progress=self.callbacks.on_progress)
+                                on_progress=self.callbacks.on_progress, **_planned(verdict, ConceptType.STANDARD))
         validation_data = kind.loader(config, self.model, self.skips, self.dist,
                                       should_stop=lambda: self.commands.stop_requested,
-                                      concept_type=ConceptType.VALIDATION, on_progress=self.callbacks.on_progress)
+                                      concept_type=ConceptType.VALIDATION, on_progress=self.callbacks.on_progress,
+                                      **_planned(verdict, ConceptType.VALIDATION))
         try:
             self.data.prepare()
             if validation_data.has_concepts():  # cached like the training data: no encoder call after this
@@ -538,3 +544,7 @@ class _Schedules:
 class _SynchronizedStop(Exception):
     """A stop that every rank raises after the same optimizer step (so collective work can follow)."""
 
+
+def _planned(verdict: RunVerdict | None, concept_type: ConceptType) -> dict:
+    """The loader's `planned` argument: start-up's verdict of its concepts (none for E2V, whose loader judges)."""
+    return {} if verdict is None else {"planned": verdict.of_type(concept_type)}
