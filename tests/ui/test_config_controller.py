@@ -249,9 +249,14 @@ def test_the_model_type_is_the_checkpoints(config, tmp_path):
 def test_a_preset_never_changes_the_users_model_data_or_folders(tmp_path):
     """Picking a shipped 14B preset used to put its model path (a folder that exists nowhere here) in place of the
     user's; it sets training settings only."""
+    import shutil
+
     from modules.config.loading import PRESET_DIR
 
-    config = ConfigController(PRESET_DIR)
+    (tmp_path / "presets").mkdir()
+    for name in ("#wan2.2 animate-2 14B lora", "#wan2.1 t2v 1.3B finetune"):
+        shutil.copy(PRESET_DIR / f"{name}.json", tmp_path / "presets")
+    config = ConfigController(tmp_path / "presets")
     base = str(write_fake_checkpoint(tmp_path / "t2v"))
     config.set("base_model_name", base)
     config.set("workspace_dir", str(tmp_path / "ws"))

@@ -13,7 +13,11 @@ from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
-from modules.ui.controllers.list_controller import ConceptListController, RecordListController
+from modules.ui.controllers.list_controller import (
+    ConceptListController,
+    RecordListController,
+    SampleListController,
+)
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.vram_controller import VramEstimate
@@ -30,7 +34,7 @@ class AppController:
                  trainer_factory: Callable[..., Any] | None = None):
         self.config = ConfigController(preset_dir)
         self.concepts = ConceptListController(self.config)
-        self.samples = RecordListController(self.config, "samples")
+        self.samples = SampleListController(self.config)
         self.base_loras = RecordListController(self.config, "base_loras")
         self.dataset = DatasetController()
         self.training = TrainingController(trainer_factory)

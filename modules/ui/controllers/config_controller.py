@@ -34,7 +34,7 @@ from modules.ui.controllers.fields import (
     short_error,
     spec_for,
 )
-from modules.ui.controllers.layout import shown
+from modules.ui.controllers.layout import sections_of, shown
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
 from modules.util.base_config import BaseConfig, ConfigError
@@ -93,16 +93,24 @@ class ConfigController(Observable):
     def shows(self, key: str) -> bool:
         """Whether the form shows `key` now: only the chosen optimizer's options, the chosen loss's and schedule's,
         and what the base can use (a value set for another base stays shown, with its error, to be cleared)."""
+        if key in self.errors:  # a value set where it does not apply stays shown with its error, to be cleared
+            return True
         if not shown(key, self.value):
             return False
         return not self.not_for_base(key) or self.value(key) != get_path(self.defaults, key)
+
+    def shows_tab(self, name: str) -> bool:
+        """Whether tab `name` has anything to show: a tab of config fields none of which applies (the LoRA tab of a
+        FINE_TUNE run, as OneTrainer hides it) is not offered."""
+        keys = [key for section in sections_of(name, self.specs) for key in section.keys if key in self.specs]
+        return not keys or any(self.shows(key) for key in keys)
 
     def base_facts(self) -> BaseFacts:
         """What the base at base_model_name is (two experts, VACE), re-read when its configs change."""
         folder = str(self.data.get("base_model_name") or "")
         stamp = base_stamp(folder)
         if self._base_cache is None or self._base_cache[0] != stamp:
-            self._base_cache = (stamp, read_base_facts(folder))
+            self._base_cache = (stamp, read_base_facts(folder, self.variant()))
         return self._base_cache[1]
 
     def not_for_base(self, key: str) -> str:
@@ -220,6 +228,32 @@ class ConfigController(Observable):
             self.data[key][index][name] = parsed
         self.revalidate()
         self.notify(key)
+
+    def set_item_values(self, key: str, index: int, values: dict[str, Any],
+                        pending: dict[str, tuple[Any, str]] | None = None, cleared: tuple[str, ...] = ()) -> None:
+        """Set parsed `values` of row `index` of the list `key` together (a sample's size: height and width), keep
+        `pending` texts that did not parse (name -> (text, reason)) beside their field, drop the `cleared` ones."""
+        for name, value in values.items():
+            self.data[key][index][name] = value
+        for name in (*values, *cleared):
+            self.pending.pop(f"{key}[{index}].{name}", None)
+            self.parse_errors.pop(f"{key}[{index}].{name}", None)
+        for name, (text, reason) in (pending or {}).items():
+            self.pending[f"{key}[{index}].{name}"] = text
+            self.parse_errors[f"{key}[{index}].{name}"] = f"config key '{key}[{index}].{name}' {reason}"
+        self.revalidate()
+        self.notify(key)
+
+    def sample_fields_used(self) -> frozenset[str] | None:
+        """The conditioning inputs a sample of this base takes (modules/model/sample_inputs.py); None while no
+        base is read (every input is shown)."""
+        from modules.model.sample_inputs import sample_fields_used
+
+        variant = self.variant()
+        if variant is None:
+            return None
+        e2v = bool(str(self.data.get("dataset_config") or "").strip())
+        return sample_fields_used(variant, e2v, str(get_path(self.data, "e2v.reference_layout") or "a2"))
 
     # --- validation ---------------------------------------------------------------------------------
     def revalidate(self) -> dict[str, str]:

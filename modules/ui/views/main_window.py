@@ -117,12 +117,24 @@ class TrainUI(ctk.CTk):
             self._refreshing = False
 
     def _mark_error_tabs(self) -> None:
-        """A tab whose fields hold errors says so in its button (red, with the count), even before it is opened."""
+        """A tab whose fields hold errors says so in its button (red, with the count), even before it is opened; a
+        tab none of whose fields applies (the LoRA tab of a fine-tune) is not offered."""
         counts = self.app.error_tabs()
-        for name, tab_button in self.tabview._segmented_button._buttons_dict.items():  # noqa: SLF001 - no public API
+        segmented = self.tabview._segmented_button  # noqa: SLF001 - customtkinter has no public API for either
+        for index, (name, tab_button) in enumerate(segmented._buttons_dict.items()):  # noqa: SLF001
             marked = (f"{name} ⚠ {counts[name]}", RED) if name in counts else (name, TAB_TEXT)
             if (tab_button.cget("text"), tab_button.cget("text_color")) != marked:
                 tab_button.configure(text=marked[0], text_color=marked[1])
+            offered = self.app.config.shows_tab(name) or name in counts
+            if offered != bool(tab_button.winfo_manager()):
+                tab_button.grid() if offered else tab_button.grid_remove()
+                segmented.grid_columnconfigure(index, weight=int(offered), minsize=0)
+                if not offered and self.tabview.get() == name:
+                    self.show_tab(TAB_CLASSES[0].name)
+
+    def tab_offered(self, name: str) -> bool:
+        """Whether tab `name`'s button is shown (tests, screenshots)."""
+        return bool(self.tabview._segmented_button._buttons_dict[name].winfo_manager())  # noqa: SLF001
 
     def tab_label(self, name: str) -> str:
         """The text of tab `name`'s button (tests, screenshots)."""

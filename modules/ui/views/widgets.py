@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import customtkinter as ctk
 
-from modules.ui.controllers.fields import BOOL, CHOICE, PATH, TEXT_LIST, FieldSpec, same_value
+from modules.ui.controllers.fields import BOOL, CHOICE, NOT_SET, PATH, TEXT_LIST, FieldSpec, same_value
 from modules.ui.controllers.layout import Section
 
 GRAY = ("gray40", "gray60")
@@ -89,7 +89,8 @@ class FieldInput:
             self.widget = ctk.CTkSwitch(master, text="", variable=self.var, command=self._switched, width=50)
         elif kind == CHOICE:
             self.var = tk.StringVar(master)
-            self.widget = ctk.CTkOptionMenu(master, values=list(self.spec.choices), variable=self.var,
+            choices = ([NOT_SET] if self.spec.optional else []) + list(self.spec.choices)
+            self.widget = ctk.CTkOptionMenu(master, values=choices, variable=self.var,
                                             command=self._chosen, width=min(width, 200), dynamic_resizing=False)
         elif kind == TEXT_LIST:
             self.var = None
