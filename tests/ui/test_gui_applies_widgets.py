@@ -25,3 +25,27 @@ def test_a_preset_picked_in_the_top_bar_keeps_the_users_model_and_the_model_type
     ui.update()
     assert ui.top_bar.model_type.widget.cget("state") == "normal"
     ui.app.vram.wait(120)  # the estimate's thread must not be inside torch when the test process exits
+
+
+def test_a_t2v_sample_row_and_a_fine_tune_show_only_what_applies(make_ui, tmp_path):
+    ui = make_ui()
+    ui.app.config.set("base_model_name", str(write_config_folder(tmp_path / "t2v", TRANSFORMER_1_3B)))
+    ui.app.samples.add(prompt="a cat")
+    ui.show_tab("sampling")
+    ui.update()
+    rows = ui.tab("sampling").list_view.cards[0][2].rows
+    assert not any(rows[name].visible for name in ("image", "last_image", "elements", "control_video",
+                                                   "control_mask", "driving_video", "vace_scale"))
+    assert rows["size"].visible and rows["size"].input.var.get() == "256x256"
+    assert rows["sampler"].input.widget.cget("values")[:3] == ["uni_pc", "euler", "dpmpp_2m"]  # a dropdown
+    ui.show_tab("LoRA")
+    ui.top_bar.method.var.set("FINE_TUNE")
+    ui.top_bar.method._chosen("FINE_TUNE")  # what picking it in the dropdown calls
+    ui.update()
+    assert not ui.tab_offered("LoRA") and ui.tabview.get() == "general"  # OneTrainer hides it for fine-tunes
+    training = next(form for form in ui.tab("training").forms if "blocks_to_swap" in form.rows)
+    assert not training.rows["blocks_to_swap"].visible
+    ui.top_bar.method._chosen("LORA")
+    ui.update()
+    assert ui.tab_offered("LoRA") and training.rows["blocks_to_swap"].visible
+    ui.app.vram.wait(120)
