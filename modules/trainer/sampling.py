@@ -51,7 +51,8 @@ class TrainerSampling:
             self.samples_tried += 1
             try:
                 record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
-                                                          epoch=self.progress.epoch, index=index, show_progress=False)
+                                                          epoch=epoch_of_last_step(self.progress), index=index,
+                                                          show_progress=False)
                 paths.append(record.video)
             except Exception as e:  # a bad sample setting or a full disk must not end a run
                 if not isinstance(e, UserError) and not is_write_failure(e):
@@ -104,3 +105,9 @@ class TrainerSampling:
         if encoders.clip_image is None and not getattr(self, "_noted_sample_metrics", False):
             self._noted_sample_metrics = True
             logger.info("sample_metrics: the checkpoint has no CLIP image encoder, so only motion is logged")
+
+
+def epoch_of_last_step(progress) -> int:
+    """The epoch (0-based) the weights' last step belongs to: right after an epoch ends its counter already names the
+    next one, so a sample at the end of a 31-epoch run is of epoch 31 (index 30), not 32."""
+    return progress.epoch - 1 if progress.epoch_batch == 0 and progress.epoch > 0 else progress.epoch

@@ -7,12 +7,13 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from modules.config.loading import PRESET_DIR
+from modules.config.loading import PRESET_DIR, load_train_config
 from modules.trainer.preflight import check_base_model
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
+from modules.ui.controllers.run_browser import RunBrowser
 from modules.ui.controllers.list_controller import (
     ConceptListController,
     RecordListController,
@@ -22,7 +23,7 @@ from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.vram_controller import VramEstimate
 from modules.util.errors import UserError
-from modules.util.run_folder import find_run, last_started_run
+from modules.util.run_folder import last_started_run
 from modules.util.sample_record import samples_folder
 
 APP_NAME = "WanTrainer"
@@ -40,6 +41,7 @@ class AppController:
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)
         self.tensorboard = TensorboardLauncher()
+        self.runs = RunBrowser()  # the workspace's runs; the selected one is what the samples and curves show
         self.gallery = self.training.gallery  # the sample viewer's samples
         self.curves = self.training.scalars  # the curves' values
         self.config.subscribe(self._config_changed)
@@ -54,15 +56,26 @@ class AppController:
         return Path(str(self.config.value("workspace_dir") or "."))
 
     def run_folder(self) -> Path:
-        """The run whose results the views show (util/run_folder.py): the run this window started, while it is
-        in the workspace set; else the run named run_name, else the workspace's last started run; a workspace of
-        an older WanTrainer without run folders shows its flat layout (the workspace itself)."""
+        """The run whose results the views show (util/run_folder.py): the run selected in the runs tab; else the
+        run this window started, while it is in the workspace set; else the workspace's last started run; a
+        workspace of an older WanTrainer without run folders shows its flat layout (the workspace itself). Never the
+        run `run_name` names: that names the next run."""
         workspace = self.workspace()
+        self.runs.reload(workspace, force=False)
+        selected = self.runs.summary()
+        if selected is not None:
+            return selected.folder
         started = self.training.state.run_dir
         if started and Path(started).parent == workspace:
             return Path(started)
-        run = find_run(workspace, str(self.config.value("run_name") or "")) or last_started_run(workspace)
+        run = last_started_run(workspace)
         return run.path if run is not None else workspace
+
+    def select_run(self, name: str) -> None:
+        """Show run `name`'s samples and curves (the runs tab's selection); "" shows the current or newest run."""
+        self.runs.reload(self.workspace())
+        self.runs.select(name)
+        self.load_run_results()
 
     def samples_folder(self) -> Path:
         return samples_folder(self.run_folder())
@@ -145,7 +158,23 @@ class AppController:
         if self.uses_dataset() and self.dataset.dirty:
             self.save_dataset()
         self.training.start(self.config.build())
+        self.runs.select("")  # the views follow the run this starts
 
+    def continue_selected(self) -> None:
+        """Resume the run selected in the runs tab from its last backup, with the config of its last start."""
+        if self.training.running:
+            raise UserError("training is running: stop it first")
+        self.runs.reload(self.workspace())
+        config, said = self.runs.continue_config(load_train_config)
+        self.training.start(config)
+        self.training.say(said)
+
+    def train_more(self) -> None:
+        """A new run from the selected finished run's LoRA (lora_weight_path); Start trains it."""
+        weights = self.runs.train_more_weights()
+        self.config.set("lora_weight_path", str(weights))
+        self.config.set("continue_last_backup", False)
+        self.training.say(f"the next run starts from {weights} (lora_weight_path): set its steps, then Start")
     def stop(self) -> None:
         self.training.stop()
 

@@ -174,6 +174,7 @@ TABS: tuple[Tab, ...] = (
                                            "e2v.loss_on_reference_frames", "e2v.image_encoder_model_name",
                                            "e2v.export_i2v"))),
     _tab("visualization"),
+    _tab("runs"),  # the workspace's runs (the run browser), then the selected run's results
     _tab("samples"),  # the run's results: the sample viewer and the curves
     _tab("curves"),
 )

@@ -232,7 +232,7 @@ class TrainingController:
         elif event.kind == "stopped":
             state.backup_path = event.payload
             at = f" at step {state.step}/{state.total_steps}" if state.total_steps else ""
-            self.say(f"stopped{at}; backup written to {event.payload} (select the run and Continue to resume)")
+            self.say(f"stopped{at}; backup written to {event.payload} (resume it: runs tab, Continue)")
         elif event.kind == "error":
             state.error = event.payload
             self.say(f"error: {event.payload}", error=True)

@@ -21,6 +21,7 @@ from modules.ui.views.general_tab import GeneralTab
 from modules.ui.views.lora_tab import LoRATab
 from modules.ui.views.model_tab import ModelTab
 from modules.ui.views.pathways_tab import PathwaysTab
+from modules.ui.views.runs_tab import RunsTab
 from modules.ui.views.samples_tab import SamplesTab
 from modules.ui.views.sampling_tab import SamplingTab
 from modules.ui.views.top_bar import TopBar
@@ -31,11 +32,12 @@ from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
+EXPORT_COMMAND = ".venv/bin/python scripts/train.py"  # as the README runs an exported config
 TAB_TEXT = ctk.ThemeManager.theme["CTkSegmentedButton"]["text_color"]
 
 TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
-                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, SamplesTab,
-                                          CurvesTab)
+                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, RunsTab,
+                                          SamplesTab, CurvesTab)
 
 
 class TrainUI(ctk.CTk):
@@ -145,7 +147,7 @@ class TrainUI(ctk.CTk):
             self._defer_refresh()
             return
         self.bottom_bar.refresh()
-        for name in ("backup", "sampling", "samples", "curves"):
+        for name in ("backup", "sampling", "runs", "samples", "curves"):
             if name in self.tabs:
                 self.tabs[name].refresh()
 
@@ -213,7 +215,7 @@ class TrainUI(ctk.CTk):
             written = self.guard(lambda: self.app.export(path))
             if written:
                 self.set_status(f"config exported to {written}; run it with "
-                                f"python scripts/train.py --config-path {written}")
+                                f"{EXPORT_COMMAND} --config-path {written}")
 
     def load_config(self, path: str | None = None) -> None:
         path = path or filedialog.askopenfilename(filetypes=[("JSON", "*.json")])
