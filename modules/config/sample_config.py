@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from modules.config.limits import check_frame_count, check_resolution_side
+from modules.config.limits import (
+    MAX_GUIDANCE_SCALE,
+    MAX_SHIFT,
+    check_at_most,
+    check_frame_count,
+    check_resolution_side,
+)
 from modules.config.sampling_choices import (
     DIFFUSERS_SAMPLERS,
     E2V_POSTERIORS,
@@ -62,6 +68,10 @@ class SampleConfig(BaseConfig):
                               "its own sigmas: set scheduler to simple, or pick uni_pc, euler or dpmpp_2m")
         if self.shift < 0:
             raise ConfigError(f"config key '{path}.shift' must not be negative (0 = the model's own), got {self.shift}")
+        check_at_most(f"config key '{path}.shift'", self.shift, MAX_SHIFT, "Wan samples at 3 to 17 (0 = the default)")
+        for key in ("cfg_scale", "image_guidance_scale"):
+            check_at_most(f"config key '{path}.{key}'", getattr(self, key), MAX_GUIDANCE_SCALE,
+                          "Wan samples at CFG 1 to 10")
         if self.e2v_posterior == "sample" and not self.elements:
             raise ConfigError(f"config key '{path}.e2v_posterior' is 'sample' but the sample has no elements: "
                               "the posterior choice applies to E2V samples only; set it to 'mode' or add elements")

@@ -46,7 +46,7 @@ from modules.util.enum import (
 )
 from modules.util.run_folder import run_name_problem
 
-CONFIG_VERSION = 3  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*
+CONFIG_VERSION = 4  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelFile/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -179,7 +179,7 @@ class BaseLoRAConfig(BaseConfig):
     strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
     training_only: bool = option(False, "Merged for training only (a de-distill training adapter): taken out again for samples, for the saved model's weights and from the saved LoRA's header, so scripts/sample.py and evaluate.py do not apply it either.")
-    sample_only: bool = option(False, "Merged for the trainer's samples only (e.g. a Lightning LoRA the trained LoRA will be used with, beside sample_overrides for its steps and CFG): never trained through, not in the saved model or the saved LoRA's header; stacked after the trained LoRA in each sample's ComfyUI workflow.")
+    sample_only: bool = option(False, "Merged for the trainer's samples only (e.g. a Lightning LoRA the trained LoRA will be used with, beside sample_overrides for its steps and CFG): never trained through, not in the saved model or the saved LoRA's header; stacked after the other base LoRAs and before the trained LoRA, in the samples' weights and in each sample's ComfyUI workflow.")
 
     def validate(self, path: str) -> None:
         if not self.path:
@@ -251,7 +251,7 @@ class TrainConfig(BaseConfig):
     config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
 
     # --- model -------------------------------------------------------------------------------
-    model_type: ModelType = option(ModelType.WAN_2_1, "WAN_2_1 or WAN_2_2; the variant is read from the checkpoint.")
+    model_type: ModelType = option(ModelType.AUTO, "AUTO (the checkpoint's), WAN_2_1 or WAN_2_2: the model type and variant are read from the checkpoint; a value that disagrees with it is refused at start-up.")
     training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA, FINE_TUNE or EMBEDDING (textual inversion of UMT5: see the embedding block).", structural=True)
     base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
     transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")

@@ -22,7 +22,6 @@ from modules.config.train_config import ConceptConfig, TrainConfig
 from modules.dataLoader.animate2_triplets import (
     DRIVING_SUFFIX,
     REFERENCE_SUFFIX,
-    Triplet,
     check_not_a_copy,
     is_stream_file,
     triplet_for,
@@ -31,10 +30,12 @@ from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.concept_options import concept_options
 from modules.dataLoader.concept_selection import check_concepts
 from modules.dataLoader.discovery import RawSample
-from modules.dataLoader.errors import MISSING_FILE
+from modules.dataLoader.errors import BAD_DRIVING, MISSING_FILE, DataError
+from modules.dataLoader.frames import largest_4k1
 from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK
 from modules.dataLoader.skips import SkipCounter, SkippedSample
+from modules.dataLoader.video_io import probe_video
 from modules.model.folder_facts import is_animate2_base
 from modules.model.vace_e2v import is_vace_folder
 from modules.util.enum import ConceptType
@@ -134,12 +135,15 @@ class DataVerdict:
         except UserError as e:
             return ConceptVerdict(concept, key, [], [], skips.entries, error=str(e))
         usable = [sample for sample in files if self._has_inputs(sample, skips)]
+        if self.family == "animate_2" and files and not usable:
+            return ConceptVerdict(concept, key, files, [], skips.entries, error=_no_triplets(concept))
+        items = self.planner.plan(concept, concept_options(concept, self.config), skips, always_probe=True,
+                                  samples=usable)
         error = ""
         if self.family == "animate_2":
-            error = self._animate2_error(concept, files, usable)
-        items = [] if error else self.planner.plan(concept, concept_options(concept, self.config), skips,
-                                                   always_probe=True, samples=usable)
-        return ConceptVerdict(concept, key, files, items, skips.entries, error)
+            items = self._driven(items, skips)
+            error = _copying_trap(items)
+        return ConceptVerdict(concept, key, files, [] if error else items, skips.entries, error)
 
     def _has_inputs(self, sample: RawSample, skips: SkipCounter) -> bool:
         """What the family reads beside the clip is there (counted as the loader counts it when it is not)."""
@@ -161,21 +165,58 @@ class DataVerdict:
                 return False
         return True
 
-    @staticmethod
-    def _animate2_error(concept: ConceptConfig, files: list[RawSample], usable: list[RawSample]) -> str:
-        """No sample with its triplet, or a driving video that is its target (the copying trap)."""
-        where = f"concept '{concept.path}'"
-        if files and not usable:
-            return (f"{where}: no clip has its Animate-2 inputs beside it: put '<name>{DRIVING_SUFFIX}.mp4' and "
-                    f"'<name>{REFERENCE_SUFFIX}.png' next to each '<name>.mp4'")
-        for sample in usable:
-            triplet = triplet_for(sample.media_path)
-            assert isinstance(triplet, Triplet)  # `_has_inputs` kept only samples with one
+    def _driven(self, items: list[PlannedItem], skips: SkipCounter) -> list[PlannedItem]:
+        """The items whose driving video and reference image read and whose driving video covers the window (at the
+        clip's fps, as the loader decodes it); a sample that fails is skipped and counted once, as the loader would
+        at its first window."""
+        kept, failed, driving_frames = [], set(), {}
+        for item in items:
+            path = item.sample.media_path
+            if path in failed:
+                continue
+            triplet = triplet_for(path)
+            fps = item.clip["fps"]
             try:
-                check_not_a_copy(triplet)
-            except UserError as e:
-                return str(e)
-        return ""
+                if (triplet.driving, fps) not in driving_frames:
+                    probe_video(triplet.reference, 1.0)  # decodes: a broken reference is this sample's skip
+                    driving_frames[triplet.driving, fps] = self.planner.probe(
+                        triplet.driving, file_fingerprint(triplet.driving), fps, False).frames
+            except (DataError, OSError) as e:
+                failed.add(path)
+                skips.record(getattr(e, "path", triplet.driving), BAD_DRIVING, getattr(e, "reason", str(e)))
+                continue
+            needed, held = _window_end(item), driving_frames[triplet.driving, fps]
+            if held < needed:
+                failed.add(path)
+                skips.record(triplet.driving, BAD_DRIVING, f"the driving video holds {held} frames at {fps:g} fps, its "
+                             f"clip's window ends at frame {needed}: give it at least the clip's length")
+                continue
+            kept.append(item)
+        return kept
+
+
+def _window_end(item: PlannedItem) -> int:
+    """The frame a planned window ends at, as the loader's decoder cuts it (a RANDOM window: anywhere in the clip)."""
+    start, total = item.clip["start"], item.probe.frames
+    if start is None:
+        return total
+    return start + largest_4k1(max(1, min(item.clip["frames"], total - start)))
+
+
+def _no_triplets(concept: ConceptConfig) -> str:
+    return (f"concept '{concept.path}': no clip has its Animate-2 inputs beside it: put '<name>{DRIVING_SUFFIX}.mp4' "
+            f"and '<name>{REFERENCE_SUFFIX}.png' next to each '<name>.mp4'")
+
+
+def _copying_trap(items: list[PlannedItem]) -> str:
+    """The first usable sample whose driving video is its target (or whose reference is a driving frame), as a
+    one-line error ("" when none)."""
+    for path in dict.fromkeys(item.sample.media_path for item in items):
+        try:
+            check_not_a_copy(triplet_for(path))
+        except UserError as e:
+            return str(e)
+    return ""
 
 
 def concept_verdict(config: TrainConfig, index: int) -> ConceptVerdict:

@@ -5,6 +5,7 @@ also the sample's record (`modules/util/sample_record.py`) as a JSON sidecar, wh
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -31,7 +32,7 @@ from modules.modelSampler.e2v_sampling import (
     contact_sheet,
     denoise_e2v,
 )
-from modules.modelSampler.schedulers import sample_scheduler
+from modules.modelSampler.schedulers import sample_scheduler, shift_used
 from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
@@ -204,6 +205,7 @@ class WanModelSampler:
         a sidecar means the video and its sheet are complete); returns the record and the frames."""
         path, frames = self.sample_frames_to_file(sample, output, show_progress)
         record = SampleRecord.of(sample, path, fps=self.model.variant.fps, step=step, epoch=epoch, index=index)
+        record = dataclasses.replace(record, shift=shift_used(self.model.scheduler, sample.sampler, sample.shift))
         try:
             record.write()
         except OSError as e:

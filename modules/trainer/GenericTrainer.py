@@ -44,6 +44,7 @@ from modules.optimizer.registry import spec_of
 from modules.trainer.backup import TrainProgress, list_backups, write_backup, write_sharded_backup
 from modules.trainer.end_report import end_warnings
 from modules.trainer.initial_weights import continue_from_embedding
+from modules.trainer.nonfinite import nonfinite_advice
 from modules.trainer.output_destination import free_destination
 from modules.trainer.preflight import check_before_loading
 from modules.trainer.registry import SETUPS, DataKind, data_kind
@@ -106,6 +107,8 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         self._lock: WorkspaceLock | None = None
         self.run: RunFolder | None = None  # this run's folder in the workspace (util/run_folder.py)
         self.kept_backups_reported: set[str] = set()  # backups pruning could not verify, each reported once
+        self._workflow_notes: set[str] = set()  # why samples got no ComfyUI workflow, each said once
+        self._final_destination: Path | None = None
 
     # --- set-up -------------------------------------------------------------------------------------
     @recorded("start")
@@ -300,9 +303,8 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         self.nonfinite_total += 1
         logger.warning("loss is %s at step %d; skipping this batch", value, self.progress.global_step)
         if self.nonfinite_in_a_row >= MAX_NONFINITE_STEPS:
-            raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: lower learning_rate "
-                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true and "
-                            "resume_changed_config=true")
+            advice = nonfinite_advice(self.model, self.config, self.setup.sharded)
+            raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: {advice}")
 
     def _optimizer_step(self, loss: float, micro_batches: int) -> None:
         if math.isfinite(loss):
@@ -348,12 +350,12 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     def _after_step(self, epoch_end: bool) -> None:
         self._follow_run_folder()  # renamed or deleted by hand: followed, or made again (trainer_run.py)
         step, epoch = self.progress.global_step, self.progress.epoch
+        if self.schedules.save.due(step, epoch, epoch_end):  # first: a sample's workflow names this snapshot
+            self.snapshot()
         if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
             self.sample()
         if self.validation is not None and self.schedules.validate.due(step, epoch, epoch_end):
             self.validate()
-        if self.schedules.save.due(step, epoch, epoch_end):
-            self.snapshot()
         if self.commands.take_backup() or self.schedules.backup.due(step, epoch, epoch_end):
             self._try_backup("training goes on; the next backup tries again")
 
@@ -476,7 +478,7 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         if not self.dist.is_main:  # only rank 0 writes
             self._end_of_run()
             return []
-        destination = free_destination(self.config.output_model_destination, self.config.overwrite_output)
+        destination = self.final_destination()
         try:
             with self._averaged_weights():
                 self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
@@ -497,6 +499,14 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         self._record_finished(self.output_paths)
         self._end_of_run()
         return self.output_paths
+
+    def final_destination(self) -> Path:
+        """Where the final model goes: `output_model_destination`, numbered when taken (chosen once, so the end's
+        samples name the file the save writes)."""
+        if self._final_destination is None:
+            self._final_destination = free_destination(self.config.output_model_destination,
+                                                       self.config.overwrite_output)
+        return self._final_destination
 
     def _end_of_run(self) -> None:
         """Every rank, once rank 0 has saved: the workspace lock and log released, the process group ended."""

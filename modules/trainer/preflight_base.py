@@ -4,6 +4,7 @@ before any model loads, instead of a silent no-op or a failure an hour into the 
 from __future__ import annotations
 
 from modules.config.train_config import TrainConfig
+from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
@@ -17,6 +18,14 @@ def check_against_base(config: TrainConfig) -> None:
     from modules.model.vace_e2v import is_vace_folder
 
     where = f"base_model_name '{config.base_model_name}'"
+    if config.model_type != ModelType.AUTO:  # the checkpoint decides; a config may only agree
+        from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
+
+        variant = detect_variant(config.base_model_name)
+        if variant.model_type != config.model_type:
+            raise UserError(f"config key 'model_type' is {config.model_type.name}, but {where} is a "
+                            f"{variant.model_type.name} checkpoint ({variant.name}): set model_type to "
+                            f"{variant.model_type.name} or AUTO (the checkpoint's), or choose another base")
     vace = is_vace_folder(config.base_model_name)
     if not vace and config.vace_context_scale != TrainConfig().vace_context_scale:
         raise UserError(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "

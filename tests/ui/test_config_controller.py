@@ -228,19 +228,22 @@ def write_fake_checkpoint(folder, z_dim=16, experts=False):
 
 
 def test_the_model_type_is_the_checkpoints(config, tmp_path):
-    """The model-type control follows detection: a config or preset that says otherwise is corrected (it was a
-    decorative control that contradicted detection in red and blocked nothing)."""
+    """The model-type control follows detection: it shows the checkpoint's type and a config or preset that says
+    otherwise becomes AUTO (it was a decorative control that contradicted detection in red and blocked nothing)."""
     config.set("model_type", "WAN_2_1")
     config.set("base_model_name", str(write_fake_checkpoint(tmp_path / "a14b", experts=True)))
     text, ok = config.detected_variant()
     assert ok and text.startswith("a14b_t2v") and "two experts" in text
-    assert config.value("model_type") == "WAN_2_2" and config.detected_model_type() == "WAN_2_2"
+    assert config.value("model_type") == "AUTO" and config.display("model_type") == "WAN_2_2"
     config.set("model_type", "WAN_2_1")  # not a choice while the checkpoint says
-    assert config.value("model_type") == "WAN_2_2"
-    path = tmp_path / "old.json"
-    path.write_text(json.dumps({"model_type": "WAN_2_1", "base_model_name": str(tmp_path / "a14b")}))
-    config.load_file(path)
+    assert config.value("model_type") == "AUTO"
+    config.set("model_type", "WAN_2_2")  # agreeing is fine
     assert config.value("model_type") == "WAN_2_2" and not config.errors
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"config_version": 4, "model_type": "WAN_2_1",
+                                "base_model_name": str(tmp_path / "a14b")}))
+    config.load_file(path)
+    assert config.value("model_type") == "AUTO" and config.display("model_type") == "WAN_2_2" and not config.errors
     config.set("base_model_name", "")  # no checkpoint: the control is a choice again
     config.set("model_type", "WAN_2_1")
     assert config.value("model_type") == "WAN_2_1" and config.detected_model_type() == ""
@@ -264,7 +267,7 @@ def test_a_preset_never_changes_the_users_model_data_or_folders(tmp_path):
     config.set_list("concepts", [{"path": "my/clips"}])
     config.set_list("samples", [{"prompt": "a cat"}])
     config.apply_preset("#wan2.2 animate-2 14B lora")
-    assert config.value("base_model_name") == base and config.value("model_type") == "WAN_2_1"  # the checkpoint's
+    assert config.value("base_model_name") == base and config.display("model_type") == "WAN_2_1"  # the checkpoint's
     assert config.value("workspace_dir") == str(tmp_path / "ws")
     assert config.value("output_model_destination") == str(tmp_path / "mine.safetensors")
     assert [row["prompt"] for row in config.data["samples"]] == ["a cat"] and config.data["concepts"][0]["path"]

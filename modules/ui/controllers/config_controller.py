@@ -38,7 +38,7 @@ from modules.ui.controllers.layout import sections_of, shown
 from modules.ui.controllers.observable import Observable
 from modules.util.atomic import atomic_write_text
 from modules.util.base_config import BaseConfig, ConfigError
-from modules.util.enum import ModelFormat, TrainingMethod
+from modules.util.enum import ModelFormat, ModelType, TrainingMethod
 from modules.util.errors import UserError
 
 # Lists of records, edited row by row (see RecordListController).
@@ -123,6 +123,8 @@ class ConfigController(Observable):
         """What the widget of `key` shows: the user's unparsed text, else the formatted value."""
         if key in self.pending:
             return self.pending[key]
+        if key == "model_type" and self.value(key) == ModelType.AUTO.name and self.detected_model_type():
+            return self.detected_model_type()  # AUTO: what the checkpoint is
         if key in self.auto_choices:  # what the run will use, not the default AUTO replaces
             return format_value(self.specs[key], self.auto_choices[key])
         return format_value(self.specs[key], self.value(key))
@@ -343,7 +345,7 @@ class ConfigController(Observable):
         if self.data["base_loras"]:
             merged["base_loras"] = copy.deepcopy(self.data["base_loras"])
         if self.detected_model_type():
-            merged["model_type"] = self.detected_model_type()
+            merged["model_type"] = ModelType.AUTO.name
         method = TrainingMethod[merged["training_method"]]
         merged.update(_output_for_method(method, ModelFormat[merged["output_model_format"]],
                                          merged["output_model_destination"]))
@@ -372,11 +374,11 @@ class ConfigController(Observable):
     # --- model ------------------------------------------------------------------------------------
     def _follow_checkpoint(self) -> None:
         """The model type is the checkpoint's: while base_model_name is a Wan folder its detection decides (a
-        config or preset that says otherwise is corrected here; the CLI refuses it), and the top bar's control is
-        not offered."""
+        config or preset that says otherwise becomes AUTO here; the CLI refuses it), and the top bar's control shows
+        the detected type and is not a choice."""
         detected = self.detected_model_type()
-        if detected and self.data.get("model_type") != detected:
-            self.data["model_type"] = detected
+        if detected and self.data.get("model_type") not in (ModelType.AUTO.name, detected):
+            self.data["model_type"] = ModelType.AUTO.name  # the checkpoint's (the CLI refuses a disagreeing value)
             self.pending.pop("model_type", None)
             self.parse_errors.pop("model_type", None)
 
