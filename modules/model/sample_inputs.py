@@ -70,7 +70,9 @@ def sample_fields_used(variant: WanVariant, e2v: bool, reference_layout: str = "
         return frozenset({"image", "driving_video"})
     used = set()
     if e2v:
-        used |= {"elements", "e2v_posterior"} | ({"image_guidance_scale"} if reference_layout == "skyreels_v3" else set())
+        used |= {"elements", "e2v_posterior"}
+        if reference_layout == "skyreels_v3":  # image guidance against all-zero references
+            used.add("image_guidance_scale")
     if variant.fps_embedding:  # SkyReels-V2: its own loop, from the prompt alone
         return frozenset(used)
     if variant.channel_concat_condition:  # I2V layouts: a first frame, and a last one (FLF2V needs it)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from modules.config.loading import PRESET_DIR, load_train_config
-from modules.trainer.preflight import check_base_model
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.e2v_dataset import DatasetController
@@ -45,10 +44,14 @@ class AppController:
         self.gallery = self.training.gallery  # the sample viewer's samples
         self.curves = self.training.scalars  # the curves' values
         self.config.subscribe(self._config_changed)
+        # the dataset JSON being edited is written at Start: its file is not there yet, or holds the last save
+        self.config.start_exempt = lambda: {"dataset_config"} if self.uses_dataset() and self.dataset.dirty else set()
+        self.dataset.subscribe(lambda _what: self.config.recheck_start())  # saved, or edited (then written at Start)
 
     def _config_changed(self, what: Any) -> None:
         """An error said about the config as it was (a refused action, a failed run) is not true of the edited one."""
-        if what != "presets" and not self.training.running and self.training.state.status_is_error:
+        state = self.training.state
+        if what not in ("presets", "start_problems") and not self.training.running and state.status_is_error:
             self.training.say("ready")
 
     # --- the run's results: samples and curves ----------------------------------------------------
@@ -106,7 +109,8 @@ class AppController:
         """tab name -> how many errors its fields hold (a config error names its key; the key's field is on one
         tab), for marking the tabs."""
         counts: dict[str, int] = {}
-        tabs = [tab_of(key) for key in (*self.config.errors, *self.concepts.path_problems())]
+        keys = {*self.config.errors, *self.config.start_problems, *self.concepts.path_problems()}
+        tabs = [tab_of(key) for key in keys]
         if self.uses_dataset():
             tabs += [dataset_tab_of(problem.path) for problem in self.dataset.problems()]
         for tab in filter(None, tabs):
@@ -114,12 +118,11 @@ class AppController:
         return counts
 
     def missing_for_start(self) -> str:
-        """What a run needs that a config may leave out (an exported template may): a base model folder and
-        training data. The run would stop on them at start-up; the GUI keeps Start disabled and says why."""
-        try:
-            check_base_model(str(self.config.value("base_model_name") or "").strip())
-        except UserError as e:
-            return str(e)
+        """What the run's start-up check refuses (trainer/preflight, the CLI's: a base model folder, base LoRAs,
+        sample inputs, ...) and training data, which a config may leave out (an exported template may). The GUI keeps
+        Start disabled and says why; each problem is shown beside its field."""
+        for message in self.config.start_problems.values():
+            return message
         if not self.uses_dataset():
             for key, problem in self.concepts.path_problems().items():
                 return f"config key '{key}': {problem}"

@@ -16,7 +16,8 @@ import os
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any
+import logging
+from typing import Any, Callable
 
 from modules.config.loading import PRESET_DIR, deep_merge, load_train_config, migrate, read_json, save_config
 from modules.config.train_config import BaseLoRAConfig, ConceptConfig, SampleConfig, TrainConfig
@@ -43,6 +44,8 @@ from modules.util.errors import UserError
 
 # Lists of records, edited row by row (see RecordListController).
 LIST_KEYS: dict[str, type[BaseConfig]] = {"concepts": ConceptConfig, "samples": SampleConfig, "base_loras": BaseLoRAConfig}
+logger = logging.getLogger(__name__)
+
 # What a user's data is made of: a preset never changes or stores these.
 USER_DATA_KEYS = ("concepts", "samples", "dataset_config")
 # The user's model and the user's folders: a preset sets training settings, never these (a shipped preset's
@@ -79,6 +82,12 @@ class ConfigController(Observable):
         self.pending: dict[str, Any] = {}  # key -> widget text that did not parse
         self.parse_errors: dict[str, str] = {}  # key -> full message
         self.errors: dict[str, str] = {}  # key -> full message ("" key: not tied to one field)
+        # key -> what the trainer's start-up check (trainer/preflight.start_up_problems, the CLI's) refuses in the
+        # config as it is: a base LoRA that is not there, a per-family sample input... shown beside its field; they
+        # block Start, not Export (a config for another machine may name its paths)
+        self.start_problems: dict[str, str] = {}
+        # keys whose file the GUI writes at Start (the E2V dataset JSON being edited): not checked on disk before
+        self.start_exempt: Callable[[], set[str]] = lambda: set()
         self.preset_name = ""
         self._variant_cache: tuple[Any, tuple[str, Any]] | None = None
         self._base_cache: tuple[Any, BaseFacts] | None = None
@@ -148,7 +157,7 @@ class ConfigController(Observable):
 
     def error(self, key: str) -> str:
         """The error to show beside the field `key` ("" when fine)."""
-        message = self.errors.get(key, "")
+        message = self.errors.get(key) or self.start_problems.get(key, "")
         return short_error(message, key)
 
     def problems(self) -> list[str]:
@@ -297,7 +306,32 @@ class ConfigController(Observable):
             if reason and value != get_path(self.defaults, key):
                 errors.setdefault(key, f"config key '{key}' is {value!r}, but it {reason}: clear it")
         self.errors = errors
+        self._check_start()
         return errors
+
+    def _check_start(self) -> bool:
+        """The start-up check on the config as it is, once its fields are valid (no data check: that probes clips);
+        True when what it finds changed."""
+        found: dict[str, str] = {}
+        if not self.errors:
+            from modules.trainer.preflight import start_up_problems  # the CLI's own check
+
+            try:
+                exempt = self.start_exempt()
+                for problem in start_up_problems(TrainConfig.from_dict(self.data), data=False):
+                    key = problem.key or _key_holding(self.data, problem.message)
+                    if _top(key) not in exempt:
+                        found.setdefault(key, problem.message)
+            except Exception:  # noqa: BLE001 - a check that cannot run must not take the editor down
+                logger.exception("the start-up check failed")
+        changed = found != self.start_problems
+        self.start_problems = found
+        return changed
+
+    def recheck_start(self) -> None:
+        """Run the start-up check again (a file it named may have appeared); tells the views when it changed."""
+        if self._check_start():
+            self.notify("start_problems")
 
     # --- files ------------------------------------------------------------------------------------
     def load_dict(self, data: dict[str, Any], source: str = "config") -> None:
@@ -425,3 +459,22 @@ def _output_for_method(method: TrainingMethod, fmt: ModelFormat, destination: st
         return {"output_model_format": ModelFormat.COMFY_LORA.name,
                 "output_model_destination": destination.rstrip("/\\") + suffix}
     return {"output_model_format": fmt.name, "output_model_destination": destination}
+
+
+def _key_holding(data: Any, message: str, prefix: str = "") -> str:
+    """The config key whose value (a path) a problem without a key names: the longest such value wins
+    ("base_loras[0].path" for "cannot read LoRA file /x/speed.safetensors ..."); "" when none does."""
+    found: list[tuple[int, str]] = []
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                walk(inner, f"{key}.{name}" if key else name)
+        elif isinstance(value, list):
+            for index, inner in enumerate(value):
+                walk(inner, f"{key}[{index}]")
+        elif isinstance(value, str) and len(value) > 3 and value in message:
+            found.append((len(value), key))
+
+    walk(data, prefix)
+    return max(found)[1] if found else ""

@@ -80,7 +80,7 @@ class RecordListController:
 
     def error(self, index: int, name: str) -> str:
         path = self.path(index, name)
-        return short_error(self.config.errors.get(path, ""), path)
+        return short_error(self.config.errors.get(path) or self.config.start_problems.get(path, ""), path)
 
     def shows(self, index: int, name: str) -> bool:
         return True

@@ -40,6 +40,9 @@ TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, Concept
                                           SamplesTab, CurvesTab)
 
 
+RECHECK_POLLS = 20  # the start-up check runs again every 20 polls (2 s)
+
+
 class TrainUI(ctk.CTk):
     POLL_MS = 100
 
@@ -55,6 +58,7 @@ class TrainUI(ctk.CTk):
         self._refresh_pending = False
         self._refreshing = False
         self._closing = False
+        self._polls = 0
 
         self.top_bar = TopBar(self, self)
         self.top_bar.grid(row=0, column=0, sticky="ew")
@@ -166,6 +170,9 @@ class TrainUI(ctk.CTk):
         if events:
             self.refresh_status()
         self.bottom_bar.refresh_vram()
+        self._polls += 1
+        if self._polls % RECHECK_POLLS == 0 and not self.app.training.running:
+            self.app.config.recheck_start()  # a file the start-up check named may have appeared (or gone)
         if self._closing and not self.app.training.running:
             self.destroy()
             return
