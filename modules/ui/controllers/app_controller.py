@@ -10,6 +10,7 @@ from typing import Any, Callable
 from modules.config.loading import PRESET_DIR, load_train_config
 from modules.ui.controllers.config_controller import ConfigController
 from modules.ui.controllers.curves import read_tensorboard_scalars
+from modules.ui.controllers.data_verdict import ConceptVerdicts, signature_of
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
 from modules.ui.controllers.run_browser import RunBrowser
@@ -40,6 +41,7 @@ class AppController:
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)
         self.tensorboard = TensorboardLauncher()
+        self.verdicts = ConceptVerdicts()  # the data verdict beside each concept (start-up's data check)
         self.runs = RunBrowser()  # the workspace's runs; the selected one is what the samples and curves show
         self.gallery = self.training.gallery  # the sample viewer's samples
         self.curves = self.training.scalars  # the curves' values
@@ -109,7 +111,8 @@ class AppController:
         """tab name -> how many errors its fields hold (a config error names its key; the key's field is on one
         tab), for marking the tabs."""
         counts: dict[str, int] = {}
-        keys = {*self.config.errors, *self.config.start_problems, *self.concepts.path_problems()}
+        keys = {*self.config.errors, *self.config.start_problems, *self.concepts.path_problems(),
+                *self.data_problems()}
         tabs = [tab_of(key) for key in keys]
         if self.uses_dataset():
             tabs += [dataset_tab_of(problem.path) for problem in self.dataset.problems()]
@@ -121,7 +124,7 @@ class AppController:
         """What the run's start-up check refuses (trainer/preflight, the CLI's: a base model folder, base LoRAs,
         sample inputs, ...) and training data, which a config may leave out (an exported template may). The GUI keeps
         Start disabled and says why; each problem is shown beside its field."""
-        for message in self.config.start_problems.values():
+        for message in (*self.config.start_problems.values(), *self.data_problems().values()):
             return message
         if not self.uses_dataset():
             for key, problem in self.concepts.path_problems().items():
@@ -142,6 +145,18 @@ class AppController:
             told = state.status if state.status and state.status != "ready" else ""
             return "\n".join(filter(None, (told, f"cannot start: {reason}"))), True
         return state.status, state.status_is_error
+
+    def check_data(self) -> None:
+        """Judge the concepts' data as start-up will (on a worker thread; `verdicts.poll()` takes the result)."""
+        config = None if self.problems() or self.uses_dataset() else self.config.build()
+        self.verdicts.ask(config, self.config.data)
+
+    def data_problems(self) -> dict[str, str]:
+        """concepts[i] -> why start-up would refuse that concept's data (the copying trap, ...), once judged for the
+        config as it is."""
+        if self.uses_dataset() or self.verdicts.checked_for != signature_of(self.config.data):
+            return {}
+        return self.verdicts.errors()
 
     def can_start(self) -> tuple[bool, str]:
         if self.training.running:
@@ -227,3 +242,4 @@ class AppController:
         root = self.run_folder() / "backup"
         backups = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         return str(backups[-1]) if backups else ""
+
