@@ -124,3 +124,19 @@ def test_sampler_and_scheduler_are_choices(app):
     assert config.value("sample_overrides.sampler") == "diffusers_unipc"
     config.set("sample_overrides.sampler", NOT_SET)
     assert config.value("sample_overrides.sampler") is None
+
+
+def test_the_vram_estimate_stays_while_an_unrelated_field_has_an_error(app, tmp_path):
+    """It vanished while any field had an error (a typo in the learning rate hid the memory figure)."""
+    app.vram.detect, app.vram.gpu_gib = False, 24.0
+    app.config.set("base_model_name", str(write_config_folder(tmp_path / "t2v", TRANSFORMER_1_3B)))
+    before = app.vram.wait(120)
+    assert before.startswith("VRAM ≈")
+    app.config.set("learning_rate", "fast")  # an error in a field the estimate does not need
+    app.samples.add(prompt="a cat")
+    app.samples.set(0, "size", "830x480")  # and one in a sample row
+    after = app.vram.wait(120)
+    assert after.splitlines()[0] == before.splitlines()[0] + " (fields with errors counted at their defaults)"
+    app.config.set("learning_rate", "0.0001")
+    app.samples.remove(0)
+    assert app.vram.wait(120) == before

@@ -176,6 +176,22 @@ class ConfigController(Observable):
             raise ConfigError(problems[0])
         return TrainConfig.from_dict(self.data)
 
+    def build_nearest(self) -> TrainConfig | None:
+        """The typed config with every field in error at its default (a row in error: its list at the default), for
+        what does not need those fields (the VRAM estimate); None when that does not check either."""
+        scratch = copy.deepcopy(self.data)
+        for key in self.errors:
+            if not key:
+                return None
+            if "[" in key or "." not in key:
+                scratch[_top(key)] = copy.deepcopy(self.defaults.get(_top(key)))
+            else:
+                set_path(scratch, key, copy.deepcopy(get_path(self.defaults, key)))
+        try:
+            return TrainConfig.from_dict(scratch)
+        except ConfigError:
+            return None
+
     # --- editing -----------------------------------------------------------------------------------
     def set(self, key: str, value: Any) -> None:
         """Set a field from a widget (text, bool or choice) or from code (a value)."""
