@@ -49,3 +49,17 @@ def test_a_t2v_sample_row_and_a_fine_tune_show_only_what_applies(make_ui, tmp_pa
     ui.update()
     assert ui.tab_offered("LoRA") and training.rows["blocks_to_swap"].visible
     ui.app.vram.wait(120)
+
+
+def test_a_1920_px_window_lays_the_forms_out_in_two_columns(make_ui):
+    ui = make_ui()
+    training = ui.show_tab("training")
+    ui.geometry("1920x1080")
+    ui.update()
+    form = training.forms[0]
+    assert form.two_columns and form.columns[1].winfo_manager() == "grid"  # the right half is used
+    left, right = (len(column.grid_slaves()) for column in form.columns)
+    assert left and right
+    ui.geometry("1280x860")
+    ui.update()
+    assert not form.two_columns and not form.columns[1].winfo_manager()
