@@ -241,3 +241,13 @@ def test_runs_script_lists_and_shows_the_runs(tmp_path):
         f"error: no run 'nope' in {tmp_path}: `scripts/runs.py list` shows its runs"]
     os.rename(run.path, tmp_path / "renamed")  # found by the name it was started under
     assert "run:          renamed" in run_script("runs.py", "show", "mine", "--workspace-dir", str(tmp_path)).stdout
+
+
+def test_runs_script_reads_the_catalog_without_torch(tmp_path):
+    """The catalog is torch-free: listing runs takes a moment, not the seconds torch takes to import."""
+    from tests.test_cli_startup import probe
+
+    small_backup(make_run(tmp_path, "mine"), 2)
+    report, output = probe("runs.py", "list", "--workspace-dir", str(tmp_path))
+    assert report == {"code": 0, "imported": []}, output
+    assert "mine  stopped at step 2 (no state recorded; it resumes from its last backup)" in output

@@ -269,7 +269,7 @@ class TrainConfig(BaseConfig):
 
     # --- paths -------------------------------------------------------------------------------
     workspace_dir: str = option("workspace/run", "Folder of the runs: each run writes its backups, samples, tensorboard curves, logs, snapshots and a copy of its config to its own folder <workspace_dir>/<run_name>/.")
-    run_name: str = option("", "The run's folder name in workspace_dir ('' = the output's name and the start's date and time, e.g. lora-20260301-142530). A new run never writes into another run's folder: a name that is taken gets <name>-2, <name>-3, ... With continue_last_backup: the run to resume ('' = the run with the workspace's newest backup).")
+    run_name: str = option("", "The run's folder name in workspace_dir ('' = the output's name and the start's date and time, e.g. lora-20260301-142530). A new run never writes into another run's folder: a name that is taken gets <name>-2, <name>-3, ... With continue_last_backup: the run to resume, also when renamed by hand since ('' = the newest unfinished run).")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
     output_model_destination: str = option("output/lora.safetensors", "Where the final model is written; when a file it would write exists already, the run writes <name>-2 (then -3, ...) instead and says so, unless overwrite_output is true.")
     overwrite_output: bool = option(False, "Replace existing files at output_model_destination instead of writing a numbered name beside them.")
@@ -394,7 +394,7 @@ class TrainConfig(BaseConfig):
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
     backup_before_save: bool = option(True, "Write a backup when training ends.")
-    continue_last_backup: bool = option(False, "Resume the newest backup of the run named run_name, or of the workspace's last run (the one with the newest backup) when run_name is empty; the log names the run. Workspaces of older WanTrainers (workspace_dir/backup/step-*) are moved into a run folder, nothing deleted.")
+    continue_last_backup: bool = option(False, "Resume the newest backup of the run named run_name, or of the newest unfinished run (stopped, failed or killed) when run_name is empty; the log names the run. A finished run is not resumed unless the config trains it further (more epochs, or a higher max_steps): the start is refused in one line saying how to train more. Workspaces of older WanTrainers (workspace_dir/backup/step-*) are moved into a run folder, nothing deleted.")
     resume_changed_config: bool = option(False, "With continue_last_backup: resume the newest backup although training settings changed since it was written (a warning names them). Without it such a resume is refused, naming the backup and the changes.")
     resume_fresh_optimizer: bool = option(False, "With continue_last_backup: resume the newest backup's weights, EMA, LR schedule and position but start the optimizer state fresh; the way out when its optimizer files are damaged.")
     tensorboard: bool = option(True, "Write tensorboard scalars to the run folder's tensorboard/.")

@@ -8,7 +8,9 @@ Exactness: the data order of an epoch is a function of (seed, epoch), and every 
 step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
 resumed from a backup therefore continues bit-identically on the CPU.
 
-The resume from a backup is trainer/resume.py and the samples during training trainer/sampling.py (mixed in).
+The resume from a backup is trainer/resume.py, the samples during training trainer/sampling.py, and the run
+folder (opening it, its state record, following it when renamed or deleted mid-run) trainer/trainer_run.py
+(mixed in).
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
-__all__ = ["GenericTrainer", "TrainingStopped"]
+__all__ = ["GenericTrainer", "TrainingStopped"]  # TrainingStopped lives in trainer_run.py; callers import it here
 
 
 class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
@@ -494,8 +496,7 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
                                     self.backup_failure):
             logger.warning(warning)
             self.callbacks.on_warning(warning)
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self._close_tensorboard()
         self._record_finished(self.output_paths)
         self._end_of_run()
         return self.output_paths
@@ -535,6 +536,7 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
             self._lock.release()
             self._lock = None
         self._close_log_file()
+        self._close_tensorboard()  # a stopped or failed run's event file too (end() closes a finished one's)
         self.dist.finish()
 
     def _status(self, text: str, done: int = 0, total: int = 0) -> None:

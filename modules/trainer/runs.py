@@ -30,6 +30,7 @@ from modules.util.run_folder import (
     find_run,
     flat_backups,
     flat_layout_time,
+    foreign_link,
     migrate_flat_layout,
     read_run,
 )
@@ -49,6 +50,10 @@ def open_run(workspace: Path, run_name: str, output_destination: str, resume: bo
     if resume:
         run = _run_to_resume(workspace, run_name, output_destination, when, limits, training_method)
         if run is not None:
+            link = foreign_link(run)  # before anything is written into it
+            if link:
+                raise UserError(f"run '{run.name}': {link}; a run writes only inside its own folder: remove the "
+                                "link (what it points to is left as it is), or set another run_name")
             return run.mark_started(when)
     name = run_name or default_run_name(output_destination, when)
     run, renamed = create_run(workspace, name, when)

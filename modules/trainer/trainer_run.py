@@ -1,8 +1,8 @@
 """The trainer's run folder: opening it, the state record it keeps there, its log file and tensorboard writer, and
 finding it again when it moves (mixed into GenericTrainer; rank 0 does all of it).
 
-- Opening (`_open_run`): the workspace lock, the run trainer/runs.py picks, a check that the run writes only inside
-  its own folder (no symbolic link among its sub-folders), the log file, the config copy. A full disk or a
+- Opening (`_open_run`): the workspace lock, the run trainer/runs.py picks (a run resumed only when it writes only
+  inside its own folder: no symbolic link among its sub-folders), the log file, the config copy. A full disk or a
   read-only workspace at this point is one line, before any model loads.
 - The record (run_record.py): `running` when training begins (a new run: as soon as its folder exists), after
   each backup and every minute; `stopped`, `failed` with its one-line reason, or `finished` with its files when
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,7 +28,7 @@ from modules.trainer.runs import open_run, write_config_copy
 from modules.trainer.workspace_lock import WorkspaceLock
 from modules.util.errors import UserError
 from modules.util.numbered_names import numbered_names
-from modules.util.run_folder import foreign_link, relocate_run
+from modules.util.run_folder import relocate_run
 from modules.util.write_errors import is_write_failure, write_failure
 
 logger = logging.getLogger(__name__)
@@ -79,10 +80,6 @@ class TrainerRun:
                                 config.continue_last_backup, limits=(config.epochs, config.max_steps),
                                 training_method=config.training_method.name)
             self._resuming = config.continue_last_backup and bool(self.run.backup_folders())
-            link = foreign_link(self.run)
-            if link:
-                raise UserError(f"run '{self.run.name}': {link}; a run writes only inside its own folder: remove "
-                                "the link (what it points to is left as it is), or set another run_name")
             self._lock.name_run(self.run.name)
             remove_interrupted_writes(self.workspace)
             self._start_log_file()
@@ -119,7 +116,14 @@ class TrainerRun:
     def _open_tensorboard(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_tensorboard_thread_failures()
         self.tensorboard = SummaryWriter(str(self.run.tensorboard))
+
+    def _close_tensorboard(self) -> None:
+        if self.tensorboard is not None:
+            with contextlib.suppress(Exception):  # a writer whose file went away: nothing more to keep
+                self.tensorboard.close()
+            self.tensorboard = None
 
     # --- the record -------------------------------------------------------------------------------------
     def _record(self, state: str, reason: str = "", outputs: tuple[str, ...] = ()) -> None:
@@ -184,6 +188,10 @@ class TrainerRun:
             return
         if not what:
             return
+        log_file = Path(self._log_handler.baseFilename) if self._log_handler is not None else None
+        if what == "marked" and (log_file is None or log_file.exists()):
+            logger.warning("the run folder %s lost its run.json while the run trained: written again", old)
+            return
         self.run = run
         if what == "renamed":
             logger.warning("the run folder %s was renamed to %s while the run trained: this run goes on there",
@@ -195,8 +203,7 @@ class TrainerRun:
                            "with its run.json; the later backups, samples and logs go there", old, run.path)
             write_config_copy(run, self.config.to_dict())
         if self.tensorboard is not None:  # its writer appends to the old path: a new event file
-            with contextlib.suppress(Exception):
-                self.tensorboard.close()
+            self._close_tensorboard()
             self._open_tensorboard()
         if self._lock is not None:
             self._lock.name_run(run.name)
@@ -235,8 +242,7 @@ class TrainerRun:
             error = e
         self._follow_run_folder()
         try:
-            with contextlib.suppress(Exception):
-                self.tensorboard.close()
+            self._close_tensorboard()
             self._open_tensorboard()
             write(self.tensorboard)
         except Exception as e:
@@ -245,6 +251,27 @@ class TrainerRun:
             logger.error("cannot write the curves to %s (%s, then %s): tensorboard logging is off for the rest of "
                          "this run", self.run.tensorboard, write_failure(error), write_failure(e))
             self.tensorboard = None
+
+
+def _quiet_tensorboard_thread_failures() -> None:
+    """tensorboard's writer thread appends to its event file by path: when the run folder is renamed or deleted
+    under it, the write fails in that thread, which Python reports with a traceback on the console. That failure
+    is one line in the log instead; the trainer's next write opens a new event file (`_to_tensorboard`)."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        thread = args.thread
+        if thread is not None and type(thread).__module__.startswith("tensorboard.") and \
+                issubclass(args.exc_type, OSError):
+            logger.warning("tensorboard could not write its event file (%s); the curves go on in a new one",
+                           write_failure(args.exc_value))
+            return
+        previous(args)
+
+    hook.quiets_tensorboard = True
+    threading.excepthook = hook
 
 
 def new_log_path(log_dir: Path) -> Path:

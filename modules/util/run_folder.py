@@ -206,9 +206,10 @@ def find_run(workspace: str | os.PathLike, name: str) -> RunFolder | None:
 
 def relocate_run(run: RunFolder) -> tuple[RunFolder, str]:
     """Where the folder of `run` (a run being trained) is now, and what happened to it: '' (where it was),
-    'renamed' (a folder of the workspace carries its run id: followed) or 're-created' (gone, or taken by
-    something else: made again, with its run.json, at its path or a free `<name>-N`). Never raises for a folder
-    that vanished; OSError when it cannot be made again (a full disk)."""
+    'renamed' (a folder of the workspace carries its run id: followed), 'marked' (its folder is there but lost
+    its run.json, and no backup says whose it is yet: run.json written again) or 're-created' (gone, or taken by
+    another run: made again, with its run.json, at its path or a free `<name>-N`). Never raises for a folder that
+    vanished; OSError when it cannot be made again (a full disk)."""
     here = read_run(run.path)
     if here is not None and here.run_id == run.run_id:
         return run, ""
@@ -216,6 +217,9 @@ def relocate_run(run: RunFolder) -> tuple[RunFolder, str]:
     if moved:
         new = max(moved, key=lambda r: r.newest_backup_time())
         return dataclasses.replace(run, path=new.path, name=new.name), "renamed"
+    if here is None and run.path.is_dir() and not run.path.is_symlink():
+        _write_run_file(run)
+        return run, "marked"
     path = run.path
     if here is not None:  # another run's folder is where this one was
         path = next(p for p in (run.path.parent / n for n in numbered_names(run.name, limit=10000))

@@ -9,16 +9,15 @@ from typing import Any, Callable
 
 from modules.config.loading import PRESET_DIR, load_train_config
 from modules.ui.controllers.config_controller import ConfigController
-from modules.ui.controllers.curves import read_tensorboard_scalars
 from modules.ui.controllers.data_verdict import ConceptVerdicts, signature_of
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
-from modules.ui.controllers.run_browser import RunBrowser
 from modules.ui.controllers.list_controller import (
     ConceptListController,
     RecordListController,
     SampleListController,
 )
+from modules.ui.controllers.run_browser import RunBrowser
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.vram_controller import VramEstimate
@@ -86,11 +85,10 @@ class AppController:
         return samples_folder(self.run_folder())
 
     def load_run_results(self) -> None:
-        """Outside a run: the samples already in the shown run's folder and its curves from its tensorboard logs
-        (a finished run shows what it logged). During a run the live values are kept."""
+        """The samples in the shown run's folder and its curves from the event files of all its starts; the run
+        this window trains adds the values it sends over them (controllers/curves.py)."""
         self.gallery.load_folder(self.samples_folder())
-        if not self.training.running:
-            read_tensorboard_scalars(self.run_folder() / "tensorboard", self.curves)
+        self.curves.load_run(self.run_folder())
 
     def open_tensorboard(self) -> str:
         """TensorBoard on the shown run's tensorboard folder, in the browser; its URL."""

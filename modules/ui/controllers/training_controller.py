@@ -224,6 +224,7 @@ class TrainingController:
         elif event.kind == "run":  # the run's own samples, not another run's of the workspace
             state.run_name, state.run_dir = event.payload
             self.gallery.load_folder(samples_folder(state.run_dir))
+            self.scalars.start_run(state.run_dir)  # a resumed run's earlier starts, under what it trains now
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
