@@ -55,3 +55,14 @@ def test_nothing_of_an_earlier_run_or_config_stays_after_load_config(make_ui, tm
     ui.app.config.set("epochs", "3")  # a new edit: the refusal is no longer the state
     ui.update()
     assert ui.bottom_bar.status_text == "ready" and ui.app.status_line() == ("ready", False)
+
+
+def test_the_export_message_gives_the_command_the_readme_gives(make_ui, tmp_path):
+    from tests.conftest import REPO_ROOT
+
+    ui = make_ui()
+    ui.load_config(startable_config(tmp_path))
+    ui.export_config(str(tmp_path / "exported.json"))
+    command = f".venv/bin/python scripts/train.py --config-path {tmp_path / 'exported.json'}"
+    assert ui.bottom_bar.status_text.endswith(f"run it with {command}")
+    assert ".venv/bin/python scripts/train.py --config-path" in (REPO_ROOT / "README.md").read_text()
