@@ -11,7 +11,7 @@ from modules.trainer.run_catalog import RunState
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.widgets import GRAY, bold_font, button, small_font
 
-COLUMNS = (("run", 220), ("state", 420), ("last backup", 150), ("outputs", 260), ("last started", 150))
+COLUMNS = (("run", 220), ("state", 340), ("last backup", 140), ("outputs", 240), ("last started", 160))
 SELECTED = ("#bbdefb", "#1f4f7a")
 
 
