@@ -54,3 +54,29 @@ def check_sample_inputs(variant: WanVariant, sample: SampleConfig, label: Label 
                                    "an image and a last_image")
     if sample.last_image and not needs_image:
         raise refuse("last_image", f"only I2V-layout models take a last image (this is {name}): remove it")
+
+
+# A sample's inputs that only some models follow (everything else — prompt, size, steps, seed, sampler — every model).
+CONDITIONING_FIELDS = ("image", "last_image", "elements", "control_video", "control_mask", "driving_video",
+                       "vace_scale", "image_guidance_scale", "e2v_posterior")
+
+
+def sample_fields_used(variant: WanVariant, e2v: bool, reference_layout: str = "a2") -> frozenset[str]:
+    """The conditioning fields of a sample that `variant` follows (the rules `check_sample_inputs` and the sampler
+    keep): the GUI's sample rows show these. `e2v`: the run trains on an E2V dataset, so its samples take elements."""
+    if variant.vace_layers:  # a control video (and mask) and reference images
+        return frozenset({"control_video", "control_mask", "vace_scale", "elements"})
+    if variant.name == "animate_2":  # a reference image animated by a driving video
+        return frozenset({"image", "driving_video"})
+    used = set()
+    if e2v:
+        used |= {"elements", "e2v_posterior"}
+        if reference_layout == "skyreels_v3":  # image guidance against all-zero references
+            used.add("image_guidance_scale")
+    if variant.fps_embedding:  # SkyReels-V2: its own loop, from the prompt alone
+        return frozenset(used)
+    if variant.channel_concat_condition:  # I2V layouts: a first frame, and a last one (FLF2V needs it)
+        used |= {"image", "last_image"}
+    elif variant.expand_timesteps:  # TI2V: an optional first frame
+        used.add("image")
+    return frozenset(used)

@@ -551,9 +551,10 @@ class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
         self._close_tensorboard()  # a stopped or failed run's event file too (end() closes a finished one's)
         self.dist.finish()
 
-    def _status(self, text: str) -> None:
-        logger.info(text)
-        self.callbacks.on_status(text)
+    def _status(self, text: str, done: int = 0, total: int = 0) -> None:
+        """What the run does now (the GUI's status line shows it until the next phase or step)."""
+        logger.info(text if not total else f"{text} {done}/{total}")
+        self.callbacks.on_phase(text, done, total)
 
 
 @dataclasses.dataclass
@@ -566,7 +567,6 @@ class _Schedules:
 
 class _SynchronizedStop(Exception):
     """A stop that every rank raises after the same optimizer step (so collective work can follow)."""
-
 
 
 def _planned(verdict: RunVerdict | None, concept_type: ConceptType) -> dict:

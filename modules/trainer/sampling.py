@@ -80,10 +80,10 @@ class TrainerSampling:
 
     def _sample(self, samples: list) -> list[Path]:
         """Rank 0 writes; with FSDP every rank runs the same forward passes (each holds a shard)."""
-        self._status("sampling")
         sampler = self._sampler(workflows=True)
         paths = []
-        for index, sample in samples:
+        for number, (index, sample) in enumerate(samples, start=1):
+            self._status("sampling", number, len(samples))
             if not self.dist.is_main:
                 try:
                     sampler.generate(sample, show_progress=False)
@@ -93,7 +93,8 @@ class TrainerSampling:
             output = sample_video_path(self.run.path, self.progress.global_step, index)
             try:
                 record, frames = sampler.sample_to_record(sample, output, step=self.progress.global_step,
-                                                          epoch=self.progress.epoch, index=index, show_progress=False)
+                                                          epoch=epoch_of_last_step(self.progress), index=index,
+                                                          show_progress=False)
                 self._publish(index, sample, record, frames)
                 self.samples_tried += 1
                 paths.append(record.video)
@@ -180,3 +181,9 @@ class TrainerSampling:
         if encoders.clip_image is None and not getattr(self, "_noted_sample_metrics", False):
             self._noted_sample_metrics = True
             logger.info("sample_metrics: the checkpoint has no CLIP image encoder, so only motion is logged")
+
+
+def epoch_of_last_step(progress) -> int:
+    """The epoch (0-based) the weights' last step belongs to: right after an epoch ends its counter already names the
+    next one, so a sample at the end of a 31-epoch run is of epoch 31 (index 30), not 32."""
+    return progress.epoch - 1 if progress.epoch_batch == 0 and progress.epoch > 0 else progress.epoch

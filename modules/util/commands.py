@@ -105,7 +105,10 @@ class TrainCallbacks:
     (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written; `on_progress(what,
     done, total)` the caching phase, item by item ("caching (vae)", 3, 40); `on_warning` each thing a finished run
     skipped (trainer/end_report.py), which a GUI shows at the end; `on_run(name, folder)` the run's name and folder
-    (util/run_folder.py) once it is chosen, before any model loads."""
+    (util/run_folder.py) once it is chosen, before any model loads; `on_phase(what, done, total)` what the run does
+    now ("loading model", "sampling" 1 of 2, "writing backup"; total 0: no count), until the next phase or step
+    (`on_update`): the status a GUI shows is the phase, never an old one; `on_status` is news said once
+    ("validation loss 0.12", "backup failed: ...")."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
@@ -114,3 +117,4 @@ class TrainCallbacks:
     on_progress: Callable[[str, int, int], None] = lambda what, done, total: None
     on_warning: Callable[[str], None] = lambda text: None
     on_run: Callable[[str, "Path"], None] = lambda name, folder: None
+    on_phase: Callable[[str, int, int], None] = lambda what, done, total: None
