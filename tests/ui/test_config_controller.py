@@ -302,7 +302,10 @@ def test_start_waits_for_a_base_model_and_data_and_says_which(tmp_path):
     assert app.can_start() == (True, "")
     app.concepts.set(0, "enabled", False)
     assert not app.can_start()[0]
-    app.concepts.set_concept_file(str(tmp_path / "concepts.json"))
+    app.concepts.set_concept_file(str(tmp_path / "concepts.json"))  # the CLI's check: the file must be there
+    assert app.can_start() == (False, f"concept file '{tmp_path / 'concepts.json'}' does not exist: check the path")
+    (tmp_path / "concepts.json").write_text(json.dumps([{"path": str(tmp_path)}]), encoding="utf-8")
+    app.config.set("seed", 1)  # any edit checks again (the window also does every 2 s)
     assert app.can_start() == (True, "")
 
 

@@ -122,12 +122,15 @@ class AppController:
         """What the run's start-up check refuses (trainer/preflight, the CLI's: a base model folder, base LoRAs,
         sample inputs, ...) and training data, which a config may leave out (an exported template may). The GUI keeps
         Start disabled and says why; each problem is shown beside its field."""
-        for message in (*self.config.start_problems.values(), *self.data_problems().values()):
+        no_data = not self.uses_dataset() and not self.concepts.has_data()
+        for key, message in (*self.config.start_problems.items(), *self.data_problems().items()):
+            if key == "concepts" and no_data:  # the check's "no enabled concept", said where the GUI adds data
+                break
             return message
         if not self.uses_dataset():
             for key, problem in self.concepts.path_problems().items():
                 return f"config key '{key}': {problem}"
-        if not self.uses_dataset() and not self.concepts.has_data():
+        if no_data:
             return ("no training data: add a concept in the concepts tab, or set an E2V dataset JSON in the "
                     "E2V elements tab")
         return ""
