@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Host memory of loading a transformer: peak RSS of the project's loader against the weights' bytes.
+"""Host memory of loading a transformer: peak RSS of the project's loader against the weights' bytes; and, with
+`--text-encoder`, what UMT5 holds in host memory after caching before and after the trainer frees it.
 
 Writes a random full-size Wan transformer as a diffusers folder (config.json, sharded
 `diffusion_pytorch_model-*.safetensors` and their index), one tensor at a time, so the writer never holds
@@ -15,6 +16,16 @@ stays at or under 1.2 x the weights' bytes, i.e. no second copy of the weights i
     python benchmarks/host_memory.py --single-file    # the same weights in one file, as transformer_override
     python benchmarks/host_memory.py --layers 1       # one real-width block (~0.6 GB): what the test runs
     python benchmarks/host_memory.py --smoke          # 2 narrow layers: proves the script runs
+
+`--text-encoder` writes a random real-width UMT5-XXL (the first --layers blocks, default all 24: 11.4 GB in bf16)
+as a text_encoder/ folder, loads it with the project's loader in a fresh subprocess, reads every weight (the
+encode), leaves it as caching on a GPU used to (`parked`: moved back from the device, each weight a private host
+copy, which a CPU-only machine stands in for with one copy per weight) and then frees it as the trainer now does
+(`WanModel.release_encoders`: the weights to the meta device, garbage collected, the C heap trimmed), reporting the
+resident set (and RssAnon / RssFile) at each point. Goal: freed, the process holds under 5 % of the weights' bytes
+more than right after the (memory-mapped) load.
+
+    python benchmarks/host_memory.py --text-encoder --layers 2   # the embedding table and 2 blocks (~2.9 GB)
 
 The folder is written under --folder (a temporary one by default) and deleted afterwards unless --keep.
 Prints one JSON object; exits 1 when the goal is missed.
@@ -52,6 +63,17 @@ def _layout(config: dict, dtype) -> list[tuple[str, tuple[int, ...], object]]:
     keep = set(model._keep_in_fp32_modules or ())
     return [(name, tuple(t.shape), torch.float32 if keep & set(name.split(".")) else dtype)
             for name, t in model.state_dict().items()]
+
+
+def _text_encoder_layout(config: dict, dtype) -> list[tuple[str, tuple[int, ...], object]]:
+    """UMT5's saved tensors: each parameter once (the embedding table is `shared.weight`; the encoder's copy is tied
+    to it), in `dtype`."""
+    import torch
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    with torch.device("meta"):
+        model = UMT5EncoderModel(UMT5Config(**config))
+    return [(name, tuple(t.shape), dtype) for name, t in [*model.named_parameters(), *model.named_buffers()]]
 
 
 def _write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...], object]], seed: int) -> None:
@@ -109,6 +131,48 @@ def write_transformer(folder: Path, config: dict, dtype, single_file: Path | Non
     return total
 
 
+def write_text_encoder(folder: Path, config: dict, dtype) -> int:
+    """A random UMT5 as a transformers folder (config.json and model.safetensors); returns the weights' bytes."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    layout = _text_encoder_layout(config, dtype)
+    _write_shard(folder / "model.safetensors", layout, seed=0)
+    (folder / "config.json").write_text(json.dumps({"architectures": ["UMT5EncoderModel"], "model_type": "umt5",
+                                                    **config}, indent=1))
+    return sum(torch.Size(shape).numel() * torch.empty((), dtype=d).element_size() for _, shape, d in layout)
+
+
+def _rss() -> dict:
+    return {"rss_gib": round(_status_kib("VmRSS") / 2**20, 3), "anon_gib": round(_status_kib("RssAnon") / 2**20, 3),
+            "file_gib": round(_status_kib("RssFile") / 2**20, 3)}
+
+
+def text_encoder_child(model_dir: str, dtype_name: str) -> None:
+    """Run in the subprocess: UMT5 loaded by the project's loader, read, parked as caching on a GPU left it, then
+    freed as the trainer frees it; the resident set at each point (JSON on stdout)."""
+    import torch
+
+    from modules.model.encoder_residency import EncoderResidency
+    from modules.modelLoader.WanModelLoader import WanModelLoader
+
+    points = {"baseline": _rss()}
+    encoder = WanModelLoader._load_text_encoder(Path(model_dir), getattr(torch, dtype_name), "")
+    points["loaded"] = _rss()
+    with torch.no_grad():
+        checksum = float(sum(p.reshape(-1)[::256].float().sum() for p in encoder.parameters()))
+    points["read"] = _rss()
+    with torch.no_grad():  # what `.to(cuda)` then `.to("cpu")` leaves: a private host copy of every weight
+        for param in encoder.parameters():
+            param.data = param.data.clone()
+    points["parked"] = _rss()
+    holder = type("Model", (), {"text_encoder": encoder, "image_encoder": None})()
+    residency = EncoderResidency(loaders={"text": lambda: encoder})
+    freed = residency.release(holder, ["text"])
+    points["freed"] = _rss()
+    print(json.dumps({"points": points, "freed_gib": round(freed, 3), "checksum": checksum}))
+
+
 def _status_kib(field: str) -> int:
     """A /proc/self/status field in KiB (RssAnon: private memory; RssFile: mapped file pages)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -153,14 +217,23 @@ def main() -> int:
     parser.add_argument("--single-file", action="store_true",
                         help="the weights in one diffusers-named file loaded as transformer_override (the loader's "
                              "single-file path) instead of the folder's shards")
+    parser.add_argument("--text-encoder", action="store_true",
+                        help="UMT5-XXL's host memory after caching, parked (before) and freed (now)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--text-child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--override", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         load_child(args.child, args.dtype, args.override)
         return 0
+    if args.text_child:
+        text_encoder_child(args.text_child, args.dtype)
+        return 0
 
     import torch
+
+    if args.text_encoder:
+        return text_encoder_main(args)
 
     config = transformer_config(args.model, layers=args.layers, smoke=args.smoke)
     root = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="wan_host_memory_"))
@@ -195,6 +268,37 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0 if args.smoke or above <= GOAL * weights else 1
+
+
+def text_encoder_main(args) -> int:
+    import torch
+
+    from benchmarks.memory_fullsize import UMT5_XXL
+
+    config = {**UMT5_XXL, "num_layers": args.layers or UMT5_XXL["num_layers"]}
+    if args.smoke:
+        config.update(d_model=256, d_ff=512, d_kv=32, num_heads=8, num_layers=2)  # the vocabulary: 0.13 GB
+    root = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="wan_text_encoder_"))
+    try:
+        weights = write_text_encoder(root / "text_encoder", config, getattr(torch, args.dtype))
+        run = subprocess.run([sys.executable, __file__, "--text-child", str(root), "--dtype", args.dtype],
+                             capture_output=True, text=True, cwd=ROOT)
+        if run.returncode:
+            sys.stderr.write(run.stderr)
+            return run.returncode
+        child = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        if not args.keep:
+            shutil.rmtree(root if not args.folder else root / "text_encoder", ignore_errors=True)
+    points = child["points"]
+    held = {name: round(points[name]["rss_gib"] - points["baseline"]["rss_gib"], 3) for name in points}
+    result = {"component": "text_encoder", "layers": config["num_layers"], "smoke": args.smoke, "dtype": args.dtype,
+              "weights_gib": round(weights / 2**30, 3), "above_baseline_gib": held, "points": points,
+              "freed_gib": child["freed_gib"], "goal": "freed holds < 5 % of the weights above loaded"}
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0 if (held["freed"] - held["loaded"]) * 2**30 < 0.05 * weights else 1
 
 
 if __name__ == "__main__":

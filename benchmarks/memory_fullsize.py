@@ -51,6 +51,9 @@ class MemoryConfig:
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
     guidance_scale: float = 0.0  # guidance_preserving.scale: the step's extra no-grad unconditional pass (0 = off)
+    # sequence_parallel N: rank 0 of a group of N (the larger share of an uneven cut) under DDP, the others' traffic
+    # on a fake process group (shapes only, as every tensor here)
+    sequence_parallel: int = 1
     resident_vae: bool = True  # the run's VAE on the GPU beside the step (float32, vae_dtype's default), as training keeps it
     goal_gib: float | None = None
     # what tests/test_memory_fullsize.py holds it to: the goal, or where the goal is not met (yet) the figure
@@ -65,6 +68,7 @@ SPLIT = dict(ffn_chunks=8, checkpoint_attention=True)  # a block's recompute in 
 LIGHT = dict(fp8=True, blocks_to_swap=30, activation_offload=True)  # what docs/performance.md says fits 24 GB
 LIGHT_INT8 = dict(LIGHT, fp8=False, base_weight_format="INT8_CONVROT")  # the same with the int8 ConvRot base
 # limits: the goal where it is met, else the figure measured with the lean block (2026-11-28) plus 2 %
+HD = dict(width=1280, height=720, frames=81)
 CONFIGS: dict[str, MemoryConfig] = {
     "1.3b_gc": MemoryConfig("1.3b", goal_gib=8.5, limit_gib=8.5, ci=True, note="1.3B 832x480x81, training, GC only"),
     "1.3b_gc_split": MemoryConfig("1.3b", **SPLIT, goal_gib=8.0, limit_gib=8.0,
@@ -95,6 +99,14 @@ CONFIGS: dict[str, MemoryConfig] = {
                           note="5B TI2V 1280x704x121, GC"),
     "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0, limit_gib=21.34,
                                 ci=True, note="5B TI2V 1280x704x121, GC + ffn_chunks 8 + checkpoint_attention"),
+    # 14B LoRA at 1280x720x81 (75,600 tokens) with checkpointing, no swap: one GPU, then one rank of a sequence group
+    "14b_720p": MemoryConfig("14b", **HD, limit_gib=84.38, note="14B 1280x720x81, GC, one GPU (over 80 GB)"),
+    "14b_720p_sp2": MemoryConfig("14b", **HD, sequence_parallel=2, limit_gib=57.0,
+                                 note="14B 1280x720x81, GC, sequence_parallel 2: one rank"),
+    "14b_720p_sp4": MemoryConfig("14b", **HD, sequence_parallel=4, goal_gib=70.0, limit_gib=70.0,
+                                 note="14B 1280x720x81, GC, sequence_parallel 4: one rank"),
+    "14b_720p_sp8": MemoryConfig("14b", **HD, sequence_parallel=8, limit_gib=36.46,
+                                 note="14B 1280x720x81, GC, sequence_parallel 8: one rank"),
     "a14b_light": MemoryConfig("14b", **LIGHT, experts=2, offload_inactive_expert=True, goal_gib=12.5, limit_gib=16.07,
                                note="A14B BOTH, offload_inactive_expert, fp8 + 30 swapped + activation offload"),
     "a14b_light_split": MemoryConfig("14b", **LIGHT, **SPLIT, experts=2, offload_inactive_expert=True, goal_gib=12.5,
@@ -139,6 +151,8 @@ def measure(name: "str | MemoryConfig") -> dict:
             transformer_2 = fake_transformer(config, dtype) if spec.experts == 2 else None
             vae = fake_vae(config).to(device) if spec.resident_vae else None  # kept for sampling and validation
             setup, params, optimizer = gpu_step.prepare(transformer, config, train, device, dtype, transformer_2)
+            if spec.sequence_parallel > 1:
+                split_sequences(setup, spec.sequence_parallel)
             counter.watch([*setup.model.transformers(), *([vae] if vae is not None else [])], [optimizer])
             real_sigmas(setup)
             inputs = gpu_step.make_inputs(config, shape, 1, device)
@@ -154,7 +168,8 @@ def measure(name: "str | MemoryConfig") -> dict:
                       for step in first_step_of_each_expert(setup)]
         result = counter.result()
         counter.close()
-    estimate = gpu_step.vram_estimate(config, train, spec.width, spec.height, spec.frames, 1, spec.experts,
+    estimate = gpu_step.vram_estimate(config, dataclasses.replace(train, sequence_parallel=spec.sequence_parallel),
+                                      spec.width, spec.height, spec.frames, 1, spec.experts,
                                       vae_config(config) if spec.resident_vae else None)
     measured = result["peak_gib"]
     estimated = estimate.get("estimate_training_gib")
@@ -166,6 +181,27 @@ def measure(name: "str | MemoryConfig") -> dict:
         "estimate_error": round(estimated / measured - 1, 4) if estimated and measured else None,
         "seconds": round(time.perf_counter() - started, 1), "torch": torch.__version__,
     }
+
+
+FAKE_WORLD = 64  # the largest sequence group a row may ask for
+
+
+def split_sequences(setup, n: int) -> None:
+    """Rank 0 of a sequence group of `n` over a fake process group (no other rank exists: its collectives return
+    tensors of the right shapes and move nothing), set up as prepare_device does: the token hooks and Ulysses
+    processors. Not DDP, whose C++ reducer cannot hold FakeTensors: prepare_device's DDP keeps the gradients in its
+    all-reduce buckets (gradient_as_bucket_view), so it adds no copy of them (a few KB of bucket bookkeeping)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from modules.model.attention.ulysses import SequenceShards
+    from modules.model.sequence_parallel import shard_tokens
+
+    if not dist.is_initialized():  # one fake world for every row of this process; a group of n in it per row
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=FAKE_WORLD)
+    setup.sequence = SequenceShards(dist.new_group(list(range(n))), n, 0)
+    for expert, transformer in setup.trained_transformers():
+        shard_tokens(transformer, setup.sequence)
 
 
 def fake_transformer(config: dict, dtype):

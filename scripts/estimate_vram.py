@@ -23,7 +23,8 @@ def main() -> int:
                         "detected GPU's): AUTO stores the base in int8 ConvRot only where that was measured faster")
     parser.add_argument("--json", action="store_true",
                         help='print {"peak_gib", "terms", "fits", "suggestions", "memory_plan", "ram_gib", '
-                             '"ram_terms", "machine_ram_gib", "ram_fits", "refusal"}')
+                             '"ram_phase", "ram_terms", "ram_caching_terms", "machine_ram_gib", "ram_fits", '
+                             '"refusal"}')
     args = parser.parse_args()
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
@@ -54,12 +55,17 @@ def main() -> int:
                 print(f"  {name:<28} {gib:8.2f} GiB")
     verdict = "" if result.fits is None else (" — fits" if result.fits else f" — does NOT fit {result.gpu_gib:g} GiB")
     print(f"peak: {result.peak_gib:.2f} GiB in the {result.peak_phase} phase (with {0.5:g} GiB headroom){verdict}")
+    if config.sequence_parallel > 1:
+        print(f"  (each of the {config.sequence_parallel} GPUs of a sequence group: the whole model, 1/"
+              f"{config.sequence_parallel} of a clip's tokens)")
     for line in result.suggestions:
         print(f"  to fit: {line}")
     print(f"host {plan.host.line()}")
-    for name, gib in plan.host.terms.items():
-        if gib:
-            print(f"  {name:<28} {gib:8.2f} GiB")
+    for phase, terms in plan.host.phases().items():
+        print(f"  {phase}: {sum(terms.values()):.2f} GiB")
+        for name, gib in terms.items():
+            if gib:
+                print(f"    {name:<26} {gib:8.2f} GiB")
     if plan.refusal:
         print(f"AUTO will not start: {plan.refusal}")
     return 0

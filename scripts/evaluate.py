@@ -101,6 +101,11 @@ def main() -> int:
 
         for index, prompt in enumerate(prompts):
             check_vace_references(len(prompt.elements), f"--prompts '{args.prompts}' prompt {index} (or --elements)")
+    from modules.model.sample_inputs import check_sample_inputs
+
+    for index, prompt in enumerate(prompts):  # what the model generates from (an I2V model: each prompt's image)
+        check_sample_inputs(variant, settings.sample(prompt, 0),
+                            label=lambda field, i=index: f"--prompts '{args.prompts}' prompt {i}: its {field}")
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     check_not_an_input("--output", [output], [

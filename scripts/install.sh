@@ -51,8 +51,14 @@ stamped() {
   return 1
 }
 want="$(stamp_line "$requirements")"
-if stamped "$want" && "$VENV_PY" -c "import torch, diffusers" 2>/dev/null; then
-  exit 0  # already installed
+if stamped "$want"; then
+  # Importing torch and diffusers takes seconds (~12 on a cold disk): say so, rather than sit silent.
+  echo "checking .venv: $requirements was installed; importing torch and diffusers to be sure (a few seconds)..."
+  if "$VENV_PY" -c "import torch, diffusers" 2>/dev/null; then
+    echo ".venv is up to date: nothing to install"
+    exit 0
+  fi
+  echo "torch or diffusers does not import: installing again"
 fi
 "$VENV_PY" -m pip install --quiet --upgrade pip
 install_torch() {

@@ -12,6 +12,8 @@ finish in the window — so the samples tab and the curves tab show a real run's
 
     gui-<tab>.png                   every tab after the run (general … visualization, samples, curves)
     gui-running.png                 the samples tab while the run trains (the viewer following it)
+    gui-runs.png                    the run browser: the demo run finished, a second one stopped after two steps
+    gui-wide-training.png           the training tab of a 1920x1080 window (two columns)
     gui-e2v-elements-errors.png     the element table with two bad rows
 
 The window runs on a private Xvfb server (started here on a free display; `Xvfb` must be installed:
@@ -31,8 +33,9 @@ from pathlib import Path
 
 from _bootstrap import REPO_ROOT, OneLineArgumentParser, run_main
 
-SCREEN = "1400x1000x24"
+SCREEN = "1920x1080x24"
 WINDOW = "1280x960"
+WIDE_WINDOW = "1920x1080"
 SIZE, FRAMES = 48, 17  # the demo's training clips: 48 × 48, 17 frames (tiny: the run takes a minute on a CPU)
 
 
@@ -140,10 +143,26 @@ def take_screenshots(config: Path, output: Path) -> list[Path]:
         written.append(capture_window(ui, output / "gui-running.png"))
         pump_until(ui, lambda: not ui.app.training.running, 900, "the end of the demo run")
         check_run(ui)
+        finished = ui.app.training.state.run_name
+        time.sleep(1.1)  # a second run of the same config: another name (runs are named by the second they start)
+        ui.bottom_bar.start_button.invoke()  # ...stopped after two steps: the runs tab shows both states
+        pump_until(ui, lambda: ui.app.training.state.step >= 2 or not ui.app.training.running, 600,
+                   "the second demo run")
+        ui.bottom_bar.stop_button.invoke()
+        pump_until(ui, lambda: not ui.app.training.running, 600, "the stop of the second demo run")
+        check_run(ui)
+        ui.app.select_run(finished)  # the finished run's samples and curves, as a click in the runs tab shows them
+        ui.refresh()
         samples = ui.tab("samples")
         samples.gallery.select_index(0)
         samples.refresh()
         written += capture_tabs(ui, output, [cls.name for cls in TAB_CLASSES])
+        ui.geometry(WIDE_WINDOW)  # a 1920 px window: the forms in two columns
+        ui.show_tab("training")
+        settle(ui, 1.0)
+        written.append(capture_window(ui, output / "gui-wide-training.png"))
+        ui.geometry(WINDOW)
+        settle(ui)
 
         elements = ui.app.dataset.elements  # two mistakes a user makes in the table, shown on their rows
         elements.set(1, "vae.repeat", "0")

@@ -101,6 +101,7 @@ def main() -> int:
 
     from modules.model.attention.backend_setup import apply_attention_backend
     from modules.model.detection import detect_variant
+    from modules.model.sample_inputs import check_sample_inputs
     from modules.model.vace_e2v import check_vace_references
     from modules.modelFile.base_loras import sampling_stack
     from modules.modelFile.lora_checks import check_lora_file
@@ -119,6 +120,7 @@ def main() -> int:
     variant = detect_variant(args.model)
     if variant.vace_layers:  # no more references than training takes
         check_vace_references(len(args.elements or []), "--elements")
+    check_sample_inputs(variant, sample)  # e.g. an Animate-2 model without --driving-video
     lora = check_lora_file(args.lora, variant, args.force, "--force") if args.lora else None
     base_loras = sampling_stack(args.base_lora, lora, variant, use_header=not args.no_base_loras)
     overrides = {f"{name}_override": getattr(args, f"{name}_file") or ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 from _bootstrap import run_main  # first: import path, offline mode
 
@@ -24,12 +25,13 @@ def main() -> int:
         print("error: give --config-path (and/or --preset-path)", file=sys.stderr)
         return 2
     from modules.config.loading import load_train_config
-    from modules.trainer.preflight import check_before_loading
+    from modules.trainer.preflight import check_paths
 
-    # The config and every check that needs no model first: importing the trainer (diffusers' Wan pipelines)
-    # takes many seconds, a config error should not wait for it.
+    # The config and every check that needs neither torch nor a model first: importing the trainer (diffusers' Wan
+    # pipelines) takes many seconds, a config error should not wait for it. The data verdict is the trainer's start.
     config = load_train_config(args.config_path, args.preset_path, args.config_value)
-    check_before_loading(config)
+    config_files = [path for path in (args.config_path, args.preset_path) if path and Path(path).is_file()]
+    check_paths(config, config_files)
 
     from modules.trainer.GenericTrainer import GenericTrainer
     from modules.util.commands import StopSignalHandler, TrainCommands
@@ -39,7 +41,7 @@ def main() -> int:
     request_stop = StopSignalHandler(commands)  # first Ctrl-C/SIGTERM: stop after this step; second: stop now
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    trainer = GenericTrainer(config, commands=commands)
+    trainer = GenericTrainer(config, commands=commands, config_files=config_files)
     code = _run(trainer)
     if trainer.dist.enabled:
         exit_rank(code)

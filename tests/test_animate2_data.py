@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from modules.config.train_config import TrainConfig
-from modules.dataLoader.animate2_triplets import COPY_PSNR_DB, check_triplets, frame_psnr
-from modules.dataLoader.discovery import discover_concept
+from modules.dataLoader.animate2_triplets import COPY_PSNR_DB, frame_psnr, triplet_for
+from modules.dataLoader.verdict import DataVerdict
 from modules.synthetic.synthetic_data import render_clip
-from modules.trainer.preflight import check_paths
+from modules.trainer.preflight import check_before_loading
 from modules.util.errors import UserError
 from modules.util.video_write import write_video
 from tests.conftest import train_config_dict
@@ -27,25 +27,36 @@ def _triplet(folder, name="001", driving=("circle", "blue", "left to right"), si
     return folder
 
 
-def test_a_triplet_is_found_its_streams_are_no_samples_and_a_clip_without_one_is_skipped(tmp_path, caplog):
+def _verdict(tiny_model, folder, tmp_path):
+    config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), folder, tmp_path))
+    return DataVerdict(config).concept(config.concepts[0], "concepts[0]")
+
+
+def test_a_triplet_is_found_its_streams_are_no_samples_and_a_clip_without_one_is_skipped(tiny_model, tmp_path,
+                                                                                           caplog):
     folder = _triplet(tmp_path / "data")
     shutil.copy(folder / "001.mp4", folder / "002.mp4")  # no driving video, no reference: skipped and counted
     (folder / "001_driving.txt").write_text("a blue circle moving right", encoding="utf-8")
-    triplets = check_triplets(discover_concept(folder, False), "concept")
-    assert [(t.target.name, t.driving.name, t.reference.name, t.driving_caption) for t in triplets] == [
-        ("001.mp4", "001_driving.mp4", "001_reference.png", "a blue circle moving right")]
-    assert "1 with no driving video (002.mp4)" in caplog.text
+    verdict = _verdict(tiny_model, folder, tmp_path)
+    assert not verdict.error and [s.media_path.name for s in verdict.files] == ["001.mp4", "002.mp4"]
+    assert {item.sample.media_path.name for item in verdict.items} == {"001.mp4"}
+    t = triplet_for(folder / "001.mp4")
+    assert (t.target.name, t.driving.name, t.reference.name, t.driving_caption) == (
+        "001.mp4", "001_driving.mp4", "001_reference.png", "a blue circle moving right")
+    assert verdict.summary() == "2 files: 1 usable, 1 skipped (missing file: 1)"
+    assert "no driving video '002_driving.mp4'" in caplog.text
     assert frame_psnr(folder / "001.mp4", folder / "001_driving.mp4") < 20  # another performance: far under
 
 
-@pytest.mark.parametrize("copy", ["same file", "re-rendered larger"])
-def test_a_target_used_as_its_own_driving_video_is_refused_in_one_line(tmp_path, copy):
-    folder = _triplet(tmp_path / "data", driving=("square", "red", "left to right"), size=64 if copy == "same file" else 96)
+@pytest.mark.parametrize("copy", ["same file", "resized"])
+def test_a_target_used_as_its_own_driving_video_is_refused_in_one_line(tiny_model, tmp_path, copy):
+    folder = _triplet(tmp_path / "data")
+    target = render_clip("square", "red", "left to right", 17, 64, 64)
     if copy == "same file":
         shutil.copy(folder / "001.mp4", folder / "001_driving.mp4")
-    with pytest.raises(UserError) as error:
-        check_triplets(discover_concept(folder, False), "concept")
-    message = str(error.value)
+    else:
+        write_video(folder / "001_driving.mp4", np.stack([cv2.resize(f, (96, 96)) for f in target]), 16.0)
+    message = _verdict(tiny_model, folder, tmp_path).error
     assert "001_driving.mp4' is its target clip '001.mp4' itself" in message and "\n" not in message
     assert ("sha256" if copy == "same file" else "dB PSNR") in message
     if copy != "same file":
@@ -58,11 +69,11 @@ def test_start_up_checks_an_animate_2_base_data_and_its_keys_in_one_line(tiny_mo
     write_video(data / "001.mp4", render_clip("square", "red", "left to right", 17, 64, 64), 16.0)
     config = TrainConfig.from_dict(train_config_dict(tiny_model("animate_2"), data, tmp_path))
     with pytest.raises(UserError, match="no clip has its Animate-2 inputs beside it"):
-        check_paths(config)
+        check_before_loading(config)
     _triplet(data)
-    check_paths(config)  # the data checks out: the run may start
+    check_before_loading(config)  # the data checks out: the run may start
     with pytest.raises(UserError) as error:
-        check_paths(TrainConfig.from_dict({**config.to_dict(), "last_frame_condition": True}))
+        check_before_loading(TrainConfig.from_dict({**config.to_dict(), "last_frame_condition": True}))
     assert "'last_frame_condition' does not apply to a Wan2.2-Animate-2 base" in str(error.value)
     assert "\n" not in str(error.value)
 

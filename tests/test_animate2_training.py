@@ -217,7 +217,7 @@ def test_an_animate_2_lora_trains_saves_and_resumes_bit_identically(tiny_model, 
 
 
 def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_model, tmp_path):
-    from modules.trainer.preflight import check_paths
+    from modules.trainer.preflight import check_before_loading
     from modules.util.errors import UserError
 
     data = triplets(tmp_path / "data")
@@ -227,11 +227,12 @@ def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_mode
              ({"gradient_checkpointing": True, "keep_self_attention": True}, tiny_model("animate_2"),
               "config key 'keep_self_attention' does not apply to a Wan2.2-Animate-2 base"),
              ({"samples": [{"prompt": "a", "image": str(data / "001_reference.png")}]}, tiny_model("animate_2"),
-              r"config key 'samples\[0\]': .* set the sample's 'image' and 'driving_video'"),
+              r"config key 'samples\[0\].driving_video': an Animate-2 model animates a reference image with a "
+              "driving video"),
              ({"samples": [{"prompt": "a", "driving_video": str(data / "001_driving.mp4")}]}, tiny_model("t2v"),
-              r"'samples\[0\].driving_video' is set, but only Wan2.2-Animate-2 bases follow")]
+              r"'samples\[0\].driving_video': only Animate-2 models follow a driving video \(this is t2v\)")]
     for overrides, base, message in cases:
         config = TrainConfig.from_dict({**train_config_dict(base, data, tmp_path), **overrides})
         with pytest.raises(UserError, match=message) as error:
-            check_paths(config)
+            check_before_loading(config)
         assert "\n" not in str(error.value)

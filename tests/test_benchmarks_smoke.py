@@ -113,3 +113,15 @@ def test_loading_a_transformer_holds_its_weights_once(tmp_path, source):
     assert result["loaded_bytes"] == result["weights_bytes"] > 2 ** 28
     assert result["load_rss_over_weights"] <= 1.2
     assert not (tmp_path / "model" / "transformer").exists()
+
+
+@pytest.mark.slow
+def test_a_freed_text_encoder_gives_its_host_memory_back(tmp_path):
+    """benchmarks/host_memory.py --text-encoder --smoke (UMT5 with its real vocabulary, 0.13 GB): parked as caching on
+    a GPU left it, every weight is a private host copy; freed as the trainer frees it, they are gone."""
+    result, proc = run_script(["benchmarks/host_memory.py", "--text-encoder", "--smoke", "--folder", str(tmp_path)],
+                              tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    held, weights = result["above_baseline_gib"], result["weights_gib"]
+    assert result["points"]["parked"]["anon_gib"] - result["points"]["baseline"]["anon_gib"] > 0.9 * weights
+    assert held["freed"] - held["loaded"] < 0.05 * weights and result["freed_gib"] == weights

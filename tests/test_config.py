@@ -135,7 +135,7 @@ def test_a_newer_file_is_refused(tmp_path):
 
 def test_defaults_are_the_documented_ones():
     config = TrainConfig()
-    assert (config.model_type, config.training_method, config.max_steps) == (ModelType.WAN_2_1, TrainingMethod.LORA, 0)
+    assert (config.model_type, config.training_method, config.max_steps) == (ModelType.AUTO, TrainingMethod.LORA, 0)
 
 
 def test_config_docs_are_up_to_date():

@@ -43,8 +43,10 @@ def test_two_gloo_processes_train_an_embedding_and_a_lora_as_one_process_with_th
     data = write_video_dataset(tmp_path / "data", count=4, frames=9, height=32, width=32)
     for index in range(2):
         (data / f"{index:03d}.txt").write_text(f"a video of <sks> number {index}", encoding="utf-8")
+    # float32 files: DDP's average differs from one process's gradient by float32 round-off only, but no rounding to
+    # bfloat16 should add a step of its own on top
     common = dict(epochs=2, backup_before_save=False, training_method=method, learning_rate=0.01,
-                  embedding={"placeholder": "<sks>", "token_count": 2})
+                  embedding={"placeholder": "<sks>", "token_count": 2}, output_dtype="FLOAT32")
     single = train_config_dict(tiny_model("t2v"), data, tmp_path / "one", batch_size=4, **common)
     double = train_config_dict(tiny_model("t2v"), data, tmp_path / "two", batch_size=2, **common)
     train([sys.executable], single, tmp_path / "one.json")
@@ -65,7 +67,10 @@ def test_two_gloo_processes_train_an_embedding_and_a_lora_as_one_process_with_th
         one = load_file(single["output_model_destination"])
         two = load_file(double["output_model_destination"])
         assert one.keys() == two.keys()
-        assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-4
+        # AdamW divides by the gradients' own size, so round-off in a near-zero gradient (lora_up starts at zero)
+        # becomes a few percent of a step: 1.2e-4 to 1.6e-4 here at lr 0.01, as large as 1e-4 on another CPU's
+        # kernels. Training on half the batch (what a rank that did not average would do) differs by 0.04.
+        assert max(float((one[k] - two[k]).abs().max()) for k in one) < 1e-3
         assert max(float(v.abs().max()) for v in one.values()) > 1e-2  # the LoRA did train
     # only rank 0 wrote: one log file
     assert len(list((run_dir(tmp_path / "two" / "workspace") / "logs").iterdir())) == 1

@@ -116,7 +116,11 @@ def test_keyframe_windows_start_at_the_scene_cuts(tiny_model, tmp_path):
     (folder / "clips.jsonl").write_text(json.dumps({"path": "cuts.npz", "prompt": "three shots"}) + "\n")
     data = loader(tiny_model, folder / "clips.jsonl", tmp_path / "run", frame_sample_strategy="KEYFRAME")
     assert starts(data) == [0, 40, 90]
-    assert data.planner.pipeline.modules[0].misses == 1  # the cuts are cached with the latents
+    from modules.dataLoader.verdict import DataVerdict
+
+    again = DataVerdict(data.config)  # start-up's verdict probed the clip (its cuts too) into the cache
+    assert [item.clip["start"] for item in again.all()[0].items] == [0, 40, 90]
+    assert again.planner.pipeline.modules[0].misses == 0  # the cuts are cached with the latents
 
 
 def test_e2v_datasets_take_the_same_strategies_with_their_references_per_sample(tiny_model, tmp_path):

@@ -77,6 +77,18 @@ def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():
     assert all(flag in help_text for flag in args + int8 if flag.startswith("--"))
 
 
+def test_a_sequence_parallel_memory_row_is_skipped_on_one_gpu_and_the_sequence_part_plans_its_parity_rows():
+    from benchmarks.gpu.sequence import jobs
+    from benchmarks.memory_fullsize import CONFIGS
+
+    assert CONFIGS["14b_720p_sp4"].sequence_parallel == 4  # part `memory` skips it: one rank of four GPUs
+    planned = [job.name for job in jobs(dry_run=False)]
+    assert planned[0] == "sp1_parity_13b_NATIVE" and "sp1_parity_14b2_720p_NATIVE" in planned
+    help_text = subprocess.run([sys.executable, "benchmarks/sequence_parity.py", "--help"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout
+    assert all(flag in help_text for job in jobs(dry_run=False) for flag in job.argv if flag.startswith("--"))
+
+
 def test_the_int8_part_times_the_gemms_then_each_model_with_and_without_int8():
     from benchmarks.gpu.int8 import jobs
 
@@ -101,7 +113,7 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "run.json").read_text())
     assert summary["dry_run"] is True
-    parts = ["correct", "learn", "speed", "profile", "memory", "auto", "int8"]
+    parts = ["correct", "learn", "speed", "profile", "memory", "auto", "int8", "sequence"]
     assert all(summary[part]["rc"] == 0 for part in parts), summary
     results = {part: json.loads((out / f"{part}.json").read_text()) for part in parts}
     assert all(r["dry_run"] and r["environment"]["packages"]["torch"] and r["rows"] for r in results.values())
@@ -119,6 +131,10 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     gemm, *steps = results["int8"]["rows"]
     assert gemm["status"] == "ok" and len(gemm["rows"]) == 3 and all(r["int8_int_mm_s"] > 0 for r in gemm["rows"])
     assert [(r["base_weight_format"], r["status"]) for r in steps] == [("BF16", "ok"), ("INT8_CONVROT", "ok")]
+    (parity,) = results["sequence"]["rows"]  # the Ulysses path in a group of one against the plain step
+    assert parity["status"] == "ok" and parity["tokens_cut"] == [parity["tokens"]] and parity["largest_gradient"] > 0
+    assert parity["gradient_difference"] == 0.0 and parity["loss_difference"] == 0.0  # float32 on the CPU
+    assert len(results["sequence"]["settings"]["planned"]) == 4
     # the device tool returns 8 files a command: any 3 parts' files with run.json and run.log fit
     per_part = sorted((sum(f.name.startswith(part) for f in out.iterdir()) for part in parts), reverse=True)
     assert sum(per_part[:3]) + 2 <= 8 and len(list(out.iterdir())) == sum(per_part) + 2

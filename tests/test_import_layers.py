@@ -5,6 +5,8 @@
     config                                 the typed configs and their loading; names the registries below
     model                                  WanModel, variants, conditioning, the block's attention (model/attention/)
     dataLoader | modelSetup                apart: neither imports the other
+    dataTools                              data preparation (clips, captions, elements, masks): reads media and
+                                           dataset configs as training does, imports no trainer code
     modelFile                              LoRA and model files: formats, headers, reading, checks, merges
     modelSaver | modelLoader | modelSampler  the saver and the loader apart: what both need is in modelFile
     trainer, evaluation
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
-FLOORS = (("util",), ("optimizer", "adapter"), ("config",), ("model",), ("dataLoader", "modelSetup"), ("modelFile",),
+FLOORS = (("util",), ("optimizer", "adapter"), ("config",), ("model",), ("dataLoader", "modelSetup"), ("dataTools",),
+          ("modelFile",),
           ("modelSaver", "modelLoader", "modelSampler"), ("trainer", "evaluation"), ("ui",), ("synthetic",))
 LAYERS = {package: floor for floor, packages in enumerate(FLOORS) for package in packages}
 SIBLINGS_APART = {frozenset({"dataLoader", "modelSetup"}), frozenset({"modelSaver", "modelLoader"})}

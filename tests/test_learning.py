@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.learning, pytest.mark.slow, pytest.mark.usefixtures("o
 
 #: CPU minutes of each run's training, measured (its session fixture's setup, one thread, `-n 2` on an otherwise idle
 #: 2-core machine): tests/conftest.py splits the runs over the two xdist workers by them
-CPU_MINUTES = {"t2v": 2.8, "i2v": 1.8, "a14b": 6.3, "e2v-i2v": 2.0, "e2v-t2v": 1.5}
+CPU_MINUTES = {"t2v": 2.8, "i2v": 1.8, "a14b": 6.3, "e2v-i2v": 2.0, "e2v-t2v": 1.5, "e2v-tool": 1.8}
 
 
 def same_run(name: str) -> pytest.MarkDecorator:
@@ -193,3 +193,30 @@ def test_e2v_the_exported_i2v_model_gives_the_same_verdict_in_diffusers(e2v_lear
         rate = e2v_rate(lambda seed: generate(element, seed), colour)
         record_property(f"rate {colour}", rate)
         assert rate >= 0.8, f"{colour} element through diffusers' I2V pipeline: {rate:.0%} of seeds"
+
+
+@pytest.fixture(scope="session")
+def e2v_tool_learned(tmp_path_factory):
+    """E2V (A2 layout) on the T2V base, trained on subject element images that scripts/make_elements.py's code cut
+    from the clips (tests/learning_e2v_tool.py)."""
+    from modules.synthetic.tiny_model import write_tiny_model
+
+    from tests.learning_e2v_tool import e2v_tool_held_out, e2v_tool_run
+
+    work = tmp_path_factory.mktemp("learning-e2v-tool")
+    run = e2v_tool_run(write_tiny_model("t2v", work / "base", trained_vae=True), work)
+    return run, e2v_tool_held_out(work)
+
+
+@same_run("e2v-tool")
+def test_e2v_learns_from_element_images_the_tool_made(e2v_tool_learned, record_property):
+    # the E2V run above, its subject images cut by the element tool from the clips (frame choice, crop, padding; the
+    # clips' grey around the cut-out, tests/learning_e2v_tool.py says why); held-out elements made by the tool from
+    # held-out clips. Metric and threshold as test_e2v_the_element_decides_which_shape_appears: 0.8 for every colour.
+    from tests.learning_e2v_tool import e2v_tool_rate
+
+    run, held_out = e2v_tool_learned
+    for colour, elements in held_out:
+        rate = e2v_tool_rate(run.model, elements, colour)
+        record_property(f"rate {colour}", rate)
+        assert rate >= 0.8, f"{colour} element made by the tool: {rate:.0%} of seeds show it alone"

@@ -198,3 +198,22 @@ def test_an_e2v_run_counts_the_reference_latent_frames_beside_the_video(tmp_path
     assert estimate(e2v).phases["training"]["activations.one_block"] == pytest.approx(
         estimate(longer).phases["training"]["activations.one_block"])
     assert estimate(e2v).phases["caching"]["vae_encode"] == estimate(plain).phases["caching"]["vae_encode"]
+
+
+def test_sequence_parallel_estimates_one_rank_with_its_share_of_the_tokens(tmp_path):
+    """sequence_parallel N: a rank holds the whole model and the activations of ceil(tokens / N) tokens (14B LoRA at
+    1280x720x81: 75,600 tokens, 18,900 a rank at N = 4; the fake-CUDA rows measure 82.7 and 42.5 GiB)."""
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    values = {"base_model_name": str(folder), "lora_rank": 32, "resolution": [720, 1280], "frames": 81,
+              "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16", "gradient_checkpointing": True}
+    one = estimate(TrainConfig.from_dict(values)).phases["training"]
+    rank = estimate(TrainConfig.from_dict({**values, "sequence_parallel": 4})).phases["training"]
+    tokens = 21 * (720 // 16) * (1280 // 16)
+    assert tokens == 75600
+    assert rank["transformer_weights"] == one["transformer_weights"]
+    assert one["activations.block_inputs"] == pytest.approx(tokens * 5120 * 2 * 40 / GIB)
+    assert rank["activations.block_inputs"] == pytest.approx(18900 * 5120 * 2 * 40 / GIB)
+    assert rank["activations.one_block"] == pytest.approx(one["activations.one_block"] / 4)
+    eight = estimate(TrainConfig.from_dict({**values, "sequence_parallel": 8})).phases["training"]
+    assert eight["activations.block_inputs"] == pytest.approx(9450 * 5120 * 2 * 40 / GIB)  # 75,600 / 8
+    assert sum(rank.values()) < 70 < sum(one.values())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from benchmarks.device_memory import DeviceMemoryCounter
-from benchmarks.memory_fullsize import CONFIGS, SPLIT, MemoryConfig, run_many_in_subprocess
+from benchmarks.memory_fullsize import CONFIGS, HD, SPLIT, MemoryConfig, run_many_in_subprocess
 
 GIB = 2 ** 30
 SMALL = dict(model="1.3b", layers=8, width=416, height=240, frames=21)  # full-width 1.3B blocks, a short clip
@@ -30,13 +30,15 @@ ROWS: dict[str, "str | MemoryConfig"] = {
     # the full-size int8 rows take 4-5 minutes each: the benchmark measures them), and keep_self_attention
     "int8": MemoryConfig("1.3b", layers=2, base_weight_format="INT8_CONVROT", activation_offload=True, **SPLIT),
     "kept": MemoryConfig("1.3b", layers=2, keep_self_attention=True),
+    # 2 full-width 14B blocks at 1280x720x81 (75,600 tokens): one GPU, and one rank of a sequence group of 4
+    "hd": MemoryConfig("14b", layers=2, **HD), "hd_sp4": MemoryConfig("14b", layers=2, **HD, sequence_parallel=4),
 }
 #: the two children's rows, about even (CPU-s a row measured one after another on one thread: 14B AUTO 12 GiB ~85,
 #: 5B split ~45, each 1.3B row ~35, the 8-block pairs 7-12, int8 ~6, kept ~3, caching 5). "plain" is measured twice:
 #: first in a fresh process and after five other rows, and must read the same (nothing of one measurement leaks into
 #: the next).
-CHILDREN = (["14b_auto12", "1.3b_auto8", "caching_umt5_cpu", "swapped", "kept", "plain"],
-            ["plain", "5b_gc_split", "1.3b_gc", "both", "offloaded", "int8"])
+CHILDREN = (["14b_auto12", "1.3b_auto8", "caching_umt5_cpu", "swapped", "kept", "hd_sp4", "plain"],
+            ["plain", "5b_gc_split", "1.3b_gc", "both", "offloaded", "int8", "hd"])
 
 
 def slow_and_shared(test):
@@ -260,6 +262,21 @@ def test_kept_self_attention_holds_each_blocks_output_from_the_forward_as_estima
                    for k in held), held  # self-attention is not recomputed (cross-attention is, as before)
     assert result["measured"]["peak_gib"] <= 3.11, result["measured"]  # measured 3.044 (2026-11-28) + 2 %
     assert abs(result["estimate_error"]) <= 0.10, (result["estimate_gib"], result["measured"]["peak_gib"])
+
+
+@slow_and_shared
+def test_a_sequence_parallel_rank_holds_its_share_of_the_activations_as_estimated(fullsize_rows):
+    """sequence_parallel 4 on 2 full-width 14B blocks at 1280x720x81: rank 0 (18,900 of the 75,600 tokens, the
+    Ulysses all-to-alls and the gathered prediction on a fake process group) holds the weights of one GPU and a
+    quarter of its activations (measured 6.75 of 26.47 GiB), and the estimate of tokens per rank is within 10 %
+    (the full-size rows: 82.7 GiB on one GPU, 42.5 a rank at sequence_parallel 4; docs/memory.md)."""
+    one, rank = fullsize_rows["hd"]["measured"], fullsize_rows["hd_sp4"]["measured"]
+    assert rank["breakdown_gib"]["frozen_weights"] == one["breakdown_gib"]["frozen_weights"]
+    share = rank["breakdown_gib"]["activations_and_temporaries"] / one["breakdown_gib"]["activations_and_temporaries"]
+    assert 0.24 <= share <= 0.27, (share, rank, one)
+    assert rank["peak_gib"] <= 9.28, rank  # measured 9.099 (2026-11-28) + 2 %
+    for row in (fullsize_rows["hd"], fullsize_rows["hd_sp4"]):
+        assert abs(row["estimate_error"]) <= 0.10, (row["estimate_gib"], row["measured"]["peak_gib"])
 
 
 def test_the_fake_int_mm_refuses_what_cuda_refuses():

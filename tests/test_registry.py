@@ -26,6 +26,7 @@ from modules.modelLoader.lora_inference import attach_lora_for_inference
 from modules.modelLoader.WanModelLoader import WanModelLoader
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.GenericTrainer import GenericTrainer
+from modules.trainer.preflight import DATA_CHECKS
 from modules.trainer.registry import DATA_KINDS, SETUPS, DataKind, Method, data_kind
 from modules.util.enum import TrainingMethod
 from modules.util.errors import UserError
@@ -168,9 +169,9 @@ def test_the_trainer_builds_and_calls_what_the_registries_hold(tiny_model, video
 
     monkeypatch.setitem(SETUPS, TrainingMethod.LORA, Method(
         Setup, lambda model, setup, path: calls.append(("continue from", type(setup), path))))
+    monkeypatch.setitem(DATA_CHECKS, "clips", lambda config: calls.append(("check", config.seed)))  # start-up's
     monkeypatch.setitem(DATA_KINDS, "clips", DataKind(
-        Loader, lambda config: calls.append(("check", config.seed)),
-        lambda model, config: calls.append(("prepare", model.variant.name)) or {}, sampling_options))
+        Loader, lambda model, config: calls.append(("prepare", model.variant.name)) or {}, sampling_options))
     lora = tmp_path / "start.safetensors"
     save_file({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": torch.zeros(1, 8),  # a LoRA start-up reads
                "diffusion_model.blocks.0.self_attn.q.lora_up.weight": torch.zeros(8, 1)}, str(lora))
@@ -179,7 +180,8 @@ def test_the_trainer_builds_and_calls_what_the_registries_hold(tiny_model, video
         tiny_model("t2v"), video_dataset, tmp_path, seed=5, lora_weight_path=str(lora), samples=[sample])))
     trainer.start()
     assert type(trainer.setup) is Setup and type(trainer.data) is Loader
-    assert calls == [("check", 5), ("prepare", "t2v"), ("continue from", Setup, str(lora))]
+    # the samples' inputs are encoded ahead right after caching (trainer/sample_inputs.py), with the data kind's options
+    assert calls == [("check", 5), ("prepare", "t2v"), ("sampling options", Loader), ("continue from", Setup, str(lora))]
     assert len(trainer.sample()) == 1 and calls[-1] == ("sampling options", Loader)
 
 

@@ -279,13 +279,13 @@ def test_progress_counters_beyond_what_json_or_the_run_holds_are_implausible():
 
 def test_two_starts_in_one_second_keep_two_logs(tmp_path, monkeypatch):
     """A resume started in the same second as the run it resumes (CI saw it) opens a log of its own."""
-    from modules.trainer import GenericTrainer as generic_trainer
+    from modules.trainer import trainer_run
 
-    monkeypatch.setattr(generic_trainer.time, "strftime", lambda fmt: "train-20261128-090159")
-    first = generic_trainer._new_log_path(tmp_path)
+    monkeypatch.setattr(trainer_run.time, "strftime", lambda fmt: "train-20261128-090159")
+    first = trainer_run.new_log_path(tmp_path)
     first.write_text("run")
-    second = generic_trainer._new_log_path(tmp_path)
+    second = trainer_run.new_log_path(tmp_path)
     second.write_text("resume")
-    third = generic_trainer._new_log_path(tmp_path)
+    third = trainer_run.new_log_path(tmp_path)
     assert [first.name, second.name, third.name] == [
         "train-20261128-090159.log", "train-20261128-090159-2.log", "train-20261128-090159-3.log"]

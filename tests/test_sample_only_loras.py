@@ -21,6 +21,7 @@ from modules.modelSampler.comfy_workflow import workflow_models
 from modules.modelSaver.WanLoRASaver import lora_metadata, save_lora
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.trainer.resume_check import config_fingerprint
+from modules.trainer.snapshots import snapshot_destination
 from modules.util.base_config import ConfigError
 from modules.util.enum import WanExpert
 from modules.util.errors import UserError
@@ -56,10 +57,12 @@ def test_a_lora_runs_samples_stack_the_lora_with_the_trained_adapter_and_leave_t
             if "lora_B" in name:
                 param.normal_(std=0.05)
     before = {name: param.detach().clone() for name, param in transformer.named_parameters()}
+    # the snapshot of this step: the file the sample's workflow names, and sample.py's --lora below
+    trained = snapshot_destination(trainer.run.path, config["output_model_destination"], 0)
+    trained.parent.mkdir(parents=True)
+    save_lora(extract_from_peft(transformer, "default"), trained, COMFY_LORA, lora_metadata("wan-2.1-t2v"))
     video = trainer.sample()[0]
     assert all(torch.equal(param, before[name]) for name, param in transformer.named_parameters())
-    trained = tmp_path / "lora.safetensors"  # the run's output name, so the two workflows can be compared
-    save_lora(extract_from_peft(transformer, "default"), trained, COMFY_LORA, lora_metadata("wan-2.1-t2v"))
 
     ours = np.asarray(Image.open(video.with_suffix(".png"))).astype(int)
     args = ["--model", str(model_dir), "--lora", str(trained)]
@@ -68,7 +71,7 @@ def test_a_lora_runs_samples_stack_the_lora_with_the_trained_adapter_and_leave_t
     assert np.abs(ours - with_stack).max() <= 1  # float rounding of merged vs. unmerged adapter math, in 8 bits
     assert np.abs(ours - without).max() > 8
     chain = chain_of(video.with_name(video.stem + ".workflow.json"))
-    assert chain == [(stack.name, 0.7), ("lora.safetensors", 1.0)]  # what sample.py's workflow for that stack holds
+    assert chain == [(stack.name, 0.7), ("lora-step000000.safetensors", 1.0)]  # as sample.py's for that stack
     assert chain == chain_of(tmp_path / "a.workflow.json")
 
 

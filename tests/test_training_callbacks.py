@@ -10,6 +10,7 @@ from modules.config.train_config import TrainConfig
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.ui.controllers.curves import ScalarHistory, read_tensorboard_scalars
 from modules.util.commands import TrainCallbacks
+from modules.util.errors import UserError
 from modules.util.sample_record import SampleRecord
 from tests.conftest import train_config_dict
 from tests.run_paths import run_dir
@@ -60,15 +61,19 @@ def test_samples_are_reported_with_their_sidecar_and_scalars_without_tensorboard
     assert data["fps"] == 16.0
 
 
-def test_caching_progress_and_every_skipped_preview_sample_reach_the_callbacks(tiny_model, video_dataset, tmp_path):
+def test_caching_progress_and_every_skipped_preview_sample_reach_the_callbacks(tiny_model, video_dataset, tmp_path,
+                                                                               monkeypatch):
     """The GUI shows the caching phase as it runs, and at the end what the run skipped (here its one preview sample:
-    a last_image a T2V base cannot take), not only the log."""
-    from PIL import Image
+    its sampler, which a patched loop cannot run; what start-up can know it refuses before the model loads), not
+    only the log."""
+    import modules.modelSampler.WanModelSampler as sampler_module
 
-    Image.new("RGB", (32, 32)).save(tmp_path / "last.png")
+    def fails(self, sample, show_progress=True):
+        raise UserError("the sample's sampler cannot run here")
+
+    monkeypatch.setattr(sampler_module.WanModelSampler, "generate", fails)
     config = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, epochs=1, max_steps=1, sample_at_end=True,
-                               samples=[{**SAMPLE, "image": str(tmp_path / "last.png"),
-                                         "last_image": str(tmp_path / "last.png")}])
+                               samples=[SAMPLE])
     progress, warnings = [], []
     trainer = GenericTrainer(TrainConfig.from_dict(config), TrainCallbacks(
         on_progress=lambda what, done, total: progress.append((what, done, total)), on_warning=warnings.append))
@@ -78,5 +83,4 @@ def test_caching_progress_and_every_skipped_preview_sample_reach_the_callbacks(t
     assert [p for p in progress if p[0] == "caching"] == [("caching", i, 3) for i in range(4)]
     trainer.train()
     trainer.end()
-    assert warnings == ["every preview sample (1) was skipped: sample 0: the sample has a last_image, which only "
-                        "I2V-layout models take (this is t2v)"]
+    assert warnings == ["every preview sample (1) was skipped: sample 0: the sample's sampler cannot run here"]

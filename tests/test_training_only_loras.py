@@ -24,7 +24,8 @@ def test_a_full_fine_tune_trains_on_the_adapter_and_samples_and_saves_without_it
     config = train_config_dict(model_dir, video_dataset, tmp_path, epochs=1, max_steps=1, learning_rate=1e-12,
                                training_method="FINE_TUNE", output_model_format="DIFFUSERS",
                                output_model_destination=str(tmp_path / "out"),
-                               base_loras=[{"path": str(lora), "strength": 0.7, "training_only": True}])
+                               base_loras=[{"path": str(lora), "strength": 0.7, "training_only": True}],
+                               samples=[{"prompt": "a", "frames": 5, "height": 32, "width": 32, "steps": 1}])
     trainer = GenericTrainer(TrainConfig.from_dict(config))
     trainer.start()
     base = base_transformer(model_dir).state_dict()
@@ -33,7 +34,7 @@ def test_a_full_fine_tune_trains_on_the_adapter_and_samples_and_saves_without_it
     merged = param.detach().clone()
     assert not torch.allclose(merged, base[name])  # training sees the adapter
     seen = []
-    trainer._sample = lambda: seen.append(param.detach().clone()) or []
+    trainer._sample = lambda samples=None: seen.append(param.detach().clone()) or []
     trainer.sample()
     torch.testing.assert_close(seen[0], base[name], rtol=0, atol=1e-6)  # samples do not
     assert torch.equal(param, merged)  # and training goes on from the very same weights

@@ -58,6 +58,10 @@ def run_rows(part: Part, card_gib: float | None) -> int:
         fake["dry_1.3b_gc"] = (measured.get("measured") or {}).get("peak_gib")
     failed = 0
     for name, spec in rows.items():
+        if spec.sequence_parallel > 1:  # one rank of a group needs the group's other GPUs
+            part.add({"name": name, "status": "skipped", "reason": f"one rank of {spec.sequence_parallel} sequence-"
+                      "parallel GPUs: this machine has one (part `sequence` checks the path at N = 1)"})
+            continue
         wanted = spec.limit_gib or spec.goal_gib or 0
         if card_gib is not None and wanted > 0.9 * card_gib:
             part.add({"name": name, "status": "skipped", "reason": f"needs ~{wanted} GiB, the card has {card_gib}"})

@@ -6,7 +6,8 @@
 PART: correct (`pytest -m cuda`), learn (the shapes demo on the GPU), speed (gpu_step's s/step and MFU table;
 SPEED_MODELS="13b 14b8 5b" picks the models), profile (one 1.3B step under torch.profiler), memory (the full-size
 table real beside fake and estimate), auto (AUTO's plans on 8-24 GiB cards), int8 (per-GEMM timings and step times
-of the int8 ConvRot base against bf16 and fp8). --dry-run: the same code at tiny size
+of the int8 ConvRot base against bf16 and fp8), sequence (sequence parallelism's path at N = 1 against the plain
+step). --dry-run: the same code at tiny size
 on the CPU. Exit status: 0 when every job ran as expected, 1 otherwise (the JSON says which).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.gpu.kit import Part, spawn  # noqa: E402
 
-PARTS = ("correct", "learn", "speed", "profile", "memory", "auto", "int8")
+PARTS = ("correct", "learn", "speed", "profile", "memory", "auto", "int8", "sequence")
 # The one test the dry run runs on the CPU (WANTRAINER_CUDA_TESTS_DEVICE=cpu): fixtures, runs and comparison.
 DRY_TESTS = "test_gradient_checkpointing_trains_bit_for_bit_as_without"
 
@@ -84,6 +85,10 @@ def main() -> int:
         from benchmarks.gpu import int8
 
         return int(bool(int8.run(part)))
+    if args.part == "sequence":
+        from benchmarks.gpu import sequence
+
+        return int(bool(sequence.run(part)))
     from benchmarks.gpu import memory
 
     if args.part == "auto":

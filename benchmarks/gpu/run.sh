@@ -4,7 +4,7 @@
 #
 #   OUT=DIR bash benchmarks/gpu/run.sh [--dry-run] PART...
 #
-# PART: correct learn speed profile memory auto int8 (or all). --dry-run: every part at tiny size on the CPU (CI runs it).
+# PART: correct learn speed profile memory auto int8 sequence (or all). --dry-run: every part at tiny size on the CPU (CI runs it).
 # Environment: OUT (default out/gpu), WORK (scratch, default /tmp/wantrainer-gpu-kit), PY (default: the repo's
 # .venv if present, else python3), PART_SECONDS (each part's budget; default 510, dry run 150), BUDGET_<part>
 # (one part's budget, e.g. BUDGET_correct=330), SPEED_MODELS (speed: "13b 14b8 5b"), WHEELS (.whl),
@@ -16,9 +16,9 @@ PARTS=()
 for arg in "$@"; do
     case $arg in
     --dry-run) DRY=(--dry-run) ;;
-    all) PARTS+=(correct learn speed profile memory auto int8) ;;
-    correct | learn | speed | profile | memory | auto | int8) PARTS+=("$arg") ;;
-    *) echo "usage: OUT=DIR bash benchmarks/gpu/run.sh [--dry-run] correct|learn|speed|profile|memory|auto|int8|all ..." >&2
+    all) PARTS+=(correct learn speed profile memory auto int8 sequence) ;;
+    correct | learn | speed | profile | memory | auto | int8 | sequence) PARTS+=("$arg") ;;
+    *) echo "usage: OUT=DIR bash benchmarks/gpu/run.sh [--dry-run] correct|learn|speed|profile|memory|auto|int8|sequence|all ..." >&2
        exit 2 ;;
     esac
 done

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from modules.config.limits import MAX_GUIDANCE_SCALE, check_at_most
 from modules.util.base_config import BaseConfig, ConfigError, option
 
 #: Wan's own negative prompt (Wan2.1 `shared_config.sample_neg_prompt`): the unconditional text of Wan's CFG, and of
@@ -31,6 +32,8 @@ class GuidancePreservingConfig(BaseConfig):
     def validate(self, path: str) -> None:
         if self.scale < 0:
             raise ConfigError(f"config key '{path}.scale' must not be negative (0 = off), got {self.scale}")
+        check_at_most(f"config key '{path}.scale'", self.scale, MAX_GUIDANCE_SCALE,
+                      "give the CFG the base was distilled at (about 3 to 8)")
         if self.unconditional_prompt not in UNCONDITIONAL_PROMPTS:
             raise ConfigError(f"config key '{path}.unconditional_prompt' must be one of "
                               f"{', '.join(UNCONDITIONAL_PROMPTS)}, got '{self.unconditional_prompt}'")

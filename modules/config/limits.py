@@ -31,3 +31,16 @@ def check_frame_count(key: str, frames: int) -> None:
     """The Wan VAE takes 4k+1 frames (1 + 4 per latent frame after the first)."""
     if frames < 1 or (frames - 1) % 4:
         raise ConfigError(f"config key '{key}' must be of the form 4k+1 (1, 5, 9, ... 81), got {frames}")
+
+
+# ComfyUI's ModelSamplingSD3 takes a shift from 0 to 100 and its KSampler a cfg from 0 to 100 (nodes.py,
+# comfy_extras/nodes_model_advanced.py); Wan runs at shift 3-17 and CFG 1-10. Beyond, the sigmas collapse to 1 or the
+# guided prediction overflows: an all-black sample or a NaN loss, not an error.
+MAX_SHIFT = 100.0
+MAX_GUIDANCE_SCALE = 100.0
+
+
+def check_at_most(label: str, value: float, limit: float, usual: str) -> None:
+    """`label` ("config key 'samples[0].shift'", "--shift") is a finite number no larger than `limit`."""
+    if not math.isfinite(value) or value > limit:
+        raise ConfigError(f"{label} is {value:g}, more than {limit:g} (the most ComfyUI's nodes take): {usual}")

@@ -62,9 +62,16 @@ def _migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
+    # `model_type` did nothing (the checkpoint decided) and every saved config held the default WAN_2_1; it is now
+    # checked against the checkpoint, so an old file's value gives way to AUTO (the checkpoint's).
+    data.pop("model_type", None)
+    return data
+
+
 # version N -> function upgrading a dict of version N to N + 1
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2,
-                                                                      2: _migrate_2_to_3}
+                                                                      2: _migrate_2_to_3, 3: _migrate_3_to_4}
 # Keys only older versions have: a file without `config_version` that holds one is of that version.
 LEGACY_KEYS = {key: 1 for key in _ADAM_KEYS}
 

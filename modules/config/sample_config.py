@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from modules.config.limits import check_frame_count, check_resolution_side
+from modules.config.limits import (
+    MAX_GUIDANCE_SCALE,
+    MAX_SHIFT,
+    check_at_most,
+    check_frame_count,
+    check_resolution_side,
+)
 from modules.config.sampling_choices import (
     DIFFUSERS_SAMPLERS,
     E2V_POSTERIORS,
@@ -13,6 +19,16 @@ from modules.config.sampling_choices import (
     WAN_NEGATIVE_PROMPT,
 )
 from modules.util.base_config import BaseConfig, ConfigError, option
+
+
+def check_utf8(key: str, text: str) -> None:
+    """Text that cannot be written as UTF-8 (a lone surrogate such as "\\udc80", which JSON's escapes allow) is refused
+    now, naming the key, not when a sample's files are written at the end of the run."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"config key '{key}' holds {text[e.start]!r} at character {e.start}, a lone surrogate that "
+                          "cannot be written as UTF-8: remove it or write the character it stands for") from None
 
 
 @dataclasses.dataclass
@@ -40,6 +56,8 @@ class SampleConfig(BaseConfig):
     enabled: bool = option(True, "Disabled samples are skipped.")
 
     def validate(self, path: str) -> None:
+        for key in ("prompt", "negative_prompt"):  # written into the sample's sidecar and workflow, as UTF-8
+            check_utf8(f"{path}.{key}", getattr(self, key))
         check_frame_count(f"{path}.frames", self.frames)
         for key, values in (("sampler", SAMPLE_SAMPLERS), ("scheduler", SAMPLE_SCHEDULERS),
                             ("e2v_posterior", E2V_POSTERIORS)):
@@ -50,6 +68,10 @@ class SampleConfig(BaseConfig):
                               "its own sigmas: set scheduler to simple, or pick uni_pc, euler or dpmpp_2m")
         if self.shift < 0:
             raise ConfigError(f"config key '{path}.shift' must not be negative (0 = the model's own), got {self.shift}")
+        check_at_most(f"config key '{path}.shift'", self.shift, MAX_SHIFT, "Wan samples at 3 to 17 (0 = the default)")
+        for key in ("cfg_scale", "image_guidance_scale"):
+            check_at_most(f"config key '{path}.{key}'", getattr(self, key), MAX_GUIDANCE_SCALE,
+                          "Wan samples at CFG 1 to 10")
         if self.e2v_posterior == "sample" and not self.elements:
             raise ConfigError(f"config key '{path}.e2v_posterior' is 'sample' but the sample has no elements: "
                               "the posterior choice applies to E2V samples only; set it to 'mode' or add elements")

@@ -46,7 +46,7 @@ from modules.util.enum import (
 )
 from modules.util.run_folder import run_name_problem
 
-CONFIG_VERSION = 3  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*
+CONFIG_VERSION = 4  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelFile/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -179,7 +179,7 @@ class BaseLoRAConfig(BaseConfig):
     strength: float = option(1.0, "Its strength (ComfyUI's strength_model, -100 to 100): W + strength · ΔW.")
     expert: WanExpert = option(WanExpert.BOTH, "Two-expert models (Wan 2.2 A14B): HIGH (transformer), LOW (transformer_2) or BOTH. Must be BOTH for one-transformer models.")
     training_only: bool = option(False, "Merged for training only (a de-distill training adapter): taken out again for samples, for the saved model's weights and from the saved LoRA's header, so scripts/sample.py and evaluate.py do not apply it either.")
-    sample_only: bool = option(False, "Merged for the trainer's samples only (e.g. a Lightning LoRA the trained LoRA will be used with, beside sample_overrides for its steps and CFG): never trained through, not in the saved model or the saved LoRA's header; stacked after the trained LoRA in each sample's ComfyUI workflow.")
+    sample_only: bool = option(False, "Merged for the trainer's samples only (e.g. a Lightning LoRA the trained LoRA will be used with, beside sample_overrides for its steps and CFG): never trained through, not in the saved model or the saved LoRA's header; stacked after the other base LoRAs and before the trained LoRA, in the samples' weights and in each sample's ComfyUI workflow.")
 
     def validate(self, path: str) -> None:
         if not self.path:
@@ -251,7 +251,7 @@ class TrainConfig(BaseConfig):
     config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
 
     # --- model -------------------------------------------------------------------------------
-    model_type: ModelType = option(ModelType.WAN_2_1, "WAN_2_1 or WAN_2_2; the variant is read from the checkpoint.")
+    model_type: ModelType = option(ModelType.AUTO, "AUTO (the checkpoint's), WAN_2_1 or WAN_2_2: the model type and variant are read from the checkpoint; a value that disagrees with it is refused at start-up.")
     training_method: TrainingMethod = option(TrainingMethod.LORA, "LORA, FINE_TUNE or EMBEDDING (textual inversion of UMT5: see the embedding block).", structural=True)
     base_model_name: str = option("", "A diffusers-format Wan folder (e.g. Wan2.1-T2V-1.3B-Diffusers).")
     transformer_override: str = option("", "Optional single-file transformer (.safetensors, diffusers or original/ComfyUI key names) that replaces the folder's transformer.")
@@ -269,7 +269,7 @@ class TrainConfig(BaseConfig):
 
     # --- paths -------------------------------------------------------------------------------
     workspace_dir: str = option("workspace/run", "Folder of the runs: each run writes its backups, samples, tensorboard curves, logs, snapshots and a copy of its config to its own folder <workspace_dir>/<run_name>/.")
-    run_name: str = option("", "The run's folder name in workspace_dir ('' = the output's name and the start's date and time, e.g. lora-20260301-142530). A new run never writes into another run's folder: a name that is taken gets <name>-2, <name>-3, ... With continue_last_backup: the run to resume ('' = the run with the workspace's newest backup).")
+    run_name: str = option("", "The run's folder name in workspace_dir ('' = the output's name and the start's date and time, e.g. lora-20260301-142530). A new run never writes into another run's folder: a name that is taken gets <name>-2, <name>-3, ... With continue_last_backup: the run to resume, also when renamed by hand since ('' = the newest unfinished run).")
     cache_dir: str = option("workspace/cache", "Folder of the latent/text-embedding cache (shared between runs).")
     output_model_destination: str = option("output/lora.safetensors", "Where the final model is written; when a file it would write exists already, the run writes <name>-2 (then -3, ...) instead and says so, unless overwrite_output is true.")
     overwrite_output: bool = option(False, "Replace existing files at output_model_destination instead of writing a numbered name beside them.")
@@ -291,7 +291,7 @@ class TrainConfig(BaseConfig):
     random_crop: float = option(0.0, "Augmentation: the crop window shrinks by up to this share (0 to 0.5) and moves within the frame, alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
     color_jitter: float = option(0.0, "Augmentation: brightness, contrast and saturation change by up to this share (0 to 0.5, e.g. 0.1), alike for every frame of a clip (concepts; E2V datasets take random_flip only).")
     fps: float = option(0.0, "Frame rate videos are resampled to; 0 = the variant's own (16 for Wan 2.1 and Wan 2.2 A14B, 24 for Wan 2.2 TI2V 5B).")
-    latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder.")
+    latent_caching: bool = option(True, "Cache VAE latents and text embeddings on disk; epoch 2+ runs no encoder, and the text encoder and CLIP are freed after caching (the samples' prompts and images are encoded ahead).")
     clear_cache_before_training: bool = option(False, "Delete this run's cache entries first.")
     ram_cache_mb: int = option(2048, "Keep up to this many MB of cached latents/embeddings in RAM between epochs (0 = off).")
     caption_dropout_probability: float = option(0.0, "Probability of training a sample with an empty caption (for CFG).")
@@ -332,6 +332,7 @@ class TrainConfig(BaseConfig):
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
+    sequence_parallel: int = option(1, "Under torchrun: split each clip's tokens over this many GPUs (Ulysses sequence parallelism: each GPU runs the blocks on 1/N of the tokens, and self-attention on 1/N of the heads over all of them), for clips whose activations do not fit one GPU. The GPUs form groups of N (consecutive ranks: keep a group on one node); batch_size counts per group; works with DDP and FSDP. The transformer's attention heads must divide by N (1.3B: 12, 14B: 40, 5B: 24). 1 = off.")
     vae_tiling: bool = option(False, "Encode/decode with the VAE in tiles (less memory at large resolutions). Off: caching still tiles when the largest clip's encode would not fit gpu_memory_gib (logged).")
     text_encoder_caching_device: EncoderDevice = option(EncoderDevice.GPU, "Where UMT5 encodes the captions while the cache is filled: GPU (the train device, 10.6 GiB in bf16 for UMT5-XXL, one encoder at a time) or CPU (slow, no device memory). A trained embedding still moves it to the GPU for training.")
     text_encoder_fp8: bool = option(False, "Store UMT5's Linear weights as float8 (e4m3, one scale per output channel), dequantized per layer: about half the memory of bf16; its embeddings differ slightly, so cached captions are encoded again.")
@@ -394,7 +395,7 @@ class TrainConfig(BaseConfig):
     backup_after_unit: TimeUnit = option(TimeUnit.NEVER, "STEP, EPOCH, MINUTE or NEVER.")
     rolling_backup_count: int = option(3, "How many of the newest backups are kept (0 = keep every backup).")
     backup_before_save: bool = option(True, "Write a backup when training ends.")
-    continue_last_backup: bool = option(False, "Resume the newest backup of the run named run_name, or of the workspace's last run (the one with the newest backup) when run_name is empty; the log names the run. Workspaces of older WanTrainers (workspace_dir/backup/step-*) are moved into a run folder, nothing deleted.")
+    continue_last_backup: bool = option(False, "Resume the newest backup of the run named run_name, or of the newest unfinished run (stopped, failed or killed) when run_name is empty; the log names the run. A finished run is not resumed unless the config trains it further (more epochs, or a higher max_steps): the start is refused in one line saying how to train more. Workspaces of older WanTrainers (workspace_dir/backup/step-*) are moved into a run folder, nothing deleted.")
     resume_changed_config: bool = option(False, "With continue_last_backup: resume the newest backup although training settings changed since it was written (a warning names them). Without it such a resume is refused, naming the backup and the changes.")
     resume_fresh_optimizer: bool = option(False, "With continue_last_backup: resume the newest backup's weights, EMA, LR schedule and position but start the optimizer state fresh; the way out when its optimizer files are damaged.")
     tensorboard: bool = option(True, "Write tensorboard scalars to the run folder's tensorboard/.")
@@ -523,6 +524,8 @@ class TrainConfig(BaseConfig):
         if self.compile and importlib.util.find_spec("triton") is None and device_type_of(self.train_device) == "cuda":
             fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
                             "install it or set compile false")
+        if self.sequence_parallel < 1:
+            fail("sequence_parallel", f"must be 1 (off) or more GPUs per clip, got {self.sequence_parallel}")
         if self.data_parallel == DataParallel.FSDP:
             if self.training_method != TrainingMethod.FINE_TUNE:
                 fail("data_parallel", "FSDP shards full fine-tunes only: use DDP for LORA training")
@@ -552,3 +555,17 @@ class TrainConfig(BaseConfig):
             fail("lora_weight_path", "EMBEDDING training has no LoRA to continue: clear it, or use training_method LORA")
         if self.training_method == TrainingMethod.FINE_TUNE and self.output_model_format.is_lora():
             fail("output_model_format", f"must be DIFFUSERS for FINE_TUNE training, got {self.output_model_format.name}")
+        self._check_merged_samples()
+
+    def _check_merged_samples(self) -> None:
+        """Each sample as it runs, sample_overrides applied: an override may not make a sample invalid (a diffusers
+        sampler from the overrides with a sample's beta scheduler)."""
+        overrides = {f.name: getattr(self.sample_overrides, f.name) for f in dataclasses.fields(self.sample_overrides)
+                     if getattr(self.sample_overrides, f.name) is not None}
+        for index, sample in enumerate(self.samples):
+            if overrides and sample.enabled:
+                try:
+                    self.sample_overrides.apply(sample).validate(f"samples[{index}]")
+                except ConfigError as e:
+                    shown = ", ".join(f"{key} {value!r}" for key, value in overrides.items())
+                    raise ConfigError(f"{e} (with sample_overrides' {shown})") from None

@@ -39,7 +39,7 @@ from modules.dataLoader.batching import (
     until_stopped,
 )
 from modules.dataLoader.buckets import Bucket, area_resolutions, choose_bucket
-from modules.dataLoader.cache import DiskCache, file_fingerprint, fingerprint
+from modules.dataLoader.cache import DiskCache, component_fingerprint, file_fingerprint, fingerprint
 from modules.dataLoader.concept_options import ConceptOptions, concept_options
 from modules.dataLoader.concept_selection import concepts_of_type
 from modules.dataLoader.discovery import RawSample
@@ -47,11 +47,12 @@ from modules.dataLoader.encoder_placement import phase_stops, placement_for, pre
 from modules.dataLoader.encoding_modules import EncodeCaption, EncodePosterior, EncoderCounter, EncoderModule
 from modules.dataLoader.errors import CHANGED_FILE, TOO_FEW_FRAMES, DataError
 from modules.dataLoader.frames import framing_warning, largest_4k1, resize_and_crop, to_tensor
-from modules.dataLoader.item_plan import ItemPlanner
+from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
 from modules.dataLoader.masks import BAD_MASK, MISSING_MASK, DecodeMask
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.vace_modules import DecodeControl, EncodeVaceContext, control_fingerprint, is_control_file
+from modules.dataLoader.verdict import ConceptVerdict, never_data
 from modules.dataLoader.video_io import read_video_frames
 from modules.dataLoader.windows import random_start
 from modules.model.condition_layout import condition_clip, fold_mask, mask_reference_clip, pixel_frame_mask
@@ -65,20 +66,6 @@ from modules.util.errors import UserError
 logger = logging.getLogger(__name__)
 
 PREPROCESS_VERSION = 1  # bump when decoding/preprocessing changes what a cache entry holds
-
-
-def component_fingerprint(folder: Path) -> str:
-    """Identity of a model component without hashing gigabytes: its config plus each file's size and mtime
-    (a folder's files, or a single-file component's one file)."""
-    if folder.is_file():
-        stat = folder.stat()
-        return fingerprint([(folder.name, stat.st_size, stat.st_mtime_ns)])
-    parts = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            stat = path.stat()
-            parts.append((path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
-    return fingerprint(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,13 +209,15 @@ class TrainingItem:
 class WanBaseDataLoader:
     def __init__(self, config: TrainConfig, model: WanModel, skips: SkipCounter | None = None,
                  dist: DistributedContext | None = None, should_stop: Callable[[], bool] | None = None,
-                 concept_type: ConceptType = ConceptType.STANDARD, on_progress: ProgressReport | None = None):
+                 concept_type: ConceptType = ConceptType.STANDARD, on_progress: ProgressReport | None = None,
+                 planned: list[ConceptVerdict] | None = None):
         self.config = config
+        self.planned = planned  # start-up's data verdict (its skips counted already); None: the loader plans itself
         self.concept_type = concept_type  # VALIDATION: the held-out concepts, each sample once, no caption dropout
         self.should_stop = should_stop  # checked between samples of prepare(): a stop request ends caching at once
         self.on_progress = on_progress  # told each item of prepare(): the GUI's caching progress
         self.dist = dist or DistributedContext()
-        self.batch_size = config.batch_size * self.dist.world_size  # the global batch; ranks take shares
+        self.batch_size = config.batch_size * self.dist.data_world_size  # the global batch; ranks take shares
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.cache = DiskCache(config.cache_dir)
@@ -269,7 +258,8 @@ class WanBaseDataLoader:
             self.pipelines[self.variations] = self._pipeline(self.variations)[0]
         self.planner = ItemPlanner(self.fps, config.transparent_background,
                                    self.cache if config.latent_caching else None, config.seed, config.max_frame_pixels,
-                                   side_files=is_control_file if self.uses_control else self.side_files)
+                                   side_files=is_control_file if self.uses_control else self.side_files,
+                                   not_data=never_data(config))
         self.lost = LostItems([], [], config.seed, self.skips)
         # Cached fields are deterministic per item, so they may stay in RAM (not the uncached path's); validation
         # always reads epoch 0, so its fields are deterministic either way.
@@ -359,7 +349,7 @@ class WanBaseDataLoader:
         raw: list[tuple[TrainingItem, int]] = []
         for number, (concept, options) in enumerate(self.options):
             unmasked: set[Path] = set()
-            for planned in self.planner.plan(concept, options, self.skips):
+            for planned in self._planned(number, concept, options):
                 mask = self._mask(planned.sample, unmasked)
                 side = self._side_fields(planned.sample) if mask is not None else None
                 if side is None:
@@ -375,6 +365,13 @@ class WanBaseDataLoader:
                                          variations=variations, caption_dropout=self._caption_dropout(options)),
                             number))
         return raw
+
+    def _planned(self, number: int, concept: ConceptConfig, options: ConceptOptions) -> list[PlannedItem]:
+        """Concept `number`'s items: start-up's verdict's (of the same concepts, in order), else planned now."""
+        if self.planned is None:
+            return self.planner.plan(concept, options, self.skips)
+        assert self.planned[number].concept.path == concept.path, (self.planned[number].concept.path, concept.path)
+        return self.planned[number].items
 
     def _mask(self, sample: RawSample, unmasked: set[Path]) -> dict[str, str] | None:
         """The mask fields of a sample's items; None (skipped and counted once) when masked training finds no
@@ -515,7 +512,7 @@ class WanBaseDataLoader:
         balancing puts in that epoch (all of them, with whole repeats only)."""
         members = epoch_members(self.concept_slots, self.config.seed, epoch)
         batches = epoch_batches([self.items[m].bucket for m in members], self.batch_size, self.config.seed, epoch,
-                                self.dist.world_size)
+                                self.dist.data_world_size)
         return [[members[k] for k in batch] for batch in batches]
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, torch.Tensor]:

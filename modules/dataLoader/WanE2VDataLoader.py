@@ -125,7 +125,7 @@ class WanE2VDataLoader:
         self.model = model
         self.skips = skips if skips is not None else SkipCounter()
         self.dist = dist or DistributedContext()
-        self.batch_size = config.batch_size * self.dist.world_size
+        self.batch_size = config.batch_size * self.dist.data_world_size
         self.concept_type = concept_type  # VALIDATION: the held-out datasets, no caption dropout
         self.datasets = datasets_of_type(config, concept_type)
         self.e2v_type = resolve_e2v_type(config.e2v.e2v_type, model)
@@ -355,7 +355,7 @@ class WanE2VDataLoader:
     # --- epochs and batches --------------------------------------------------------------------------
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         return epoch_batches([_SortableBucket(i.bucket) for i in self.items], self.batch_size, self.config.seed, epoch,
-                             self.dist.world_size)
+                             self.dist.data_world_size)
 
     def load_batch(self, indices: list[int], epoch: int) -> dict[str, Any]:
         indices, fields = self.lost.load(indices, epoch, lambda i: self.memo.get(

@@ -20,13 +20,11 @@ from diffusers.modular_pipelines.wan_animate_2.encoders import clip_visual_encod
 
 from modules.dataLoader.augmentation import Augmentation
 from modules.dataLoader.encoding_modules import EncodeCaption, EncoderModule
-from modules.dataLoader.errors import DataError
+from modules.dataLoader.errors import BAD_DRIVING, DataError
 from modules.dataLoader.frames import to_tensor
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.video_io import read_video_frames
 from modules.model.WanModel import WanModel
-
-BAD_DRIVING = "bad driving video or reference image"
 
 
 class DecodeDrivingInputs(PipelineModule):
@@ -92,8 +90,9 @@ class EncodeAnimate2Clip(EncoderModule):
 
     def process(self, item: Mapping[str, Any], ctx: ItemContext) -> dict[str, Any]:
         self.use_encoder()
-        return {"clip_embeds": animate2_clip(self.model.image_encoder, item["reference_frames"][:, 0]),
-                "driving_clip_embeds": animate2_clip(self.model.image_encoder, item["driving_frames"][:, 0])}
+        image_encoder = self.model.encoder("clip", "to encode a cache entry again")
+        return {"clip_embeds": animate2_clip(image_encoder, item["reference_frames"][:, 0]),
+                "driving_clip_embeds": animate2_clip(image_encoder, item["driving_frames"][:, 0])}
 
 
 def animate2_clip(image_encoder, frame: torch.Tensor) -> torch.Tensor:

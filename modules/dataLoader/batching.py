@@ -90,7 +90,7 @@ def dropped_captions(indices: list[int], epoch: int, seed: int, probability: flo
 
 def prompt_batch(embeds: list[torch.Tensor], dropped: list[bool], empty: Callable[[], torch.Tensor]) -> torch.Tensor:
     """(B, 512, D): each item's real-token embeddings (or the empty caption's, where `dropped`), zero-padded."""
-    rows = [empty() if drop else e for e, drop in zip(embeds, dropped)]
+    rows = [empty().to(e.device) if drop else e for e, drop in zip(embeds, dropped)]  # (encoded ahead: on the GPU)
     return torch.stack([torch.cat([e, e.new_zeros(TEXT_LENGTH - e.shape[0], e.shape[1])]) for e in rows])
 
 

@@ -144,3 +144,17 @@ class DiskCache:
     def delete(self, key: str) -> None:
         """Remove the entry for `key` if present."""
         self.path_for(key).unlink(missing_ok=True)
+
+
+def component_fingerprint(folder: Path) -> str:
+    """Identity of a model component without hashing gigabytes: its config plus each file's size and mtime
+    (a folder's files, or a single-file component's one file)."""
+    if folder.is_file():
+        stat = folder.stat()
+        return fingerprint([(folder.name, stat.st_size, stat.st_mtime_ns)])
+    parts = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            parts.append((path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return fingerprint(parts)

@@ -4,7 +4,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,15 +37,18 @@ class RawSample:
 
 def discover_concept(path: str | os.PathLike, include_subdirectories: bool,
                      prompt_field: str = "prompt", warn_missing_captions: bool = True,
-                     side_files: Callable[[Path], bool] | None = None) -> list[RawSample]:
+                     side_files: Callable[[Path], bool] | None = None, not_data: Collection[Path] = (),
+                     unusable: list[tuple[Path, str]] | None = None) -> list[RawSample]:
     """Samples of a concept: a folder (sorted by relative path) or a .jsonl manifest (file order).
 
     Logs one warning listing samples without a caption. Raises `DataError` when the path is missing
-    or neither a folder nor a .jsonl file.
+    or neither a folder nor a .jsonl file. `not_data`: folders never read as data (the run's workspace, cache and
+    output, wherever they are). `unusable`: receives (path, why) of each media file that is no regular file (a link
+    to a device, a pipe), for the caller to count as a skipped sample, instead of the folder's warning.
     """
     path = Path(path)
     if path.is_dir():
-        samples = _scan_folder(path, include_subdirectories, side_files)
+        samples = _scan_folder(path, include_subdirectories, side_files, not_data, unusable)
     elif path.is_file() and path.suffix.lower() == MANIFEST_SUFFIX:
         samples = read_jsonl_manifest(path, prompt_field)
     elif not path.exists():
@@ -62,8 +65,8 @@ def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-def _scan_folder(folder: Path, include_subdirectories: bool,
-                 side_files: Callable[[Path], bool] | None = None) -> list[RawSample]:
+def _scan_folder(folder: Path, include_subdirectories: bool, side_files: Callable[[Path], bool] | None = None,
+                 not_data: Collection[Path] = (), unusable: list[tuple[Path, str]] | None = None) -> list[RawSample]:
     """Media files of a folder with same-stem .txt captions, sorted by relative path. A sample's mask is no sample
     of its own, nor are the files `side_files` names: a sample's inputs on the base that reads them (VACE's
     `x_control.mp4`, Animate-2's `x_driving.mp4`; elsewhere such a file is a clip). What is
@@ -71,17 +74,24 @@ def _scan_folder(folder: Path, include_subdirectories: bool,
     sub-folders, which are not followed (a loop, or data outside the concept) — is one warning, counted by kind."""
     left_out: dict[str, list[str]] = {}
     media = []
+    skipped_folders = {os.path.realpath(p) for p in not_data} - {os.path.realpath(folder)}
     for root, dirs, names in os.walk(folder) if include_subdirectories else [(folder, [], _names(folder))]:
         root = Path(root)
         for name in [d for d in dirs if (root / d).is_symlink()]:
             left_out.setdefault("symlinked sub-folders not followed", []).append(str((root / name).relative_to(folder)))
+        for name in [d for d in dirs if os.path.realpath(root / d) in skipped_folders]:
+            dirs.remove(name)  # the run's own folders: its samples must not train the next run
+            left_out.setdefault("the run's workspace, cache or output folder, never data", []).append(
+                str((root / name).relative_to(folder)))
         for name in names:
             path = root / name
             relative = path.relative_to(folder)
             if path.suffix.lower() not in FOLDER_EXTENSIONS or is_mask_file(path) or (side_files and side_files(path)):
                 continue
             why = "hidden" if _is_hidden(relative) else None if path.is_file() else "not a regular file"
-            if why:
+            if why == "not a regular file" and unusable is not None:
+                unusable.append((path, "is not a regular file (a link to a device, a pipe or a socket)"))
+            elif why:
                 left_out.setdefault(why, []).append(str(relative))
             else:
                 media.append(path)

@@ -28,7 +28,8 @@ CPU = torch.device("cpu")
 
 
 def encoder_modules(model) -> dict[str, torch.nn.Module | None]:
-    return {"text": model.text_encoder, "vae": model.vae, "clip": model.image_encoder}
+    """The encoders that hold weights (a freed one, model/encoder_residency.py, is None here)."""
+    return {"text": model.loaded_encoder("text"), "vae": model.vae, "clip": model.loaded_encoder("clip")}
 
 
 def device_of(module: torch.nn.Module) -> torch.device:
@@ -72,8 +73,12 @@ class EncoderPlacement:
             others = [m for n, m in modules.items() if n != name and m is not None and device_of(m) != CPU]
             if others:
                 evict(others, device)
-        module = modules[name]
-        if module is not None and device_of(module) != self.home(name):
+        self.bring(name)
+
+    def bring(self, name: str) -> None:
+        """Encoder `name` onto its home, the others left where they are (inside `caching()`)."""
+        module = encoder_modules(self.model)[name]
+        if self.active and module is not None and device_of(module) != self.home(name):
             place(module, self.home(name))
 
 
@@ -93,15 +98,18 @@ def place_before_caching(config, model) -> None:
             place(module, placement.home(name))
 
 
-def park_after_caching(config, model, keep_text: bool) -> None:
-    """With latent caching the encoders are not needed until sampling: UMT5 and CLIP off the GPU (moved, garbage
-    collected, the allocator emptied, so the memory really returns); the VAE on it, as it always was. A trained
-    embedding keeps UMT5 on the train device: captions holding its placeholder are encoded in each step."""
+def park_after_caching(config, model, keep_text: bool, keep_clip: bool = False) -> None:
+    """With latent caching the encoders are not needed after it (what the samples need was encoded ahead:
+    trainer/sample_inputs.py): UMT5 and CLIP freed (`WanModel.release_encoders`: host and device memory given back);
+    the VAE on the device, as it always was. A trained embedding keeps UMT5 on the train device (captions holding
+    its placeholder are encoded in each step), `sample_metrics` CLIP in host memory (it measures each sample); an
+    encoder the model cannot load again stays in host memory too."""
     if not config.latent_caching:
         return
-    release_from_device([m for m in (None if keep_text else model.text_encoder, model.image_encoder) if m is not None],
-                        model.train_device)
-    for module in (model.vae, model.text_encoder if keep_text else None):
+    model.release_encoders([name for name, keep in (("text", keep_text), ("clip", keep_clip)) if not keep])
+    off = [None if keep_text else model.loaded_encoder("text"), model.loaded_encoder("clip")]
+    release_from_device([m for m in off if m is not None], model.train_device)
+    for module in (model.vae, model.loaded_encoder("text") if keep_text else None):
         if module is not None:
             place(module, model.train_device)
 

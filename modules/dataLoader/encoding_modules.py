@@ -6,12 +6,12 @@ no encoder.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Mapping
 
 from diffusers.pipelines.wan.pipeline_wan import prompt_clean
 
 from modules.dataLoader.batching import encode_caption
+from modules.dataLoader.caption_text import strip_llm_prefix  # noqa: F401 - re-exported
 from modules.dataLoader.pipeline import ItemContext, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.model.WanModel import TEXT_SEQ_LEN, WanModel
@@ -35,19 +35,6 @@ class EncoderModule(PipelineModule):
         self.counter.calls += 1
         if self.placement is not None:
             self.placement.use(self.encoder)
-
-
-# Openers that captioning LLMs put before the content ("The video shows a dog ..." -> "a dog ...").
-_LLM_PREFIXES = re.compile(
-    r"^\s*(?:in\s+)?(?:this|the)\s+(?:video|clip|footage|scene|animation)\s*(?:shows|showcases|depicts|features|"
-    r"captures|presents|displays|portrays|illustrates)?\s*(?:that\s+)?[,:]?\s*",
-    re.IGNORECASE,
-)
-
-
-def strip_llm_prefix(caption: str) -> str:
-    stripped = _LLM_PREFIXES.sub("", caption, count=1)
-    return stripped[:1].lower() + stripped[1:] if stripped and stripped != caption else caption
 
 
 class EncodePosterior(EncoderModule):

@@ -14,6 +14,7 @@ UNSUPPORTED_FILE = "unsupported file"
 TOO_FEW_FRAMES = "too few frames"
 CHANGED_FILE = "changed file"
 TOO_MANY_PIXELS = "too many pixels"
+BAD_DRIVING = "bad driving video or reference image"  # Animate-2's inputs beside a clip
 
 
 class DataError(UserError):

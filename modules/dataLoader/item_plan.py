@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from modules.dataLoader.cache import DiskCache, file_fingerprint
 from modules.dataLoader.concept_options import ConceptOptions
 from modules.dataLoader.concept_selection import concept_path_problem
 from modules.dataLoader.discovery import RawSample, discover_concept, read_caption
-from modules.dataLoader.errors import DataError
+from modules.dataLoader.errors import UNSUPPORTED_FILE, DataError
 from modules.dataLoader.pipeline import CacheStage, ItemContext, Pipeline, PipelineModule
 from modules.dataLoader.skips import SkipCounter
 from modules.dataLoader.video_io import probe_video
@@ -73,23 +73,31 @@ class PlannedItem:
 
 class ItemPlanner:
     def __init__(self, run_fps: float, background: Sequence[int], cache: DiskCache | None, seed: int = 0,
-                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, side_files: Callable[[Path], bool] | None = None):
+                 max_pixels: int = DEFAULT_MAX_FRAME_PIXELS, side_files: Callable[[Path], bool] | None = None,
+                 not_data: Collection[Path] = ()):
         self.run_fps = run_fps  # the run's fps (config.fps or the variant's)
         # a sample's input files on the base that reads them (VACE's `x_control.mp4`): never clips of their own
         self.side_files = side_files
+        self.not_data = not_data  # the run's workspace, cache and output: never read as data
         probe = ProbeClip(background, max_pixels)
         modules = [CacheStage([probe], ["media_fp", "probe"], cache, "probe", name="probe")] if cache else [probe]
         self.pipeline = Pipeline(["media_path", "media_fp", "probe"], modules, seed)
 
-    def samples(self, concept: ConceptConfig) -> list[RawSample]:
+    def samples(self, concept: ConceptConfig, skips: SkipCounter | None = None) -> list[RawSample]:
+        """The concept's samples; a media file that is no regular file (a link to /dev/zero) is a skipped sample in
+        `skips` (without `skips`: one warning)."""
         problem = concept_path_problem(concept.path)
         if problem:
             raise UserError(f"concept path {problem} (concepts[].path)")
+        unusable: list[tuple[Path, str]] | None = [] if skips is not None else None
         try:
             found = discover_concept(concept.path, concept.include_subdirectories, concept.prompt_field,
-                                     concept.prompt_source == PromptSource.SAMPLE, self.side_files)
+                                     concept.prompt_source == PromptSource.SAMPLE, self.side_files, self.not_data,
+                                     unusable)
         except DataError as e:
             raise UserError(str(e)) from None
+        for path, why in unusable or ():
+            skips.record(path, UNSUPPORTED_FILE, why)
         if not found:
             logger.warning("concept %s holds no video or image", concept.path)
         if concept.prompt_source == PromptSource.CONCEPT:  # one caption for the whole concept
@@ -98,11 +106,11 @@ class ItemPlanner:
         return found
 
     def plan(self, concept: ConceptConfig, options: ConceptOptions, skips: SkipCounter,
-             always_probe: bool = False) -> list[PlannedItem]:
-        """Every item of a concept, in sample order, then resolution, then length and start. A sample that
-        cannot be read is recorded in `skips` and gives none."""
+             always_probe: bool = False, samples: list[RawSample] | None = None) -> list[PlannedItem]:
+        """Every item of a concept (of `samples`, default all the concept's), in sample order, then resolution,
+        then length and start. A sample that cannot be read is recorded in `skips` and gives none."""
         planned = []
-        for sample in self.samples(concept):
+        for sample in self.samples(concept, skips) if samples is None else samples:
             try:
                 media_fp = file_fingerprint(sample.media_path)
                 planned += self.plan_sample(sample, concept, options, media_fp, always_probe)

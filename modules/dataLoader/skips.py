@@ -45,6 +45,11 @@ class SkipCounter:
             self._entries.append(entry)
         logger.warning("skipping %s (%s): %s", entry.path, entry.category, entry.message)
 
+    def add(self, entries: list[SkippedSample]) -> None:
+        """Entries recorded (and logged) elsewhere, e.g. by start-up's data verdict: counted here, not logged again."""
+        with self._lock:
+            self._entries.extend(entries)
+
     def record_error(self, error: DataError) -> None:
         """Record a `DataError` under its category."""
         self.record(error.path, error.category, error.reason)

@@ -9,19 +9,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from modules.config.loading import load_concepts
 from modules.config.train_config import ConceptConfig, TrainConfig
-from modules.dataLoader.animate2_triplets import is_stream_file
 from modules.dataLoader.buckets import area_resolutions, choose_bucket
-from modules.dataLoader.cache import DiskCache
 from modules.dataLoader.concept_options import concept_options
 from modules.dataLoader.encoding_modules import caption_tokens
 from modules.dataLoader.frames import largest_4k1
-from modules.dataLoader.item_plan import ItemPlanner, PlannedItem
-from modules.dataLoader.skips import SkipCounter
-from modules.dataLoader.vace_modules import is_control_file
-from modules.model.folder_facts import is_animate2_base
-from modules.model.vace_e2v import is_vace_folder
+from modules.dataLoader.item_plan import PlannedItem
+from modules.dataLoader.verdict import ConceptVerdict, DataVerdict
 from modules.model.WanModel import TEXT_SEQ_LEN
 from modules.util.enum import BalancingStrategy
 from modules.util.resolution_text import clip_text
@@ -40,6 +34,7 @@ class ConceptStatistics:
     buckets: dict[str, int]  # "832x480, 81 frames" (resolution_text.clip_text) -> items
     captions: dict[str, int | None]  # missing (no .txt), empty, truncated (None: no tokenizer to count with)
     skipped: dict[str, int]  # reason -> files
+    error: str = ""  # what refuses the run at start-up (an Animate-2 copy, no clip with its inputs)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -47,30 +42,18 @@ class ConceptStatistics:
         return data
 
 
-def side_files_of(base: str):
-    """The files beside a clip that its base reads as the clip's inputs, not as clips (None: every file is a clip)."""
-    if is_vace_folder(base):
-        return is_control_file
-    return is_stream_file if is_animate2_base(base) else None
-
-
 def dataset_statistics(config: TrainConfig, run_fps: float, tokenizer=None,
                        use_cache: bool = True) -> list[ConceptStatistics]:
-    """Statistics of every enabled concept. `run_fps`: config.fps or the variant's. `tokenizer`: UMT5's, to
-    count captions the text encoder cuts (None: not counted). With `use_cache` the probes are read from (and
-    written to) the run's cache, as training does."""
-    concepts = load_concepts(config.concepts) if isinstance(config.concepts, str) else config.concepts
-    cache = DiskCache(config.cache_dir) if use_cache and config.latent_caching else None
-    planner = ItemPlanner(run_fps, config.transparent_background, cache, config.seed, config.max_frame_pixels,
-                          side_files=side_files_of(config.base_model_name))
-    return [_concept(planner, concept, config, tokenizer) for concept in concepts if concept.enabled]
+    """Statistics of every enabled concept, from start-up's own data verdict (`verdict.py`: what is usable and
+    what is skipped is what training finds). `run_fps`: config.fps or the variant's. `tokenizer`: UMT5's, to count
+    captions the text encoder cuts (None: not counted). With `use_cache` the probes are read from (and written to)
+    the run's cache, as training does."""
+    return [_concept(verdict, config, tokenizer) for verdict in DataVerdict(config, run_fps, use_cache).all()]
 
 
-def _concept(planner: ItemPlanner, concept: ConceptConfig, config: TrainConfig, tokenizer) -> ConceptStatistics:
+def _concept(verdict: ConceptVerdict, config: TrainConfig, tokenizer) -> ConceptStatistics:
+    concept, items, files = verdict.concept, verdict.items, verdict.files
     options = concept_options(concept, config)
-    skips = SkipCounter()
-    files = planner.samples(concept)
-    items = planner.plan(concept, options, skips, always_probe=True)
     per_length: collections.Counter = collections.Counter()
     buckets: collections.Counter = collections.Counter()
     for item in items:
@@ -85,9 +68,9 @@ def _concept(planner: ItemPlanner, concept: ConceptConfig, config: TrainConfig, 
     seconds = sum(item.probe.frames / item.clip["fps"] for item in samples.values())
     return ConceptStatistics(
         name=concept.display_name(), path=concept.path, type=concept.type.name, files=len(files),
-        samples=len(samples), items=_epoch_items(len(items), concept), items_per_length=dict(per_length), seconds=round(seconds, 3),
-        buckets=dict(sorted(buckets.items())), captions=_captions(files, options.caption, tokenizer),
-        skipped=dict(collections.Counter(entry.category for entry in skips.entries)))
+        samples=len(samples), items=_epoch_items(len(items), concept), items_per_length=dict(per_length),
+        seconds=round(seconds, 3), buckets=dict(sorted(buckets.items())),
+        captions=_captions(files, options.caption, tokenizer), skipped=verdict.skip_counts(), error=verdict.error)
 
 
 def _epoch_items(count: int, concept: ConceptConfig) -> int:
@@ -129,6 +112,8 @@ def describe(stats: list[ConceptStatistics]) -> list[str]:
                   f"  captions: {s.captions['missing']} missing, {s.captions['empty']} empty, {truncated} cut at 512 tokens"]
         if s.skipped:
             lines.append("  skipped: " + ", ".join(f"{reason}: {n}" for reason, n in s.skipped.items()))
+        if s.error:
+            lines.append(f"  refused: {s.error}")
     lines.append(f"{sum(s.items for s in stats if s.type == 'STANDARD')} training items per epoch")
     return lines
 

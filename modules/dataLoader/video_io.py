@@ -9,7 +9,7 @@ import logging
 import math
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -311,6 +311,65 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
     return np.stack(frames), source_fps
 
 
+def video_header(path: str | os.PathLike) -> tuple[float, float]:
+    """(mean frame rate, seconds) of the first video stream as the header gives them (0.0 where it gives none);
+    `DataError` for a file FFmpeg cannot open or that holds no video stream (an audio-only file)."""
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise DataError(path, f"cannot open video ({e})", UNREADABLE_VIDEO) from None
+    with container:
+        if not container.streams.video:
+            raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
+        stream = container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate
+        if stream.duration and stream.time_base:
+            seconds = float(stream.duration * stream.time_base)
+        else:
+            seconds = container.duration / av.time_base if container.duration else 0.0
+        return (float(rate) if rate else 0.0), max(0.0, seconds)
+
+
+def stream_video_frames(path: str | os.PathLike, target_fps: float | None, shrink=None,
+                        background: Sequence[int] = WHITE, max_pixels: int = DEFAULT_MAX_FRAME_PIXELS,
+                        facts: dict | None = None) -> Iterator[np.ndarray]:
+    """`read_video_frames` of an FFmpeg video one frame at a time, for videos too long to hold: the same
+    timestamps, rotation, alpha and pixel budget. A decoder error after some frames (a damaged tail) raises
+    `DataError` once the frames before it were given; so does a change of frame size mid-stream. `facts` (a dict)
+    gets `rotation` (degrees, from the display matrix) and `variable_rate` (see `frames_by_time`) when they apply."""
+    facts = {} if facts is None else facts
+
+    def load(frame: av.VideoFrame) -> np.ndarray:
+        if frame.rotation:
+            facts["rotation"] = frame.rotation
+        return _frame_pixels(frame, background, shrink, path, max_pixels)
+
+    path = Path(path)
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise DataError(path, f"cannot open video ({e})", UNREADABLE_VIDEO) from None
+    with container:
+        if not container.streams.video:
+            raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
+        stream = container.streams.video[0]
+        check_frame_pixels(path, stream.codec_context.width, stream.codec_context.height, max_pixels)
+        stream.thread_type = "AUTO"
+        rate = stream.average_rate or stream.guessed_rate
+        tick = Fraction(stream.time_base) if stream.time_base else Fraction(0)
+        timed = _timed_frames(container.decode(stream), stream.time_base, rate)
+        shape = None
+        try:
+            for index, pixels in enumerate(frames_by_time(timed, target_fps, None, path, tick, load, facts)):
+                if shape is not None and pixels.shape != shape:
+                    raise DataError(path, f"its frame size changes mid-stream at frame {index}: re-encode it at "
+                                    "one size", UNREADABLE_VIDEO)
+                shape = pixels.shape
+                yield pixels
+        except (av.error.FFmpegError, ValueError) as e:
+            raise DataError(path, f"decoder error ({e})", UNREADABLE_VIDEO) from None
+
+
 def _timed_frames(decoded, time_base, rate):
     """(start, end) in seconds (Fractions, from the first frame) and each decoded frame. A frame's end is the next
     one's start; the last one's is its start plus its duration (or one frame period). A frame without a timestamp
@@ -351,15 +410,22 @@ def _frame_pixels(frame: av.VideoFrame, background: Sequence[int], shrink=None, 
 
 def collect_by_time(timed, target_fps: float | None, max_frames: int | None,
                     name: str | os.PathLike = "", tick: Fraction = Fraction(0), load=None) -> list[np.ndarray]:
-    """The frames shown at the timestamps k / target_fps (k = 0, 1, ... while inside the clip): for each, the
-    frame whose start is nearest (a tie goes to the later frame, as rounding half up does; for a constant rate
+    """`frames_by_time` as a list."""
+    return list(frames_by_time(timed, target_fps, max_frames, name, tick, load))
+
+
+def frames_by_time(timed, target_fps: float | None, max_frames: int | None = None, name: str | os.PathLike = "",
+                   tick: Fraction = Fraction(0), load=None, facts: dict | None = None) -> Iterator[np.ndarray]:
+    """The frames shown at the timestamps k / target_fps (k = 0, 1, ... while inside the clip), one by one: for each,
+    the frame whose start is nearest (a tie goes to the later frame, as rounding half up does; for a constant rate
     this is frame round(k · source_fps / target_fps)). Without `target_fps`, every frame. `timed` yields
     (start, end, frame) in display order, starts from 0; decoding stops as soon as `max_frames` are picked.
     Gaps between starts that differ by more than 1 % and one `tick` (the timestamps' unit) are noted once per
     file as a variable frame rate. `load` turns a picked frame into its array, once, and only if it is picked
-    (a decoded video frame's colour conversion is then skipped for the frames a lower rate drops)."""
+    (a decoded video frame's colour conversion is then skipped for the frames a lower rate drops). `facts` (a dict)
+    gets `variable_rate`: the shortest and longest frame shown, in seconds, when the rate varies."""
     load = load or (lambda frame: frame)
-    picked: list[np.ndarray] = []
+    count = 0
     step = 1 / Fraction(target_fps) if target_fps else None
     k = 0
     previous = None  # (start, end, frame) of the frame before
@@ -368,28 +434,32 @@ def collect_by_time(timed, target_fps: float | None, max_frames: int | None,
         if previous is not None:  # a last frame's end is often a muxer's guess: starts only
             periods.add(start - previous[0])
         if step is None:
-            picked.append(load(frame))
+            yield load(frame)
+            count += 1
         elif previous is not None:  # timestamps nearer the previous frame's start than this one's
             middle = (previous[0] + start) / 2
             pixels = None
             while k * step < middle:
                 pixels = load(previous[2]) if pixels is None else pixels
-                picked.append(pixels)
+                yield pixels
+                count += 1
                 k += 1
-                if max_frames is not None and len(picked) >= max_frames:
-                    return picked
-        if max_frames is not None and len(picked) >= max_frames:
-            return picked
+                if max_frames is not None and count >= max_frames:
+                    return
+        if max_frames is not None and count >= max_frames:
+            return
         previous = (start, end, frame)
     if step is not None and previous is not None:  # the rest of the clip shows the last frame
         pixels = None
-        while k * step < previous[1] and (max_frames is None or len(picked) < max_frames):
+        while k * step < previous[1] and (max_frames is None or count < max_frames):
             pixels = load(previous[2]) if pixels is None else pixels
-            picked.append(pixels)
+            yield pixels
+            count += 1
             k += 1
     if len(periods) > 1 and max(periods) > Fraction(101, 100) * min(periods) + tick:
         _note_variable_rate(name, float(min(periods)), float(max(periods)))
-    return picked
+        if facts is not None:
+            facts["variable_rate"] = (float(min(periods)), float(max(periods)))
 
 
 _VARIABLE_RATE_NOTED: set[str] = set()

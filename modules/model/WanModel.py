@@ -2,20 +2,33 @@
 
 The encoders are exposed as small methods (`encode_prompts`, `encode_video`, `encode_images`) that
 call diffusers' own pipeline code, so our embeddings are exactly what `WanPipeline` /
-`WanImageToVideoPipeline` produce at inference.
+`WanImageToVideoPipeline` produce at inference. After caching the trainer frees UMT5 and CLIP; what the samples
+need was encoded ahead and is answered from `encoded` (model/encoder_residency.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
 from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel, WanVACEPipeline
 from diffusers.schedulers import SchedulerMixin
+from PIL import Image
 from transformers import CLIPImageProcessor, CLIPVisionModel, PreTrainedTokenizerBase, UMT5EncoderModel
 
 from modules.model.conditioning import VariantConditioning
+from modules.model.encoder_residency import (
+    ENCODER_ATTRIBUTES,
+    EncodedInputs,
+    EncoderResidency,
+    image_key,
+    padded_rows,
+    prompt_key,
+    real_token_rows,
+)
 from modules.model.registry import family_for
 from modules.model.text_embedding import WanModelEmbedding, encode_with_embedding
 from modules.model.WanVariant import WanVariant
@@ -50,6 +63,9 @@ class WanModel:
     training_only_loras: list[tuple] = dataclasses.field(default_factory=list)
     # The `sample_only` ones, read and checked but not merged: merged for the trainer's samples only (same module).
     sample_only_loras: list[tuple] = dataclasses.field(default_factory=list)
+    # Prompts and images encoded ahead, and which encoders are freed / how to load them again (encoder_residency.py).
+    encoded: EncodedInputs = dataclasses.field(default_factory=EncodedInputs)
+    residency: EncoderResidency = dataclasses.field(default_factory=EncoderResidency)
 
     def component_source(self, name: str) -> Path:
         return self.component_sources.get(name, self.model_dir / name)
@@ -75,7 +91,7 @@ class WanModel:
         """
         if image_conditioned is None:
             image_conditioned = self.variant.channel_concat_condition
-        common = dict(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=self.vae,
+        common = dict(tokenizer=self.tokenizer, text_encoder=self.loaded_encoder("text"), vae=self.vae,
                       scheduler=self.scheduler, transformer=self.transformer, transformer_2=self.transformer_2,
                       boundary_ratio=self.variant.boundary_ratio)
         pipeline_class = family_for(self.variant).pipeline(image_conditioned)
@@ -84,7 +100,8 @@ class WanModel:
         accepted = inspect.signature(pipeline_class.__init__).parameters  # SkyReels-V2's: one transformer, no flags
         common = {key: value for key, value in common.items() if key in accepted}
         if "image_encoder" in accepted:
-            return pipeline_class(image_encoder=self.image_encoder, image_processor=self.image_processor, **common)
+            return pipeline_class(image_encoder=self.loaded_encoder("clip"), image_processor=self.image_processor,
+                                  **common)
         return pipeline_class(**common)
 
     # --- latent normalisation (per channel, from the VAE's own config) ---------------------------
@@ -107,20 +124,33 @@ class WanModel:
     def encode_prompts(self, prompts: list[str], with_embedding: bool = True) -> torch.Tensor:
         """UMT5 embeddings (B, 512, D), zero-padded after the real tokens, as diffusers builds them. Prompts that
         hold `text_embedding`'s placeholder get its vectors (unless `with_embedding` is false: the text cache
-        holds plain text's embeddings only)."""
+        holds plain text's embeddings only). Plain prompts encoded ahead come from `encoded` (on the train device)."""
         embedding = self.text_embedding if with_embedding else None
         if embedding is not None and any(embedding.applies_to(p) for p in prompts):
             return torch.cat([self.encode_with_embedding([p], embedding) for p in prompts])
-        device = next(self.text_encoder.parameters()).device
-        pipe = WanPipeline(tokenizer=self.tokenizer, text_encoder=self.text_encoder, vae=None, scheduler=None)
+        key = prompt_key(prompts)
+        kept = self.encoded.lookup(key)
+        if kept is not None:
+            return padded_rows(kept, TEXT_SEQ_LEN).to(self.train_device)
+        if self.encoded.deferring:  # noted for the text phase; the caller's run stops before using them
+            self.encoded.note(prompts)
+            width = self.text_encoder.config.d_model
+            return torch.zeros(len(prompts), TEXT_SEQ_LEN, width, device=self.train_device)
+        reloaded = "text" in self.residency.released
+        text_encoder = self.encoder("text", f"for the prompt {prompts[0][:60]!r}, which was not encoded ahead")
+        device = next(text_encoder.parameters()).device
+        pipe = WanPipeline(tokenizer=self.tokenizer, text_encoder=text_encoder, vae=None, scheduler=None)
         embeds = pipe._get_t5_prompt_embeds(prompt=prompts, max_sequence_length=TEXT_SEQ_LEN, device=device,
                                             dtype=torch.float32)
+        if self.encoded.recording or reloaded:
+            self.encoded.keep(key, real_token_rows(embeds))
         return embeds
 
     def encode_with_embedding(self, prompts: list[str], embedding: WanModelEmbedding) -> torch.Tensor:
         """(B, 512, D) of prompts holding `embedding`'s placeholder; differentiable in its vectors (the training
         step calls it with gradients on)."""
-        return encode_with_embedding(self.tokenizer, self.text_encoder, prompts, embedding, TEXT_SEQ_LEN)
+        text_encoder = self.encoder("text", "for a prompt holding the embedding's placeholder")
+        return encode_with_embedding(self.tokenizer, text_encoder, prompts, embedding, TEXT_SEQ_LEN)
 
     @torch.no_grad()
     def encode_video(self, video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,8 +171,39 @@ class WanModel:
         """CLIP second-to-last hidden state for each image (PIL or uint8 HWC), (N, tokens, width)."""
         if self.image_encoder is None or self.image_processor is None:
             raise RuntimeError("this model has no image encoder")
-        device = next(self.image_encoder.parameters()).device
+        return self.encoded_images("clip_states", images, lambda encoder: self._clip_states(encoder, images))
+
+    def _clip_states(self, image_encoder: CLIPVisionModel, images: list) -> torch.Tensor:
+        device = next(image_encoder.parameters()).device
         pixels = self.image_processor(images=images, return_tensors="pt").pixel_values
-        out = self.image_encoder(pixel_values=pixels.to(device, next(self.image_encoder.parameters()).dtype),
-                                 output_hidden_states=True)
+        out = image_encoder(pixel_values=pixels.to(device, next(image_encoder.parameters()).dtype),
+                            output_hidden_states=True)
         return out.hidden_states[-2].float()
+
+    @torch.no_grad()
+    def encoded_images(self, tag: str, inputs: list, encode: Callable[[CLIPVisionModel], torch.Tensor]) -> torch.Tensor:
+        """`encode(image_encoder)` of `inputs` (the images as `tag`'s caller preprocessed them): kept from encoding
+        ahead (on the train device), else computed now with the encoder loaded again if it was freed."""
+        key = image_key(tag, [np.asarray(i) if isinstance(i, Image.Image) else i for i in inputs], self.train_device)
+        kept = self.encoded.lookup(key)
+        if kept is not None:
+            return kept["states"].to(self.train_device)
+        reloaded = "clip" in self.residency.released
+        states = encode(self.encoder("clip", "for a sample image that was not encoded ahead"))
+        if self.encoded.recording or reloaded:
+            self.encoded.keep(key, {"states": states})
+        return states
+
+    # --- the encoders after caching (model/encoder_residency.py) ---------------------------------------
+    def encoder(self, name: str, why: str = "") -> torch.nn.Module:
+        """The encoder `name` ("text": UMT5, "clip": CLIP), loaded again from its files when it was freed (logged
+        with `why`)."""
+        return self.residency.ready(self, name, why)
+
+    def loaded_encoder(self, name: str) -> torch.nn.Module | None:
+        """The encoder `name` while it holds weights; None when the model has none or it was freed."""
+        return None if name in self.residency.released else getattr(self, ENCODER_ATTRIBUTES[name])
+
+    def release_encoders(self, names: list[str]) -> float:
+        """Free UMT5 and/or CLIP (the trainer, after caching); returns the GiB given back."""
+        return self.residency.release(self, names)

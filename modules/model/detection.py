@@ -56,8 +56,11 @@ def detect_variant(model_dir: str | Path) -> WanVariant:
     z_dim = int(vae.get("z_dim", 16))
     scale_spatial = int(vae.get("scale_factor_spatial", 8))
     scale_temporal = int(vae.get("scale_factor_temporal", 4))
-    is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48
     class_name = transformer.get("_class_name") or _indexed_class(index, "transformer")
+    # Wan 2.2: the A14B experts, TI2V's VAE and timesteps, and the Animate family (diffusers' Wan-Animate checkpoint is
+    # Wan-AI/Wan2.2-Animate-14B, ComfyUI's model class WAN22_Animate; Animate-2 is its successor, Wan2.2-Animate-2),
+    # which keeps Wan 2.1's VAE and I2V layout
+    is_wan_2_2 = two_experts or expand_timesteps or z_dim == 48 or class_name == ANIMATE2_CLASS
     paired = transformer.get("pos_embed_seq_len") is not None and transformer.get("image_dim") is not None
     family = family_of(model_dir, class_name, in_channels, out_channels, scale_temporal, expand_timesteps, two_experts,
                        paired)

@@ -27,10 +27,15 @@ def has_two_experts(model_dir: str | Path) -> bool | None:
 ANIMATE2_CLASS = "WanAnimate2Transformer3DModel"
 
 
-def is_animate2_base(model_dir: str | Path) -> bool:
-    """The folder's transformer config names Wan2.2-Animate-2's class (an unreadable one is the loader's to name)."""
+def transformer_config(model_dir: str | Path) -> dict[str, Any]:
+    """The folder's transformer/config.json ({} when it cannot be read: the loader names a broken folder)."""
     try:
         config = json.loads((Path(model_dir) / "transformer" / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and config.get("_class_name") == ANIMATE2_CLASS
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def is_animate2_base(model_dir: str | Path) -> bool:
+    """The folder's transformer config names Wan2.2-Animate-2's class (an unreadable one is the loader's to name)."""
+    return transformer_config(model_dir).get("_class_name") == ANIMATE2_CLASS

@@ -96,8 +96,8 @@ def check_base_loras(entries: Iterable[BaseLoRAConfig], variant: WanVariant,
         key = label(index)
         check_input_file(f"{key}.path" if not key.startswith("-") else key, entry.path, "a LoRA .safetensors file")
         if entry.expert != WanExpert.BOTH and not variant.two_experts:
-            raise UserError(f"{key}: expert is {entry.expert.name} but the {variant.name} model has one transformer: "
-                            "set it to BOTH")
+            raise UserError.about(f"{key}.expert", f"{key}: expert is {entry.expert.name} but the {variant.name} model "
+                                  "has one transformer: set it to BOTH")
         metadata = read_lora_header(entry.path)
         expert = _EXPERT_INDEX.get(entry.expert)
         check_lora_matches(Path(entry.path), metadata, variant, expert=expert)

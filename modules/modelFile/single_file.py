@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import struct
 from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Callable, Literal
@@ -67,6 +69,8 @@ _MARKERS = {
 COMFY_QUANT = ".comfy_quant"
 WEIGHT_SCALE = ".weight_scale"
 CONVROT_GROUP = ".convrot_group"
+MAX_MARKER_BYTES = 4096  # a `comfy_quant` entry is ~60 bytes of JSON
+MAX_HEADER_BYTES = 16 << 20  # a 14B transformer's header is ~0.2 MiB
 _FP8_DTYPES = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 
 
@@ -122,12 +126,13 @@ def read_single_file(source: SingleFile, kind: Kind, dtype: torch.dtype, keep_in
     time, so a 14B fp8 file never exists in float32). ComfyUI's int8 ConvRot layers are dequantised too, or with
     `keep_int8` stay as stored: `weight` int8, `weight_scale`, and their group size as a `convrot_group` scalar.
     A file of another kind, or a quantisation format we cannot read, is a `UserError`."""
+    _check_header_size(source, kind)
     try:
         with safe_open(str(source.path), framework="pt") as f:
             names = list(f.keys())
             _check_kind(source, kind, names)
             scales = {name[: -len(SCALE_WEIGHT)]: f.get_tensor(name) for name in names if name.endswith(SCALE_WEIGHT)}
-            groups = {name[: -len(COMFY_QUANT)]: _convrot_group(source, name, f.get_tensor(name))
+            groups = {name[: -len(COMFY_QUANT)]: _convrot_group(source, name, _marker(source, f, name))
                       for name in names if name.endswith(COMFY_QUANT)}
             state = {}
             for name in names:
@@ -137,6 +142,7 @@ def read_single_file(source: SingleFile, kind: Kind, dtype: torch.dtype, keep_in
                 layer = name[: -len(".weight")] if name.endswith(".weight") else None
                 if layer in groups:
                     weight, row_scale = f.get_tensor(name), f.get_tensor(layer + WEIGHT_SCALE).float().reshape(-1, 1)
+                    _check_int8_layer(source, layer, weight, row_scale, groups[layer])
                     if keep_int8:
                         state[short], state[short[: -len(".weight")] + WEIGHT_SCALE] = weight, row_scale
                         state[short[: -len(".weight")] + CONVROT_GROUP] = torch.tensor(groups[layer])
@@ -148,6 +154,47 @@ def read_single_file(source: SingleFile, kind: Kind, dtype: torch.dtype, keep_in
         raise source.error(f"is not a readable safetensors file ({str(e).splitlines()[0]})",
                            f"give {KIND_NAMES[kind]} .safetensors file") from None
     return state
+
+
+def _check_header_size(source: SingleFile, kind: Kind) -> None:
+    """The JSON header is read whole: a real one is a few hundred KiB (a 14B transformer's ~1,100 entries)."""
+    try:
+        with open(source.path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8).ljust(8, b"\0"))[0]
+        length = source.path.stat().st_size
+    except OSError:
+        return  # safe_open names it
+    if MAX_HEADER_BYTES < size <= length - 8:  # a header past the file's end: no safetensors file (safe_open says)
+        raise source.error(f"has a {size / 2 ** 20:.0f} MiB header, more than the {MAX_HEADER_BYTES >> 20} MiB any Wan "
+                           "model file needs", f"give {KIND_NAMES[kind]} .safetensors file")
+
+
+def _marker(source: SingleFile, f, name: str) -> torch.Tensor:
+    """A `comfy_quant` entry, read only when it is the few bytes of JSON such an entry is."""
+    size = math.prod(f.get_slice(name).get_shape())
+    if size > MAX_MARKER_BYTES:
+        raise source.error(f"has a '{name}' of {size} bytes, but a layer's format is a short JSON (at most "
+                           f"{MAX_MARKER_BYTES})", "give a file ComfyUI wrote")
+    return f.get_tensor(name)
+
+
+def _check_int8_layer(source: SingleFile, layer: str, weight: torch.Tensor, row_scale: torch.Tensor,
+                      group: int) -> None:
+    """An int8 ConvRot layer is what its format says, before the model is built from it: an int8 matrix whose
+    input width is a whole number of rotation groups and one finite scale per output row."""
+    if weight.dtype != torch.int8 or weight.ndim != 2:
+        raise source.error(f"stores '{layer}.weight' as {weight.dtype} {tuple(weight.shape)}, not an int8 matrix",
+                           "give an intact int8 ConvRot file")
+    rows, columns = weight.shape
+    if columns % group:
+        raise source.error(f"stores '{layer}' with convrot_groupsize {group}, but its {columns} input features are not "
+                           "a whole number of such groups", "give an intact int8 ConvRot file")
+    if row_scale.numel() != rows:
+        raise source.error(f"has a '{layer}{WEIGHT_SCALE}' of {row_scale.numel()} values for a layer of {rows} output "
+                           "rows (one scale per row)", "give an intact int8 ConvRot file")
+    if not bool(torch.isfinite(row_scale).all()):
+        raise source.error(f"has NaN or infinite values in '{layer}{WEIGHT_SCALE}': every weight of that layer would be "
+                           "NaN", "give an intact int8 ConvRot file")
 
 
 def _convrot_group(source: SingleFile, name: str, marker: torch.Tensor) -> int:

@@ -33,7 +33,7 @@ from modules.modelFile.component_files import (
 from modules.modelFile.single_file import SingleFile
 from modules.modelLoader.transformer_check import check_transformer_config
 from modules.modelSetup.fp8_storage import store_text_encoder_in_fp8
-from modules.util.enum import DataType
+from modules.util.enum import DataType, EncoderDevice
 from modules.util.errors import UserError
 from modules.util.model_folders import require_safetensors
 
@@ -140,11 +140,38 @@ class WanModelLoader:
         if config.text_encoder_fp8:
             store_text_encoder_in_fp8(model.text_encoder)
         folder = config.e2v.image_encoder_model_name
+        clip_folder = ""
         if config.dataset_config and folder and model.image_encoder is None:  # E2V's CLIP from another checkpoint
             model.image_encoder, model.image_processor = self.load_image_encoder(folder, model.train_device,
                                                                                  config.image_encoder_dtype)
             model.component_sources["image_encoder"] = Path(folder) / "image_encoder"
+            clip_folder = folder
+        model.residency.loaders = self._encoder_loaders(config, model, clip_folder)
         return model
+
+    def _encoder_loaders(self, config: TrainConfig, model: WanModel, clip_folder: str) -> dict[str, Callable]:
+        """How to load UMT5 and CLIP again after the trainer freed them (model/encoder_residency.py): the same files,
+        dtypes and fp8 storage as now, onto their home device (UMT5's is the CPU with
+        `text_encoder_caching_device: CPU`)."""
+        device = model.train_device
+        text_home = torch.device("cpu") if config.text_encoder_caching_device == EncoderDevice.CPU else device
+
+        def text() -> torch.nn.Module:
+            encoder = self._load_text_encoder(model.model_dir, resolve_dtype(config.text_encoder_dtype, device),
+                                              config.text_encoder_override)
+            if config.text_encoder_fp8:
+                store_text_encoder_in_fp8(encoder)
+            return encoder.requires_grad_(False).eval().to(text_home)
+
+        def clip() -> torch.nn.Module:
+            if clip_folder:
+                return self.load_image_encoder(clip_folder, device, config.image_encoder_dtype)[0]
+            encoder, _ = self._load_image_encoder(model.model_dir, model.variant,
+                                                  resolve_dtype(config.image_encoder_dtype, device),
+                                                  config.image_encoder_override)
+            return encoder.requires_grad_(False).eval().to(device)
+
+        return {"text": text, **({"clip": clip} if model.image_encoder is not None else {})}
 
     @staticmethod
     def load_image_encoder(folder: str, device: torch.device, dtype: DataType = DataType.FLOAT32,

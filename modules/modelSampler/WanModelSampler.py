@@ -5,6 +5,7 @@ also the sample's record (`modules/util/sample_record.py`) as a JSON sidecar, wh
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -20,6 +21,7 @@ from modules.dataLoader.e2v.sampling_options import E2VSamplingOptions
 from modules.dataLoader.errors import DataError
 from modules.dataLoader.video_io import read_image
 from modules.model.reference_slots import check_reference_base
+from modules.model.sample_inputs import check_sample_inputs
 from modules.model.WanModel import WanModel
 from modules.modelSampler.animate2_inputs import generate_animate2
 from modules.modelSampler.comfy_workflow import WorkflowModels, build_workflow, unsupported, write_workflow
@@ -30,7 +32,7 @@ from modules.modelSampler.e2v_sampling import (
     contact_sheet,
     denoise_e2v,
 )
-from modules.modelSampler.schedulers import sample_scheduler
+from modules.modelSampler.schedulers import sample_scheduler, shift_used
 from modules.modelSampler.vace_sampling import build_vace_context
 from modules.modelSampler.video_output import check_video_output, write_video_output
 from modules.modelSetup.memory import is_placement_managed
@@ -50,6 +52,7 @@ class WanModelSampler:
         self.model = model
         self.workflow_models = workflow_models  # set: a ComfyUI workflow beside every video (comfy_workflow.py)
         self.e2v = e2v or E2VSamplingOptions(use_clip=model.variant.has_clip_branch and model.image_encoder is not None)
+        self._encoding_only = False  # inside `encode_inputs`
 
     def _load_image(self, path: str) -> np.ndarray:
         """(H, W, 3) uint8 read as training reads images: EXIF orientation applied, transparency composited."""
@@ -63,39 +66,24 @@ class WanModelSampler:
     @torch.no_grad()
     def generate(self, sample: SampleConfig, show_progress: bool = True) -> np.ndarray:
         """uint8 frames (F, H, W, 3) for one sample definition."""
-        if self.model.variant.vace_layers:
+        variant = self.model.variant
+        check_sample_inputs(variant, sample, label=lambda field: f"the sample's {field}")
+        if variant.vace_layers:
             return self.generate_vace(sample, show_progress)
-        if self.model.variant.name == "animate_2":
-            if not (sample.image and sample.driving_video):
-                raise UserError("an Animate-2 model animates a reference image with a driving video: give the sample "
-                                "an image and a driving_video")
+        if variant.name == "animate_2":
             self._move(self.model.train_device)
             return generate_animate2(self.model, sample, self._load_image(sample.image))
-        if sample.driving_video:
-            raise UserError(f"the sample has a driving_video, which only Animate-2 models follow (this is "
-                            f"{self.model.variant.name})")
         if sample.elements:
             return self.generate_e2v(sample, show_progress)[0]
-        variant = self.model.variant
         if variant.fps_embedding:  # diffusers' SkyReels-V2 T2V/I2V pipelines feed no fps: our loop does
-            if variant.channel_concat_condition:
-                raise UserError(f"sampling the {variant.name} model (an image-to-video model with an fps embedding) "
-                                "is not supported yet: sample it without the fps embedding's checkpoint")
             self._move(self.model.train_device)
             return self._denoise(E2VConditioning(None, None, None, None, 0, 0, np.zeros((0, 1, 1, 3), np.uint8)),
                                  sample, show_progress)
-        if sample.control_video:
-            raise UserError(f"the sample has a control_video, which only VACE models follow (this is {variant.name})")
-        if variant.paired_image_tokens and not sample.last_image:
-            raise UserError(f"the {variant.name} model generates between a first and a last frame: give the sample "
-                            "an image and a last_image (--image, --last-image)")
         needs_image = variant.channel_concat_condition
-        if sample.last_image and not needs_image:
-            raise UserError(f"the sample has a last_image, which only I2V-layout models take (this is {variant.name})")
-        if needs_image and not sample.image:
-            raise UserError(f"the {variant.name} model generates from an image: give the sample an image (--image)")
         use_image = bool(sample.image) and (needs_image or variant.expand_timesteps)
         pipe = self.model.pipeline(image_conditioned=use_image)
+        if use_image and hasattr(type(pipe), "encode_image"):
+            self._keep_clip_of(pipe)
         pipe.scheduler = sample_scheduler(self.model, sample)
         pipe.set_progress_bar_config(disable=not show_progress, leave=False)
         device = self.model.train_device
@@ -174,11 +162,47 @@ class WanModelSampler:
             for t, training in zip(self.model.transformers(), was_training):
                 t.train(training)
 
+    def _keep_clip_of(self, pipe) -> None:
+        """diffusers' I2V pipeline encodes its image with CLIP itself: through the model's kept encodings, so an
+        image encoded ahead (the trainer's samples) needs no CLIP, and a freed CLIP is loaded again for a new one."""
+        encode = type(pipe).encode_image
+
+        def encode_image(images, device=None):
+            def run(image_encoder):
+                pipe.image_encoder = image_encoder
+                return encode(pipe, images, device)
+
+            return self.model.encoded_images("diffusers_i2v", images if isinstance(images, list) else [images], run)
+
+        pipe.encode_image = encode_image
+
     def _move(self, device: torch.device) -> None:
-        for module in (self.model.text_encoder, self.model.vae, self.model.image_encoder, *self.model.transformers()):
+        # freed encoders stay freed (what samples need was encoded ahead); when only encoding (`encode_inputs`) the
+        # transformers stay where they are and the encoders are placed as they are used
+        encoders = [] if self._encoding_only else [self.model.loaded_encoder("text"), self.model.loaded_encoder("clip")]
+        transformers = [] if self._encoding_only else self.model.transformers()
+        for module in (*encoders, self.model.vae, *transformers):
             # FSDP shards already live on their rank's device; block swap and expert offload place their own
             if module is not None and not is_sharded(module) and not is_placement_managed(module):
                 module.to(device)
+
+    def encode_inputs(self, sample: SampleConfig) -> None:
+        """Run `sample`'s generation up to its first denoising step and stop there: every prompt and image it
+        encodes is encoded now (the trainer's encoding ahead, `trainer/sample_inputs.py`, has the model keep
+        them); nothing is denoised or decoded, and the transformers are neither moved nor run."""
+        def stop(*_):
+            raise _InputsEncoded
+
+        hooks = [t.register_forward_pre_hook(stop) for t in self.model.transformers()]
+        self._encoding_only = True
+        try:
+            self.generate(sample, show_progress=False)
+        except _InputsEncoded:
+            pass
+        finally:
+            self._encoding_only = False
+            for hook in hooks:
+                hook.remove()
 
     def sample_to_file(self, sample: SampleConfig, output: str | Path, show_progress: bool = True) -> Path:
         """Generate and write `output` (.mp4, .gif or .webp, checked before generating) and a PNG strip beside it."""
@@ -220,11 +244,16 @@ class WanModelSampler:
         a sidecar means the video and its sheet are complete); returns the record and the frames."""
         path, frames = self.sample_frames_to_file(sample, output, show_progress)
         record = SampleRecord.of(sample, path, fps=self.model.variant.fps, step=step, epoch=epoch, index=index)
+        record = dataclasses.replace(record, shift=shift_used(self.model.scheduler, sample.sampler, sample.shift))
         try:
             record.write()
         except OSError as e:
             raise UserError(f"cannot write sample output '{record.sidecar}': {write_failure(e)}") from e
         return record, frames
+
+
+class _InputsEncoded(Exception):
+    """Raised by `encode_inputs`' hook at the first transformer call: everything before it was encoding."""
 
 
 def atomic_save_png(path: Path, image: np.ndarray) -> None:

@@ -42,8 +42,8 @@ def sample_animate2(model, sample, reference: np.ndarray) -> np.ndarray:
     transformer = model.transformer
     generator = torch.Generator("cpu").manual_seed(sample.seed)
     noise = torch.randn(condition.shape[1] - 4, *condition.shape[2:], generator=generator).to(device)
-    clip, driving_clip = (animate2_clip(model.image_encoder, frame)[None].to(device)
-                          for frame in (image[:, 0], driving[:, 0]))
+    clip, driving_clip = (model.encoded_images("animate2_clip", [frame], lambda encoder: animate2_clip(encoder, frame))
+                          [None].to(device) for frame in (image[:, 0], driving[:, 0]))
     was_training = transformer.training
     transformer.eval()
     try:

@@ -96,3 +96,11 @@ def sample_scheduler(model, sample) -> SchedulerMixin:
     """The scheduler of one sample (a SampleConfig) on `model` (a WanModel): two-expert models split at their boundary."""
     split = model.variant.boundary_sigma if model.variant.two_experts else None
     return build_scheduler(model.scheduler, sample.sampler, sample.scheduler, sample.shift, split)
+
+
+def shift_used(folder: SchedulerMixin, sampler: str, shift: float) -> float | None:
+    """The flow shift a sample runs at: its own, else ComfyUI's Wan default (the ComfyUI samplers) or the model
+    folder's (the diffusers_* ones; None where that scheduler has no shift), as `build_scheduler` applies it."""
+    if shift:
+        return float(shift)
+    return float(COMFY_WAN_SHIFT) if sampler in COMFY_SAMPLERS else folder_shift(folder)

@@ -1,10 +1,13 @@
 """Host memory (RAM) of a training config, estimated from the checkpoint's JSON configs alone: what the memory features
 keep in host memory (docs/performance.md, "Host memory (RAM)"), beside the VRAM estimate.
 
-Terms, in GiB, at the training phase (the host's peak: everything below is held from the start of training on):
+Two phases; the estimate is the larger. Terms, in GiB, at the training phase (everything below is held from the
+start of training on):
 - process: the Python process with torch's CUDA libraries and context (PROCESS_GIB, an allowance, not a measurement);
-- text_encoder / image_encoder: UMT5 and CLIP after caching (moved to the CPU, kept for sample prompts) or while UMT5
-  encodes on the CPU (`text_encoder_caching_device: CPU`);
+- text_encoder / image_encoder: with latent caching both are freed once the cache is filled (the samples' prompts
+  and images are encoded ahead: trainer/sample_inputs.py), so they count here only where they stay in host memory:
+  UMT5 without latent caching when it encodes on the CPU (`text_encoder_caching_device: CPU`), CLIP with
+  `sample_metrics` (it measures each sample);
 - swapped_blocks: the frozen weights of the `blocks_to_swap` blocks of each trained expert, in the host arena's
   power-of-two slabs (modelSetup/pinned_arena.py: `plan_slabs`, what torch's pinned allocator holds for them);
 - expert_offload: `offload_inactive_expert`: each expert's frozen weights outside the swapped blocks, in one arena
@@ -12,6 +15,9 @@ Terms, in GiB, at the training phase (the host's peak: everything below is held 
 - offloaded_activations: `activation_offload`: each block's saved input (tokens x width x 2 bytes x layers), in
   slabs of ACTIVATION_SLAB;
 - ema: `ema: CPU`, a float32 copy of the trained parameters.
+At the caching phase (latent caching only): the process, UMT5 and CLIP, both in host memory while the cache is filled
+(as loaded, and each moved back there while the other encoders run); the transformer's weights are still the
+checkpoint's memory-mapped pages then.
 Not counted: the data loader's items, the memory-mapped checkpoint's page cache (reclaimable) and the loader's
 transient copy while it loads (benchmarks/host_memory.py measures the load separately).
 """
@@ -32,12 +38,21 @@ PROCESS_GIB = 3.0  # torch with CUDA's libraries and context in host memory (CPU
 
 @dataclasses.dataclass
 class HostEstimate:
-    terms: dict[str, float]  # GiB
+    terms: dict[str, float]  # GiB, at the training phase
     ram_gib: float | None  # the machine's RAM (None: unknown)
+    caching: dict[str, float] = dataclasses.field(default_factory=dict)  # GiB, while the cache is filled
+
+    @property
+    def peak_phase(self) -> str:
+        return "caching" if sum(self.caching.values()) > sum(self.terms.values()) else "training"
+
+    @property
+    def peak_terms(self) -> dict[str, float]:
+        return self.caching if self.peak_phase == "caching" else self.terms
 
     @property
     def total_gib(self) -> float:
-        return sum(self.terms.values())
+        return sum(self.peak_terms.values())
 
     @property
     def fits(self) -> bool | None:
@@ -45,23 +60,33 @@ class HostEstimate:
 
     def line(self) -> str:
         """One line: the total, its largest terms and the verdict (estimate_vram.py, the GUI)."""
-        largest = sorted(((v, k) for k, v in self.terms.items() if v >= 0.05 and k != "process"), reverse=True)[:3]
+        largest = sorted(((v, k) for k, v in self.peak_terms.items() if v >= 0.05 and k != "process"),
+                         reverse=True)[:3]
         parts = ", ".join(f"{k} {v:.1f}" for v, k in largest)
         verdict = "" if self.fits is None else (f", fits {self.ram_gib:.0f} GiB" if self.fits
                                                 else f", over {self.ram_gib:.0f} GiB")
-        return f"RAM ≈ {self.total_gib:.1f} GiB" + (f" ({parts})" if parts else "") + verdict
+        phase = " while caching" if self.peak_phase == "caching" else ""
+        return f"RAM ≈ {self.total_gib:.1f} GiB{phase}" + (f" ({parts})" if parts else "") + verdict
 
     def refusal(self) -> str | None:
         """What to change when the run does not fit the machine's RAM, in one line (None when it fits)."""
         if self.fits is not False:
             return None
-        name, gib = max(((k, v) for k, v in self.terms.items() if k != "process"), key=lambda kv: kv[1])
+        name, gib = max(((k, v) for k, v in self.peak_terms.items() if k != "process"), key=lambda kv: kv[1])
         change = _CHANGE.get(name, "a smaller model or more RAM")
-        return (f"host RAM: the run needs about {self.total_gib:.1f} GiB of the machine's {self.ram_gib:.1f} GiB; "
-                f"{name} holds {gib:.1f} GiB: {change}")
+        phase = " while caching" if self.peak_phase == "caching" else ""
+        return (f"host RAM: the run needs about {self.total_gib:.1f} GiB{phase} of the machine's "
+                f"{self.ram_gib:.1f} GiB; {name} holds {gib:.1f} GiB: {change}")
+
+    def phases(self) -> dict[str, dict[str, float]]:
+        return {"caching": self.caching, "training": self.terms} if self.caching else {"training": self.terms}
 
     def to_json(self) -> dict:
-        return {"ram_gib": round(self.total_gib, 2), "ram_terms": {k: round(v, 3) for k, v in self.terms.items()},
+        """`ram_gib`: the larger phase (`ram_phase`); `ram_terms`: the training phase's, `ram_caching_terms` the
+        caching phase's (empty without latent caching)."""
+        return {"ram_gib": round(self.total_gib, 2), "ram_phase": self.peak_phase,
+                "ram_terms": {k: round(v, 3) for k, v in self.terms.items()},
+                "ram_caching_terms": {k: round(v, 3) for k, v in self.caching.items()},
                 "machine_ram_gib": None if self.ram_gib is None else round(self.ram_gib, 1), "ram_fits": self.fits}
 
 
@@ -70,8 +95,10 @@ _CHANGE = {
                              "(activation_offload false)",
     "swapped_blocks": "fewer blocks_to_swap (a larger GPU), or fp8_base_weights true (half the bytes)",
     "expert_offload": "train_expert HIGH or LOW (one expert), or fp8_base_weights true",
-    "text_encoder": "text_encoder_fp8 true, or text_encoder_dtype BFLOAT16",
-    "image_encoder": "image_encoder_dtype BFLOAT16",
+    "text_encoder": "text_encoder_fp8 true, or text_encoder_dtype BFLOAT16 (with latent_caching it leaves after "
+                    "caching)",
+    "image_encoder": "image_encoder_dtype BFLOAT16 (with latent_caching it leaves after caching unless "
+                     "sample_metrics)",
     "ema": "ema GPU or OFF",
 }
 
@@ -137,15 +164,19 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
     if train.activation_offload and train.gradient_checkpointing:
         saved = tokens * dim * 2 * layers * train.batch_size
         terms["offloaded_activations"] = -(-saved // ACTIVATION_SLAB) * ACTIVATION_SLAB / GIB
-    text_bytes = vram._bytes(train.text_encoder_dtype) // (2 if train.text_encoder_fp8 else 1) or 1
-    keep_text = train.latent_caching and not train.trains_embedding() or \
-        train.text_encoder_caching_device == EncoderDevice.CPU
-    terms["text_encoder"] = text_parameters * text_bytes / GIB if keep_text else 0.0
-    clip_bytes = vram._bytes(train.image_encoder_dtype)
-    terms["image_encoder"] = clip_parameters * clip_bytes / GIB if train.latent_caching else 0.0
+    text_gib = text_parameters * (vram._bytes(train.text_encoder_dtype) // (2 if train.text_encoder_fp8 else 1) or 1) \
+        / GIB
+    clip_gib = clip_parameters * vram._bytes(train.image_encoder_dtype) / GIB
+    # with latent caching both leave after it (a trained embedding takes UMT5 to the GPU); without, UMT5 encodes
+    # in every step where it lives, on the CPU with text_encoder_caching_device CPU
+    on_cpu = train.text_encoder_caching_device == EncoderDevice.CPU
+    terms["text_encoder"] = text_gib if not train.latent_caching and on_cpu else 0.0
+    terms["image_encoder"] = clip_gib if train.latent_caching and train.sample_metrics else 0.0
     if train.ema == EmaMode.CPU:
         trainable = (sum(vram.adapter_parameters(c, train) for c in configs[:trained])
                      if train.training_method == TrainingMethod.LORA else 0) if frozen else \
             sum(vram.transformer_counts(c)["total"] for c in configs[:trained])
         terms["ema"] = trainable * 4 / GIB
-    return HostEstimate(terms, ram_gib if ram_gib is not None else machine_ram_gib())
+    caching = {"process": PROCESS_GIB, "text_encoder": text_gib, "image_encoder": clip_gib} \
+        if train.latent_caching else {}
+    return HostEstimate(terms, ram_gib if ram_gib is not None else machine_ram_gib(), caching)

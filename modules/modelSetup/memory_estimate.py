@@ -12,7 +12,8 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
   2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
   x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
-  bucket, times the batch size; an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
+  bucket, times the batch size (with sequence_parallel N, one rank's share: ceil(tokens / N), the whole model
+  beside it); an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
   VACE base's one per element) count as frames; an Animate-2 base's driving stream and reference slot count too
   (1 + 2 x the latent frames), plus each layer's cached driving keys and values (held until the backward). Not
   counted: a VACE transformer's own blocks' activations on its
@@ -309,6 +310,7 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     from modules.optimizer.registry import spec_of
 
     tokens, latent_frames, height, width = largest_tokens(transformers[0], vae, train)
+    tokens = -(-tokens // train.sequence_parallel)  # per rank: sequence_parallel's larger share of an uneven cut
     dim, ffn = transformer_width(transformers[0])
     layers = counts[0]["layers"]
     batch = train.batch_size

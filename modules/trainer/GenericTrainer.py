@@ -8,7 +8,9 @@ Exactness: the data order of an epoch is a function of (seed, epoch), and every 
 step N (posterior sample, σ, noise, LoRA dropout) comes from generators seeded with (seed, N). A run
 resumed from a backup therefore continues bit-identically on the CPU.
 
-The resume from a backup is trainer/resume.py and the samples during training trainer/sampling.py (mixed in).
+The resume from a backup is trainer/resume.py, the samples during training trainer/sampling.py, and the run
+folder (opening it, its state record, following it when renamed or deleted mid-run) trainer/trainer_run.py
+(mixed in).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -26,6 +29,7 @@ from modules.dataLoader.encoder_placement import park_after_caching, place_befor
 from modules.dataLoader.errors import CachingStopped
 from modules.dataLoader.prefetch import BatchPrefetcher
 from modules.dataLoader.skips import SkipCounter
+from modules.dataLoader.verdict import RunVerdict
 from modules.dataLoader.WanBaseDataLoader import WanBaseDataLoader
 from modules.model.step_inputs import StepRandom
 from modules.model.WanModel import WanModel
@@ -39,23 +43,19 @@ from modules.modelSetup.memory_plan import apply_memory_plan
 from modules.modelSetup.optimization import create_lr_scheduler, create_optimizer
 from modules.modelSetup.vae_memory import caching_needs_tiling
 from modules.optimizer.registry import spec_of
-from modules.trainer.backup import (
-    TrainProgress,
-    list_backups,
-    remove_interrupted_writes,
-    write_backup,
-    write_sharded_backup,
-)
+from modules.trainer.backup import TrainProgress, list_backups, write_backup, write_sharded_backup
 from modules.trainer.end_report import end_warnings
 from modules.trainer.initial_weights import continue_from_embedding
+from modules.trainer.nonfinite import nonfinite_advice
 from modules.trainer.output_destination import free_destination
-from modules.trainer.preflight import check_paths
+from modules.trainer.preflight import check_before_loading
 from modules.trainer.registry import SETUPS, DataKind, data_kind
 from modules.trainer.resume import TrainerResume
-from modules.trainer.runs import open_run, write_config_copy
+from modules.trainer.sample_inputs import encode_ahead
 from modules.trainer.sampling import TrainerSampling
 from modules.trainer.schedule import Schedule
 from modules.trainer.snapshots import prune_snapshots, raw_destination, snapshot_destination
+from modules.trainer.trainer_run import TrainerRun, TrainingStopped, recorded
 from modules.trainer.validation import Validation
 from modules.trainer.visualization import Visualizer
 from modules.trainer.workspace_lock import WorkspaceLock
@@ -63,7 +63,6 @@ from modules.util.commands import TrainCallbacks, TrainCommands, TrainUpdate
 from modules.util.distributed import DistributedContext, init_distributed
 from modules.util.enum import ConceptType, EmaMode
 from modules.util.errors import UserError
-from modules.util.numbered_names import numbered_names
 from modules.util.run_folder import RunFolder
 from modules.util.seeds import derive_seed
 from modules.util.write_errors import is_write_failure, write_failure
@@ -74,10 +73,14 @@ MAX_NONFINITE_STEPS = 5
 SIGMA_HISTOGRAM_STEPS = 20  # a histogram per step would cost ~1 ms each and hold 1-2 values
 
 
-class GenericTrainer(TrainerResume, TrainerSampling):
+__all__ = ["GenericTrainer", "TrainingStopped"]  # TrainingStopped lives in trainer_run.py; callers import it here
+
+
+class GenericTrainer(TrainerRun, TrainerResume, TrainerSampling):
     def __init__(self, config: TrainConfig, callbacks: TrainCallbacks | None = None,
-                 commands: TrainCommands | None = None):
+                 commands: TrainCommands | None = None, config_files: Sequence[str] = ()):
         self.config = config
+        self.config_files = config_files  # the files the config was read from: no output may replace them
         self.callbacks = callbacks or TrainCallbacks()
         self.commands = commands or TrainCommands()
         self.workspace = Path(config.workspace_dir)
@@ -107,26 +110,23 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self._lock: WorkspaceLock | None = None
         self.run: RunFolder | None = None  # this run's folder in the workspace (util/run_folder.py)
         self.kept_backups_reported: set[str] = set()  # backups pruning could not verify, each reported once
+        self._workflow_notes: set[str] = set()  # why samples got no ComfyUI workflow, each said once
+        self._final_destination: Path | None = None
 
     # --- set-up -------------------------------------------------------------------------------------
+    @recorded("start")
     def start(self) -> None:
         config = self.config
-        check_paths(config)  # every path error before any model loads
+        # every error that needs no model, the data's verdict included, before any model loads
+        verdict = check_before_loading(config, self.config_files)
         self.kind = kind = data_kind(config)
-        kind.check(config)  # e.g. an E2V dataset error stops before any model loads
-        self.dist, device_name = init_distributed(config.train_device)
+        if verdict is not None:  # its skips were logged as found; the loaders train on its items
+            self.skips.add(verdict.skipped())
+        self.dist, device_name = init_distributed(config.train_device, config.sequence_parallel)
         if resolve_device(device_name).type == "cuda":  # memory_preset AUTO: the savers this GPU needs
             self.config = config = apply_memory_plan(config)
-        self.workspace.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:  # one run per workspace; then no live process but this one writes backups there
-            self._lock = WorkspaceLock.take(self.workspace)
-            self.run = open_run(self.workspace, config.run_name, config.output_model_destination,
-                                config.continue_last_backup)
-            remove_interrupted_writes(self.workspace)
-            self._start_log_file()
-            write_config_copy(self.run, config.to_dict())
-            logger.info("run '%s': its backups, samples, curves and logs go to %s", self.run.name, self.run.path)
-            self.callbacks.on_run(self.run.name, self.run.path)
+            self._open_run()  # trainer_run.py
         self.run = self.dist.broadcast_object(self.run)  # every rank writes its shards into rank 0's run
         torch.manual_seed(config.seed)
         self._status("loading model")
@@ -142,10 +142,11 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         place_before_caching(config, self.model)  # with latent caching each encoder comes in for its phase
         self.data = kind.loader(config, self.model, self.skips, self.dist,
                                 should_stop=lambda: self.commands.stop_requested,
-                                on_progress=self.callbacks.on_progress)
+                                on_progress=self.callbacks.on_progress, **_planned(verdict, ConceptType.STANDARD))
         validation_data = kind.loader(config, self.model, self.skips, self.dist,
                                       should_stop=lambda: self.commands.stop_requested,
-                                      concept_type=ConceptType.VALIDATION, on_progress=self.callbacks.on_progress)
+                                      concept_type=ConceptType.VALIDATION, on_progress=self.callbacks.on_progress,
+                                      **_planned(verdict, ConceptType.VALIDATION))
         try:
             self.data.prepare()
             if validation_data.has_concepts():  # cached like the training data: no encoder call after this
@@ -154,6 +155,9 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         except CachingStopped as stopped:  # Ctrl-C while caching: stop now, nothing trained needs a backup
             self._status(str(stopped))
             raise TrainingStopped(None, reason=str(stopped)) from None
+        # the samples' prompts and images encoded now, then UMT5 and CLIP freed (trainer/sample_inputs.py)
+        encode_ahead(config, self.model, self._sampler(), self._samples(), self.dist.is_main,
+                     keep_text=self.setup.embedding_training is not None)
         self._park_encoders()
 
         params = self.setup.setup_trainable()
@@ -178,9 +182,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if visualization is not None and visualization.enabled and self.dist.is_main:
             self.visualizer = Visualizer(visualization, self.run.path, time.strftime("%Y%m%d-%H%M%S"), self.model)
         if config.tensorboard and self.dist.is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(self.run.tensorboard))
+            self._open_tensorboard()
 
     def _make_ema(self) -> WeightEMA | None:
         """The moving average of the trained weights, by `{expert}.{name}` / `embedding` (its backup's keys)."""
@@ -190,20 +192,12 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                          on_host=self.config.ema == EmaMode.CPU)
 
     def _park_encoders(self) -> None:
-        """With latent caching the encoders are not needed until sampling: off the GPU, to free it for training.
-        A trained embedding keeps UMT5 there: captions holding its placeholder are encoded in each step."""
+        """With latent caching the encoders are not needed after it (the samples' inputs were encoded ahead): UMT5
+        and CLIP freed, also after a sampling round or a step that loaded one again. A trained embedding keeps UMT5
+        on the GPU (captions holding its placeholder are encoded in each step), `sample_metrics` CLIP in RAM."""
         park_after_caching(self.config, self.model,
-                           keep_text=self.setup is not None and self.setup.embedding_training is not None)
-
-    def _start_log_file(self) -> None:
-        log_dir = self.run.logs
-        log_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(_new_log_path(log_dir), encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-        if logging.getLogger().level > logging.INFO:
-            logging.getLogger().setLevel(logging.INFO)
-        self._log_handler = handler
+                           keep_text=self.setup is not None and self.setup.embedding_training is not None,
+                           keep_clip=self.config.sample_metrics)
 
     def _steps_per_epoch(self) -> int:
         return math.ceil(len(self.data.epoch_batches(0)) / self.config.gradient_accumulation_steps)
@@ -213,6 +207,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         return min(total, self.config.max_steps) if self.config.max_steps else total
 
     # --- the loop -----------------------------------------------------------------------------------
+    @recorded("train")
     def train(self) -> None:
         config = self.config
         accumulation = config.gradient_accumulation_steps
@@ -283,7 +278,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
     def _micro_step(self, batch: dict[str, torch.Tensor], offset: int, global_size: int, sync: bool) -> float:
         """Forward and backward of this rank's share of one global batch (`offset` = its first sample)."""
         micro_step = self.progress.micro_step
-        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step, self.dist.rank))  # LoRA dropout etc.
+        # LoRA dropout etc.: the ranks of a sequence group draw alike (they hold the same text and modulation)
+        torch.manual_seed(derive_seed(self.config.seed, "global", micro_step, self.dist.data_rank))
         size = len(batch["prompt_embeds"])
         random = StepRandom.for_micro_step(self.config.seed, micro_step, size, first_sample=offset)
         with self.setup.gradient_sync(sync):
@@ -299,14 +295,17 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                     output.loss.backward()
                 self.skip_update = True
                 return float("nan")
-            # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean.
+            # The rank's mean loss, weighted so that averaging over ranks gives the global batch's mean. With sequence
+            # parallelism each of the N ranks of a group holds the gradient of its own tokens, whose sum is the
+            # share's: world_size (not data_world_size) puts that N into the weight of the average DDP / FSDP take.
             weight = size * self.dist.world_size / global_size / self.config.gradient_accumulation_steps
             if output.loss.requires_grad:  # not when nothing trained is in the batch (an EMBEDDING run's caption
                 (output.loss * weight).backward()  # without the placeholder): its parameters get no gradient
         if self.tensorboard is not None:  # σ histogram over the last SIGMA_HISTOGRAM_STEPS steps
             self.sigma_log.append(output.sigmas.detach().float().cpu())
             if len(self.sigma_log) >= SIGMA_HISTOGRAM_STEPS:
-                self.tensorboard.add_histogram("sigma", torch.cat(self.sigma_log), self.progress.global_step)
+                sigmas, step = torch.cat(self.sigma_log), self.progress.global_step
+                self._to_tensorboard(lambda writer: writer.add_histogram("sigma", sigmas, step))
                 self.sigma_log.clear()
         return float(output.loss.detach())
 
@@ -315,9 +314,8 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self.nonfinite_total += 1
         logger.warning("loss is %s at step %d; skipping this batch", value, self.progress.global_step)
         if self.nonfinite_in_a_row >= MAX_NONFINITE_STEPS:
-            raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: lower learning_rate "
-                            "or use FLOAT32 dtypes, then resume with continue_last_backup=true and "
-                            "resume_changed_config=true")
+            advice = nonfinite_advice(self.model, self.config, self.setup.sharded)
+            raise UserError(f"the loss was NaN/inf {self.nonfinite_in_a_row} times in a row: {advice}")
 
     def _optimizer_step(self, loss: float, micro_batches: int) -> None:
         if math.isfinite(loss):
@@ -349,8 +347,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if not self.dist.is_main:
             return
         step = self.progress.global_step if step is None else step
-        if self.tensorboard is not None:
-            self.tensorboard.add_scalar(name, value, step)
+        self._to_tensorboard(lambda writer: writer.add_scalar(name, value, step))
         self.callbacks.on_scalar(name, float(value), step)
 
     def _report(self, loss: float, start_time: float, start_step: int) -> None:
@@ -359,21 +356,30 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         eta = elapsed / done * (self.total_steps - self.progress.global_step) if done else None
         self.callbacks.on_update(TrainUpdate(self.progress.global_step, self.total_steps, self.progress.epoch,
                                              self.config.epochs, loss, eta, "training"))
+        self._record_progress()
 
     def _after_step(self, epoch_end: bool) -> None:
+        self._follow_run_folder()  # renamed or deleted by hand: followed, or made again (trainer_run.py)
         step, epoch = self.progress.global_step, self.progress.epoch
-        if self.commands.take_sample() or self.schedules.sample.due(step, epoch, epoch_end):
-            self.sample()
+        if self.schedules.save.due(step, epoch, epoch_end):  # first: a sample's workflow names this snapshot
+            self.snapshot()
+        if self.model.residency.loaded_again:  # a cache entry encoded again in the step: its encoder leaves again
+            self._park_encoders()
+        requested = self.commands.take_sample()
+        if requested or self.schedules.sample.due(step, epoch, epoch_end):
+            self.sample(self.commands.take_samples() if requested else None)
         if self.validation is not None and self.schedules.validate.due(step, epoch, epoch_end):
             self.validate()
-        if self.schedules.save.due(step, epoch, epoch_end):
-            self.snapshot()
         if self.commands.take_backup() or self.schedules.backup.due(step, epoch, epoch_end):
             self._try_backup("training goes on; the next backup tries again")
 
     # --- side effects -----------------------------------------------------------------------------------
     def backup(self) -> Path | None:
-        """Rank 0 writes; with FSDP every rank calls this and writes its own shards."""
+        """Rank 0 writes; with FSDP every rank calls this and writes its own shards. Into the run folder where it
+        is now (trainer_run.py)."""
+        return self._write_backup_following_the_run(self._write_backup)
+
+    def _write_backup(self) -> Path | None:
         config = self.config
         if self.setup.sharded:
             self._status("writing backup")
@@ -386,7 +392,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         self._status("writing backup")
         return write_backup(self.run, self.progress, self.setup.trainable_state(), self.optimizer.state_dict(),
                             self.lr_scheduler.state_dict(), self._fingerprints(), config.to_dict(),
-                            config.rolling_backup_count, self.dist.world_size,
+                            config.rolling_backup_count, self.dist.data_world_size,
                             ema=self.ema.state_dict() if self.ema is not None else None,
                             reported=self.kept_backups_reported)
 
@@ -471,6 +477,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
             self._scalar(f"loss/validation/{name}", loss, step)
         return result
 
+    @recorded("end")
     def end(self) -> list[Path]:
         """Final save (and backup), summary of skipped samples. Returns the written model paths."""
         already_backed_up = self._backup_of_this_step() is not None
@@ -485,7 +492,7 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if not self.dist.is_main:  # only rank 0 writes
             self._end_of_run()
             return []
-        destination = free_destination(self.config.output_model_destination, self.config.overwrite_output)
+        destination = self.final_destination()
         try:
             with self._averaged_weights():
                 self.output_paths = WanModelSaver(self.model, self.setup, self.config).save(
@@ -501,10 +508,18 @@ class GenericTrainer(TrainerResume, TrainerSampling):
                                     self.backup_failure):
             logger.warning(warning)
             self.callbacks.on_warning(warning)
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self._close_tensorboard()
+        self._record_finished(self.output_paths)
         self._end_of_run()
         return self.output_paths
+
+    def final_destination(self) -> Path:
+        """Where the final model goes: `output_model_destination`, numbered when taken (chosen once, so the end's
+        samples name the file the save writes)."""
+        if self._final_destination is None:
+            self._final_destination = free_destination(self.config.output_model_destination,
+                                                       self.config.overwrite_output)
+        return self._final_destination
 
     def _end_of_run(self) -> None:
         """Every rank, once rank 0 has saved: the workspace lock and log released, the process group ended."""
@@ -532,15 +547,14 @@ class GenericTrainer(TrainerResume, TrainerSampling):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-        if self._log_handler is not None:
-            logging.getLogger().removeHandler(self._log_handler)
-            self._log_handler.close()
-            self._log_handler = None
+        self._close_log_file()
+        self._close_tensorboard()  # a stopped or failed run's event file too (end() closes a finished one's)
         self.dist.finish()
 
-    def _status(self, text: str) -> None:
-        logger.info(text)
-        self.callbacks.on_status(text)
+    def _status(self, text: str, done: int = 0, total: int = 0) -> None:
+        """What the run does now (the GUI's status line shows it until the next phase or step)."""
+        logger.info(text if not total else f"{text} {done}/{total}")
+        self.callbacks.on_phase(text, done, total)
 
 
 @dataclasses.dataclass
@@ -551,22 +565,10 @@ class _Schedules:
     validate: Schedule
 
 
-class TrainingStopped(Exception):
-    """Training was stopped on request; a backup was written to `path` (None: an immediate stop of a
-    sharded run, which cannot write one, or a stop before training began); `reason` says why not."""
-
-    def __init__(self, path: Path | None, reason: str = ""):
-        super().__init__(f"training stopped; backup written to {path}" if path else "training stopped; no backup")
-        self.path = path
-        self.reason = reason
-
-
 class _SynchronizedStop(Exception):
     """A stop that every rank raises after the same optimizer step (so collective work can follow)."""
 
 
-def _new_log_path(log_dir: Path) -> Path:
-    """`train-<time>.log`, numbered when a run of the same second (a quick resume) has that name: each start of a
-    run keeps its own log."""
-    names = numbered_names(time.strftime("train-%Y%m%d-%H%M%S"), ".log")
-    return next(path for path in (log_dir / name for name in names) if not path.exists())
+def _planned(verdict: RunVerdict | None, concept_type: ConceptType) -> dict:
+    """The loader's `planned` argument: start-up's verdict of its concepts (none for E2V, whose loader judges)."""
+    return {} if verdict is None else {"planned": verdict.of_type(concept_type)}

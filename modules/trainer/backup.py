@@ -142,7 +142,7 @@ def write_sharded_backup(run: RunFolder, progress: TrainProgress, save_shards: C
 
     try:
         return _write(run, progress, write_states, lr_scheduler, fingerprints, config_dict, keep,
-                      dist.world_size, reported)
+                      dist.data_world_size, reported)
     finally:
         if not broadcast:  # the other ranks wait for a folder: release them
             dist.broadcast_object(None)

@@ -18,10 +18,9 @@ from typing import Any
 
 from modules.util.atomic import atomic_write_text
 from modules.util.file_hash import file_sha256
+from modules.util.run_folder import MANIFEST, MAX_MANIFEST_BYTES
 
-MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest lists a few files (an FSDP backup one per rank)
 PROGRESS_KEYS = ("epoch", "epoch_batch", "global_step", "micro_step")
 JSON_SAFE_INT = 2 ** 53 - 1  # the largest integer every JSON reader keeps exact
 

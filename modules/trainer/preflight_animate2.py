@@ -1,12 +1,10 @@
-"""Start-up's check of a Wan2.2-Animate-2 base, before any model loads: the keys it cannot use and, per concept, its
-triplets and the copying trap (`dataLoader/animate2_triplets.py`). The data loader is
+"""Start-up's check of a Wan2.2-Animate-2 base, before any model loads: the keys it cannot use. Its data (each clip's
+triplet, the copying trap) is the data verdict's (`dataLoader/verdict.py`); the data loader is
 `dataLoader/WanAnimate2DataLoader.py`."""
 from __future__ import annotations
 
 from modules.config.train_config import TrainConfig
-from modules.dataLoader.concept_selection import concepts_of_type
 from modules.model.folder_facts import is_animate2_base
-from modules.util.enum import ConceptType
 from modules.util.errors import UserError
 
 
@@ -23,10 +21,3 @@ def check_animate2(config: TrainConfig) -> None:
     if config.keep_self_attention:
         raise UserError("config key 'keep_self_attention' does not apply to a Wan2.2-Animate-2 base (its blocks run "
                         "their own checkpoint and two-pass attention): set it false")
-    from modules.dataLoader.animate2_triplets import check_triplets  # here: it decodes video (av, cv2)
-    from modules.dataLoader.discovery import discover_concept
-
-    for concept_type in (ConceptType.STANDARD, ConceptType.VALIDATION):
-        for concept in concepts_of_type(config, concept_type):
-            samples = discover_concept(concept.path, concept.include_subdirectories, warn_missing_captions=False)
-            check_triplets(samples, f"concept '{concept.path}'")

@@ -3,8 +3,11 @@ the files a run reads only later (the LoRA it continues, the samples' control vi
 before any model loads, instead of a silent no-op or a failure an hour into the run."""
 from __future__ import annotations
 
+import os
+
 from modules.config.train_config import TrainConfig
-from modules.model.folder_facts import is_animate2_base
+from modules.model.folder_facts import is_animate2_base, transformer_config
+from modules.util.enum import ModelType
 from modules.util.errors import UserError
 from modules.util.path_checks import check_input_file
 
@@ -15,23 +18,21 @@ _SAMPLE_FILES = {"image": "an image file", "last_image": "an image file", "contr
 def check_against_base(config: TrainConfig) -> None:
     """Keys that do nothing on this base are refused like the two-expert keys are (`check_expert_keys`). Read from
     the folder's JSON (torch-free) unless a key needs the registry's variant."""
-    from modules.model.vace_e2v import check_vace_references, is_vace_folder
+    from modules.model.vace_e2v import is_vace_folder
 
     where = f"base_model_name '{config.base_model_name}'"
+    if config.model_type != ModelType.AUTO:  # the checkpoint decides; a config may only agree
+        from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
+
+        variant = detect_variant(config.base_model_name)
+        if variant.model_type != config.model_type:
+            raise UserError(f"config key 'model_type' is {config.model_type.name}, but {where} is a "
+                            f"{variant.model_type.name} checkpoint ({variant.name}): set model_type to "
+                            f"{variant.model_type.name} or AUTO (the checkpoint's), or choose another base")
     vace = is_vace_folder(config.base_model_name)
     if not vace and config.vace_context_scale != TrainConfig().vace_context_scale:
         raise UserError(f"config key 'vace_context_scale' is {config.vace_context_scale:g}, but it applies to VACE "
                        f"models and {where} has no VACE control blocks: remove it")
-    animate2 = is_animate2_base(config.base_model_name)
-    for index, sample in enumerate(config.samples):
-        if sample.enabled and vace:
-            check_vace_references(len(sample.elements), f"config key 'samples[{index}].elements'")
-        if sample.enabled and animate2 and not (sample.image and sample.driving_video):
-            raise UserError(f"config key 'samples[{index}]': {where} is Wan2.2-Animate-2, whose samples animate a "
-                            "reference image with a driving video: set the sample's 'image' and 'driving_video'")
-        if sample.enabled and sample.driving_video and not animate2:
-            raise UserError(f"config key 'samples[{index}].driving_video' is set, but only Wan2.2-Animate-2 bases "
-                            f"follow a driving video and {where} is not one: remove it")
     if config.last_frame_condition and not config.dataset_config:
         from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
 
@@ -41,17 +42,60 @@ def check_against_base(config: TrainConfig) -> None:
                            f"{variant.name} (no condition channels): set it false or use an I2V / FLF2V model")
 
 
-def check_input_files(config: TrainConfig) -> None:
-    """Files read later in the run: every enabled sample's media exist, and the LoRA to continue is a readable
-    LoRA file (its header and key names, not its tensors)."""
-    for index, sample in enumerate(config.samples):
-        if not sample.enabled:
-            continue
-        for key, expected in _SAMPLE_FILES.items():
-            if getattr(sample, key):
-                check_input_file(f"samples[{index}].{key}", getattr(sample, key), expected)
-        for number, element in enumerate(sample.elements):
-            check_input_file(f"samples[{index}].elements[{number}]", element, "an image file")
+def check_sequence_parallel_base(config: TrainConfig) -> None:
+    """`sequence_parallel` N against the processes torchrun started and what the base is: the heads must divide by N
+    (Ulysses hands each rank H/N heads), and Animate-2's two-pass attention is not split."""
+    n = config.sequence_parallel
+    if n <= 1:
+        return
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; the trainer's init_distributed reads it too
+    if world_size % n:
+        started = f"{world_size} processes" if world_size > 1 else "one process (no torchrun)"
+        raise UserError(f"config key 'sequence_parallel' is {n}, but this run has {started}: start it with torchrun "
+                        f"--nproc_per_node a multiple of {n} (GPUs in all), or set sequence_parallel to 1")
+    where = f"base_model_name '{config.base_model_name}'"
+    if is_animate2_base(config.base_model_name):
+        raise UserError(f"config key 'sequence_parallel' is {n}, but {where} is Wan2.2-Animate-2, whose two-pass "
+                        "attention is not split over GPUs yet: set sequence_parallel to 1")
+    heads = transformer_config(config.base_model_name).get("num_attention_heads")
+    if isinstance(heads, int) and heads % n:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise UserError(f"config key 'sequence_parallel' is {n}, but the transformer of {where} has {heads} attention "
+                        f"heads, which {n} does not divide (each GPU takes heads/N of them): use one of {divisors}")
+
+
+def check_sample_against_base(config: TrainConfig, index: int) -> None:
+    """The inputs sample `index` gives fit what the base generates from (the sampler's own check,
+    `model/sample_inputs.py`, from the folder's variant: an I2V sample needs its image, an Animate-2 one its reference
+    image and driving video, only Animate-2 follows one); VACE takes a bounded number of references."""
+    from modules.model.detection import detect_variant  # here: the registry imports diffusers' classes
+    from modules.model.sample_inputs import check_sample_inputs
+    from modules.model.vace_e2v import check_vace_references
+
+    sample = config.samples[index]
+    if not sample.enabled:
+        return
+    variant = detect_variant(config.base_model_name)
+    if variant.vace_layers:
+        check_vace_references(len(sample.elements), f"config key 'samples[{index}].elements'")
+    check_sample_inputs(variant, config.sample_overrides.apply(sample),
+                        label=lambda field: f"config key 'samples[{index}].{field}'", key=f"samples[{index}]")
+
+
+def check_sample_files(config: TrainConfig, index: int) -> None:
+    """Sample `index`'s media exist (read only when it is generated, maybe hours later)."""
+    sample = config.samples[index]
+    if not sample.enabled:
+        return
+    for key, expected in _SAMPLE_FILES.items():
+        if getattr(sample, key):
+            check_input_file(f"samples[{index}].{key}", getattr(sample, key), expected)
+    for number, element in enumerate(sample.elements):
+        check_input_file(f"samples[{index}].elements[{number}]", element, "an image file")
+
+
+def check_lora_to_continue(config: TrainConfig) -> None:
+    """The LoRA to continue is a readable LoRA file (its header and key names, not its tensors)."""
     if config.lora_weight_path:
         from modules.modelFile.lora_reading import read_lora_header  # here: it imports torch
 

@@ -1,7 +1,7 @@
 """What the trainer builds for a config, looked up in plain dicts instead of if/else in GenericTrainer: per
-training method its model setup and what `lora_weight_path` does, and per kind of dataset its config check,
-its model-setup step, its data loader and the sampling options its samples use. A new training method or data
-kind is an entry here (checkpoint families live in modules/model/registry.py)."""
+training method its model setup and what `lora_weight_path` does, and per kind of dataset its model-setup step, its
+data loader and the sampling options its samples use (its start-up check is `preflight.DATA_CHECKS`). A new training
+method or data kind is an entry here (checkpoint families live in modules/model/registry.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +19,7 @@ from modules.modelSetup.WanEmbeddingSetup import WanEmbeddingSetup
 from modules.modelSetup.WanFineTuneSetup import WanFineTuneSetup
 from modules.modelSetup.WanLoRASetup import WanLoRASetup
 from modules.trainer.initial_weights import continue_from_lora, no_adapter_to_continue
-from modules.trainer.preflight import DATA_CHECKS, data_kind_name
+from modules.trainer.preflight import data_kind_name
 from modules.util.enum import TrainingMethod
 
 
@@ -39,7 +39,6 @@ SETUPS: dict[TrainingMethod, Method] = {
 @dataclasses.dataclass(frozen=True)
 class DataKind:
     loader: type[WanBaseDataLoader]
-    check: Callable[[TrainConfig], None]  # config errors, before any model loads (preflight.DATA_CHECKS)
     prepare_model: Callable[[WanModel, TrainConfig], dict[int, list[str]]]  # -> fully trained names per expert
     # The layout and pathways of E2V samples during training; None: the sampler's own (A2's roles, CLIP if any).
     sampling_options: Callable[[WanBaseDataLoader], E2VSamplingOptions | None]
@@ -55,11 +54,11 @@ def _sampler_defaults(data: WanBaseDataLoader) -> None:
 
 DATA_KINDS: dict[str, DataKind] = {
     # concepts: videos and images with captions
-    "clips": DataKind(WanBaseDataLoader, DATA_CHECKS["clips"], _as_loaded, _sampler_defaults),
+    "clips": DataKind(WanBaseDataLoader, _as_loaded, _sampler_defaults),
     # dataset_config: E2V elements
-    "e2v": DataKind(WanE2VDataLoader, DATA_CHECKS["e2v"], prepare_e2v_model, WanE2VDataLoader.sampling_options),
+    "e2v": DataKind(WanE2VDataLoader, prepare_e2v_model, WanE2VDataLoader.sampling_options),
     # concepts on a Wan2.2-Animate-2 base: each clip with its driving video and reference image beside it
-    "animate_2": DataKind(WanAnimate2DataLoader, DATA_CHECKS["animate_2"], _as_loaded, _sampler_defaults),
+    "animate_2": DataKind(WanAnimate2DataLoader, _as_loaded, _sampler_defaults),
 }
 
 

@@ -28,7 +28,7 @@ class TrainerResume:
     def _fingerprints(self) -> dict[str, str]:
         if getattr(self, "_base_weights", None) is None:  # frozen: made once
             self._base_weights = f"{self.config.base_weight_format.name} {int8_fingerprint(self.model.transformers())}"
-        return {"config": config_fingerprint(self.config, self.dist.world_size), "dataset": self.data.fingerprint(),
+        return {"config": config_fingerprint(self.config, self.dist.data_world_size), "dataset": self.data.fingerprint(),
                 "base_loras": base_lora_fingerprint(self.model.base_loras), "base_weights": self._base_weights.strip()}
 
     def _resume(self) -> None:
@@ -50,12 +50,15 @@ class TrainerResume:
         if backup is None:
             logger.info("continue_last_backup: no backup in %s yet, starting fresh", self.run.backups)
             return
-        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.world_size)
-        self._refuse_unloadable(backup, changes)
+        changes = backup_config_changes(backup.path, backup.world_size, self.config, self.dist.data_world_size)
+        self._refuse_unloadable(backup, changes or [])
         now = self._fingerprints()
         self._refuse_implausible(backup, same_data=backup.fingerprints == now)
-        if backup.fingerprints.get("config", now["config"]) != now["config"] and not self.config.resume_changed_config:
-            raise UserError(changed_config_refusal(backup.path, changes))  # e.g. a new run in an old run's workspace
+        # The saved config decides when it is there: an earlier release's fingerprint covers fewer keys.
+        config_changed = bool(changes) if changes is not None else \
+            backup.fingerprints.get("config", now["config"]) != now["config"]
+        if config_changed and not self.config.resume_changed_config:
+            raise UserError(changed_config_refusal(backup.path, changes or []))  # e.g. a new run in an old workspace
         changed_base = base_lora_change(backup.path, backup.fingerprints.get("base_loras", now["base_loras"]),
                                         now["base_loras"])  # older backups recorded none: nothing to compare
         if changed_base and not self.config.resume_changed_config:
@@ -66,8 +69,8 @@ class TrainerResume:
                             f"now {now['base_weights']}); give the same base_model_name / transformer_override and "
                             "base_weight_format, or train without continue_last_backup")
         for what, value in backup.fingerprints.items():
-            if now.get(what) != value and self.dist.is_main:
-                lines = [describe_change(*change) for change in changes] if what == "config" else []
+            if now.get(what) != value and self.dist.is_main and (what != "config" or config_changed):
+                lines = [describe_change(*change) for change in changes or []] if what == "config" else []
                 logger.warning("resuming from %s although the %s changed since it was written%s", backup.path, what,
                                f": {'; '.join(lines)}" if lines else "")
         if backup.shards is not None:  # written by an FSDP run, read by any kind of run

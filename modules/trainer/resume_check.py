@@ -9,13 +9,14 @@ from pathlib import Path
 
 import torch
 
+from modules.config.loading import migrate
 from modules.config.train_config import E2VConfig, TrainConfig
 
 # Keys that may change between a backup and its resume without changing the training itself.
 RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "resume_changed_config", "resume_fresh_optimizer", "epochs", "max_steps", "backup_after", "backup_after_unit",
                        "rolling_backup_count", "sample_after", "sample_after_unit", "sample_at_end", "samples", "sample_overrides", "tensorboard",
                        "output_model_destination", "output_model_format", "workspace_dir", "cache_dir",
-                       "backup_before_save", "train_device", "data_parallel", "save_every", "save_every_unit",
+                       "backup_before_save", "train_device", "data_parallel", "sequence_parallel", "save_every", "save_every_unit",
                        "save_skip_first", "rolling_save_count", "output_dtype",
                        # memory features that leave the math unchanged (AUTO may pick others on another GPU)
                        "memory_preset", "gpu_memory_gib", "gradient_checkpointing", "activation_offload", "ffn_chunks",
@@ -48,15 +49,29 @@ def config_fingerprint(config: TrainConfig, world_size: int) -> str:
 
 
 def backup_config_changes(backup_dir: Path, backup_world_size: int, config: TrainConfig,
-                          world_size: int) -> list[tuple[str, object, object]]:
-    """(key, old, new) for each training-relevant key that differs from the backup's config.json ([] when the
-    backup has none or it cannot be read)."""
+                          world_size: int) -> list[tuple[str, object, object]] | None:
+    """(key, old, new) for each training-relevant key that differs from the backup's config.json; None when the
+    backup has none or it cannot be read. The saved config is read as this WanTrainer reads any config (migrated,
+    keys added since at their defaults), so a backup of an earlier release is compared by what it trained, not by
+    the keys it could not know (e.g. base_weight_format)."""
     try:
         saved = json.loads((backup_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
+        return None
+    if not isinstance(saved, dict):
+        return None
     current = json.loads(json.dumps(config.to_dict()))  # the same JSON types as the saved file
-    return config_diff(training_settings(saved, backup_world_size), training_settings(current, world_size))
+    return config_diff(training_settings(as_current_config(saved, backup_dir), backup_world_size),
+                       training_settings(current, world_size))
+
+
+def as_current_config(saved: dict, backup_dir: Path) -> dict:
+    """A saved config dict as this version writes one: migrated and filled with the defaults of keys added since
+    (left as saved when it no longer loads, e.g. a path check of a later version: every difference then shows)."""
+    try:
+        return json.loads(json.dumps(TrainConfig.from_dict(migrate(saved, str(backup_dir / "config.json"))).to_dict()))
+    except Exception:  # noqa: BLE001 - any config this version refuses is compared as it is
+        return saved
 
 
 def saved_config_value(backup_dir: Path, key: str) -> int | None:

@@ -5,8 +5,9 @@ the same posterior sample and noise, drawn from a generator keyed by a constant 
 validation set, not by the run's seed. An unchanged model therefore gives exactly the same number at every
 validation and in every run over the same validation set, so the curve shows what training changed.
 
-Under torchrun each rank measures every world_size-th sample; the sums are added over the ranks. Ranks with a
-sample fewer run one more (uncounted) forward pass, so sharded (FSDP) ranks run their collectives together.
+Under torchrun each data rank measures every data_world_size-th sample; the sums are added over the ranks. Ranks
+with a sample fewer run one more (uncounted) forward pass, so sharded (FSDP) and sequence-parallel ranks run their
+collectives together.
 """
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ class Validation:
         model = self.setup.model
         modes = [(t, t.training) for t in model.transformers()]
         totals = [0.0] * (2 * len(self.groups))  # per concept: loss sum, sample count
-        mine = list(range(self.dist.rank, len(self.data.items), self.dist.world_size))
-        rounds = -(-len(self.data.items) // self.dist.world_size)
+        # by data rank: the ranks of a sequence group measure the same samples together (and add them up N times
+        # over, in the losses and in the counts alike)
+        mine = list(range(self.dist.data_rank, len(self.data.items), self.dist.data_world_size))
+        rounds = -(-len(self.data.items) // self.dist.data_world_size)
         try:
             for transformer, _ in modes:
                 transformer.eval()  # no LoRA dropout

@@ -4,7 +4,10 @@ Two runs in one workspace would write each other's backups, snapshots and logs. 
 start-up, before any model loads, in one line naming the running process. A lock left by a process that
 ended (a kill, a power loss) is taken over: the file records the pid and the process's start time, so a
 reused pid does not keep a workspace locked. A lock held by this very process (a trainer that was never
-closed, e.g. after an exception in the GUI) is taken over too: one process trains one run at a time.
+closed, e.g. after an exception in the GUI) is taken over too: one process trains one run at a time. Once the
+trainer has chosen its run folder, the lock names that run too (`name_run`): the run catalog reads a run as
+running only while a live lock names it. A `train.lock` that is no file (a folder) is refused in one line, never
+removed: it is not ours.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from modules.util.atomic import atomic_write_text
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -56,6 +60,10 @@ class WorkspaceLock:
     def take(cls, workspace: Path) -> "WorkspaceLock":
         """Lock `workspace` for this process, or raise a one-line UserError naming the process that holds it."""
         path = workspace / LOCK_FILE
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise UserError(f"workspace_dir '{workspace}' holds {path}, which is not a lock file (a "
+                            f"{'symbolic link' if path.is_symlink() else 'folder'}): move it out of the workspace "
+                            "(WanTrainer writes its lock there)")
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _process_start(os.getpid()),
               "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         for _ in range(3):
@@ -79,10 +87,25 @@ class WorkspaceLock:
         raise UserError(f"cannot lock workspace_dir '{workspace}': {path} keeps reappearing; is another run "
                         "starting there?")
 
+    def name_run(self, run_name: str) -> None:
+        """Add the run this process trains to its lock (replaced atomically: the lock never vanishes meanwhile)."""
+        holder = _read(self.path)
+        if holder and holder.get("pid") == os.getpid():
+            atomic_write_text(self.path, json.dumps({**holder, "run": run_name}))
+
     def release(self) -> None:
         holder = _read(self.path)
         if holder is not None and holder.get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
+
+
+def live_holder(workspace: str | os.PathLike) -> dict | None:
+    """The lock of `workspace` when a live process holds it (pid, host, since and, once chosen, run), else None."""
+    path = Path(workspace) / LOCK_FILE
+    if path.is_symlink() or not path.is_file():
+        return None
+    holder = _read(path)
+    return holder if holder and _holder_alive(holder) else None
 
 
 def _read(path: Path) -> dict | None:

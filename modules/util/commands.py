@@ -21,6 +21,7 @@ class TrainCommands:
         self._stop = False
         self._backup = False
         self._sample = False
+        self._samples: list | None = None  # "Sample now" with the samples as the GUI shows them now
 
     def stop(self) -> None:
         with self._lock:
@@ -30,9 +31,12 @@ class TrainCommands:
         with self._lock:
             self._backup = True
 
-    def sample(self) -> None:
+    def sample(self, samples: list | None = None) -> None:
+        """Sample after the current step: `samples` (SampleConfig, e.g. the GUI's list as edited since the start),
+        or the run's own samples."""
         with self._lock:
             self._sample = True
+            self._samples = samples
 
     @property
     def stop_requested(self) -> bool:
@@ -48,6 +52,12 @@ class TrainCommands:
         with self._lock:
             requested, self._sample = self._sample, False
             return requested
+
+    def take_samples(self) -> list | None:
+        """The samples the last `sample()` asked for (None: the run's own), once."""
+        with self._lock:
+            samples, self._samples = self._samples, None
+            return samples
 
 
 class StopSignalHandler:
@@ -95,7 +105,10 @@ class TrainCallbacks:
     (modules/util/sample_record.py) once a sample's video, contact sheet and sidecar are written; `on_progress(what,
     done, total)` the caching phase, item by item ("caching (vae)", 3, 40); `on_warning` each thing a finished run
     skipped (trainer/end_report.py), which a GUI shows at the end; `on_run(name, folder)` the run's name and folder
-    (util/run_folder.py) once it is chosen, before any model loads."""
+    (util/run_folder.py) once it is chosen, before any model loads; `on_phase(what, done, total)` what the run does
+    now ("loading model", "sampling" 1 of 2, "writing backup"; total 0: no count), until the next phase or step
+    (`on_update`): the status a GUI shows is the phase, never an old one; `on_status` is news said once
+    ("validation loss 0.12", "backup failed: ...")."""
 
     on_update: Callable[[TrainUpdate], None] = lambda update: None
     on_status: Callable[[str], None] = lambda text: None
@@ -104,3 +117,4 @@ class TrainCallbacks:
     on_progress: Callable[[str, int, int], None] = lambda what, done, total: None
     on_warning: Callable[[str], None] = lambda text: None
     on_run: Callable[[str, "Path"], None] = lambda name, folder: None
+    on_phase: Callable[[str, int, int], None] = lambda what, done, total: None

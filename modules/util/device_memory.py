@@ -32,3 +32,21 @@ def release_from_device(modules, device: torch.device) -> int:
     logger.info("encoders off the GPU: %.2f GiB freed, %.2f GiB still allocated", freed / 2 ** 30,
                 torch.cuda.memory_allocated(device) / 2 ** 30)
     return freed
+
+
+def give_back_memory(device: torch.device | None = None) -> None:
+    """After modules were freed: garbage collected, the CUDA/ROCm caching allocator emptied (on such a `device`) and,
+    on glibc, the C heap trimmed, so that host pages the freed tensors held return to the system (large tensors
+    are mmap-backed and return at once; smaller ones sit in malloc's arenas until trimmed)."""
+    import ctypes
+    import gc
+    import sys
+
+    gc.collect()
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+            pass

@@ -38,6 +38,9 @@ class SampleRecord:
     width: int = 0
     steps: int = 0  # denoising steps
     cfg_scale: float = 0.0
+    sampler: str = ""  # ComfyUI's sampler name, or diffusers_*
+    scheduler: str = ""  # ComfyUI's sigma schedule
+    shift: float | None = None  # the flow shift it ran at (the default resolved: 8, or the model folder's)
     seed: int = 0
     fps: float = 16.0
     step: int | None = None  # the training step it was sampled at (None: outside a run, e.g. scripts/sample.py)
@@ -54,6 +57,7 @@ class SampleRecord:
                    negative_prompt=sample.negative_prompt, image=sample.image,
                    elements=tuple(str(path) for path in sample.elements), frames=sample.frames,
                    height=sample.height, width=sample.width, steps=sample.steps, cfg_scale=float(sample.cfg_scale),
+                   sampler=sample.sampler, scheduler=sample.scheduler, shift=float(sample.shift) if sample.shift else None,
                    seed=sample.seed, fps=float(fps), step=step, epoch=epoch, index=index, written_at=time.time())
 
     @property

@@ -227,13 +227,56 @@ def write_fake_checkpoint(folder, z_dim=16, experts=False):
     return folder
 
 
-def test_the_variant_is_read_from_the_checkpoint_and_a_model_type_mismatch_is_flagged(config, tmp_path):
+def test_the_model_type_is_the_checkpoints(config, tmp_path):
+    """The model-type control follows detection: it shows the checkpoint's type and a config or preset that says
+    otherwise becomes AUTO (it was a decorative control that contradicted detection in red and blocked nothing)."""
+    config.set("model_type", "WAN_2_1")
     config.set("base_model_name", str(write_fake_checkpoint(tmp_path / "a14b", experts=True)))
     text, ok = config.detected_variant()
-    assert text.startswith("a14b_t2v") and "WAN_2_2" in text and not ok
-    config.set("model_type", "WAN_2_2")
-    text, ok = config.detected_variant()
-    assert ok and "two experts" in text
+    assert ok and text.startswith("a14b_t2v") and "two experts" in text
+    assert config.value("model_type") == "AUTO" and config.display("model_type") == "WAN_2_2"
+    config.set("model_type", "WAN_2_1")  # not a choice while the checkpoint says
+    assert config.value("model_type") == "AUTO"
+    config.set("model_type", "WAN_2_2")  # agreeing is fine
+    assert config.value("model_type") == "WAN_2_2" and not config.errors
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"config_version": 4, "model_type": "WAN_2_1",
+                                "base_model_name": str(tmp_path / "a14b")}))
+    config.load_file(path)
+    assert config.value("model_type") == "AUTO" and config.display("model_type") == "WAN_2_2" and not config.errors
+    config.set("base_model_name", "")  # no checkpoint: the control is a choice again
+    config.set("model_type", "WAN_2_1")
+    assert config.value("model_type") == "WAN_2_1" and config.detected_model_type() == ""
+
+
+def test_a_preset_never_changes_the_users_model_data_or_folders(tmp_path):
+    """Picking a shipped 14B preset used to put its model path (a folder that exists nowhere here) in place of the
+    user's; it sets training settings only."""
+    import shutil
+
+    from modules.config.loading import PRESET_DIR
+
+    (tmp_path / "presets").mkdir()
+    for name in ("#wan2.2 animate-2 14B lora", "#wan2.1 t2v 1.3B finetune"):
+        shutil.copy(PRESET_DIR / f"{name}.json", tmp_path / "presets")
+    config = ConfigController(tmp_path / "presets")
+    base = str(write_fake_checkpoint(tmp_path / "t2v"))
+    config.set("base_model_name", base)
+    config.set("workspace_dir", str(tmp_path / "ws"))
+    config.set("output_model_destination", str(tmp_path / "mine.safetensors"))
+    config.set_list("concepts", [{"path": "my/clips"}])
+    config.set_list("samples", [{"prompt": "a cat"}])
+    config.apply_preset("#wan2.2 animate-2 14B lora")
+    assert config.value("base_model_name") == base and config.display("model_type") == "WAN_2_1"  # the checkpoint's
+    assert config.value("workspace_dir") == str(tmp_path / "ws")
+    assert config.value("output_model_destination") == str(tmp_path / "mine.safetensors")
+    assert [row["prompt"] for row in config.data["samples"]] == ["a cat"] and config.data["concepts"][0]["path"]
+    assert config.value("lora_rank") == 32 and config.value("frames") == 33  # the preset's training settings
+    config.apply_preset("#wan2.1 t2v 1.3B finetune")  # a fine-tune writes a folder: the user's name, no suffix
+    assert config.value("output_model_destination") == str(tmp_path / "mine")
+    assert config.value("base_model_name") == base and not config.errors
+    saved = json.loads(config.save_preset("mine").read_text())
+    assert not {"base_model_name", "workspace_dir", "output_model_destination", "samples"} & set(saved)
 
 
 def test_a_missing_model_folder_is_described_not_raised(config, tmp_path):
@@ -259,7 +302,10 @@ def test_start_waits_for_a_base_model_and_data_and_says_which(tmp_path):
     assert app.can_start() == (True, "")
     app.concepts.set(0, "enabled", False)
     assert not app.can_start()[0]
-    app.concepts.set_concept_file(str(tmp_path / "concepts.json"))
+    app.concepts.set_concept_file(str(tmp_path / "concepts.json"))  # the CLI's check: the file must be there
+    assert app.can_start() == (False, f"concept file '{tmp_path / 'concepts.json'}' does not exist: check the path")
+    (tmp_path / "concepts.json").write_text(json.dumps([{"path": str(tmp_path)}]), encoding="utf-8")
+    app.config.set("seed", 1)  # any edit checks again (the window also does every 2 s)
     assert app.can_start() == (True, "")
 
 

@@ -105,8 +105,9 @@ def test_a_missing_concept_folder_is_flagged_as_it_is_typed_and_blocks_start(app
         assert app.concepts.error(row, "path") == f"'{typed}' does not exist: give a folder of clips or a .jsonl manifest"
         assert app.error_tabs() == {"concepts": 1}
         assert app.can_start() == (False, f"config key 'concepts[0].path': {app.concepts.error(row, 'path')}")
-    app.concepts.set(row, "enabled", False)  # a disabled concept is not read
-    assert app.concepts.error(row, "path") == "" and app.error_tabs() == {}
+    app.concepts.set(row, "enabled", False)  # a disabled concept is not read: the tab says there is none to train on
+    assert app.concepts.error(row, "path") == "" and app.error_tabs() == {"concepts": 1}
+    assert app.can_start()[1].startswith("no training data")
     app.concepts.set(row, "enabled", True)
     app.concepts.set(row, "path", str(tmp_path / "clips"))
     assert app.concepts.error(row, "path") == "" and app.can_start() == (True, "")

@@ -13,7 +13,7 @@ def test_rows_are_added_with_the_records_defaults(tmp_path):
     app = make(tmp_path)
     assert app.concepts.add(path="clips/a") == 0
     assert app.config.data["concepts"] == [ConceptConfig(path="clips/a").to_dict()]
-    assert set(app.samples.specs) >= {"prompt", "negative_prompt", "frames", "height", "width", "seed"}
+    assert set(app.samples.specs) >= {"prompt", "negative_prompt", "frames", "size", "seed"}  # size: 832x480
 
 
 def test_rows_move_duplicate_and_remove(tmp_path):

@@ -9,8 +9,16 @@ import time
 import pytest
 
 from modules.trainer.GenericTrainer import TrainingStopped
-from modules.ui.controllers.training_controller import IDLE, Event, TrainingController, TrainState, format_duration
-from modules.util.commands import TrainUpdate
+from modules.ui.controllers.training_controller import (
+    IDLE,
+    STARTING,
+    TRAINING,
+    Event,
+    TrainingController,
+    TrainState,
+    format_duration,
+)
+from modules.util.commands import TrainCommands, TrainUpdate
 from modules.util.errors import UserError
 
 
@@ -24,7 +32,7 @@ class FakeTrainer:
 
     def start(self):
         self.thread = threading.current_thread()
-        self.callbacks.on_status("loading model")
+        self.callbacks.on_phase("loading model", 0, 0)
         if self.fail:
             raise self.fail
 
@@ -60,7 +68,7 @@ def test_updates_arrive_only_through_poll_on_the_calling_thread():
     assert controller.wait(10)
     assert controller.state.step == 0  # nothing applied until the UI thread polls
     events = controller.poll()
-    assert [e.kind for e in events] == ["status", "status", "update", "update", "update", "finished", "done"]
+    assert [e.kind for e in events] == ["phase", "phase", "update", "update", "update", "finished", "done"]
     assert made[0].thread is not threading.current_thread()
     state = controller.state
     assert (state.phase, state.step, state.total_steps) == (IDLE, 3, 3)
@@ -122,18 +130,73 @@ def test_progress_texts():
     assert state.fraction == 0.3
 
 
-def test_a_new_message_replaces_the_one_before_during_a_run_too():
+def test_a_message_said_during_a_run_stays_under_the_runs_progress():
     controller = TrainingController(lambda *a: FakeTrainer(*a))
     controller.start(object())
     try:
         run_until(controller, lambda: controller.state.step >= 2)
         controller.say("tensorboard serves http://127.0.0.1:6006/")  # an action's result while training
-        time.sleep(0.05)
-        controller.poll()  # more steps, each with the same "training" status: the message stays
-        assert controller.state.status == "tensorboard serves http://127.0.0.1:6006/"
-        controller.queue.put(Event("status", "sampling"))  # the run says something new: it replaces the message
+        step = controller.state.step
+        run_until(controller, lambda: controller.state.step > step + 1)
+        line, news = controller.state.shown_status().splitlines()
+        assert line == f"training step {controller.state.step}/1000"  # the progress now, not an old phase
+        assert news == "tensorboard serves http://127.0.0.1:6006/"
+        controller.queue.put(Event("status", "validation loss 0.12345"))  # the run's news replaces the message
         controller.poll()
-        assert controller.state.status == "sampling"
+        assert controller.state.shown_status().splitlines()[1] == "validation loss 0.12345"
+    finally:
+        controller.stop()
+        run_until(controller, lambda: not controller.running)
+
+
+def apply(controller, *events):
+    for kind, payload in events:
+        controller._apply(Event(kind, payload))
+    return controller.state.shown_status()
+
+
+def update(step, total=600):
+    return ("update", TrainUpdate(step, total, 0, 1, 0.1, 5.0, "training"))
+
+
+def test_the_status_line_shows_what_the_run_does_now_and_goes_back_to_training():
+    """Samples every 40 steps and backups every 100: at step 60 the line says training, not "sampling" (as it did
+    for most of a run), and a failed backup is red only until the next one is written."""
+    controller = TrainingController()
+    controller.state = TrainState(phase=STARTING, status="")  # as start() leaves it; the events: the worker's
+    assert apply(controller, ("run", ("demo", "/tmp/ws/demo")), ("progress", ("caching (vae)", 13, 40))) == \
+        "run demo: caching (vae) 13/40"
+    assert apply(controller, update(40)) == "run demo: training step 40/600"
+    assert apply(controller, ("phase", ("sampling", 1, 2))) == "run demo: sampling 1/2 at step 40"
+    assert apply(controller, ("phase", ("sampling", 2, 2))) == "run demo: sampling 2/2 at step 40"
+    assert apply(controller, update(41), update(60)) == "run demo: training step 60/600"
+    assert apply(controller, update(100), ("phase", ("writing backup", 0, 0))) == \
+        "run demo: writing backup at step 100"
+    line = apply(controller, ("status", "backup failed: disk full"), update(101))
+    assert line == "run demo: training step 101/600 · backup failed: disk full" and controller.state.shows_error
+    line = apply(controller, update(200), ("phase", ("writing backup", 0, 0)), update(201))
+    assert line == "run demo: training step 201/600" and not controller.state.shows_error
+    controller.state.phase = TRAINING
+    assert controller.backup_now() is False  # no worker: nothing to ask
+    controller.commands = TrainCommands()
+    controller.backup_now()
+    assert apply(controller) == "run demo: training step 201/600 · a backup follows this step"
+    assert apply(controller, ("phase", ("writing backup", 0, 0))) == "run demo: writing backup at step 201"
+    apply(controller, ("finished", ["out/lora.safetensors"]), ("done", None))
+    assert controller.state.shown_status() == "done: out/lora.safetensors"
+
+
+def test_a_new_run_starts_with_nothing_said_of_the_last_one():
+    controller = TrainingController(lambda *a: FakeTrainer(*a, fail=UserError("config key 'x' is bad")))
+    controller.start(object())
+    run_until(controller, lambda: not controller.running)
+    assert controller.state.status_is_error
+    controller.trainer_factory = lambda *a: FakeTrainer(*a, steps=3000)
+    controller.start(object())
+    try:
+        assert controller.state.shown_status() == "starting" and not controller.state.shows_error
+        run_until(controller, lambda: controller.state.step >= 1)
+        assert "bad" not in controller.state.shown_status()
     finally:
         controller.stop()
         run_until(controller, lambda: not controller.running)

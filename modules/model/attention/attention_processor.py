@@ -9,7 +9,7 @@ hand them a mixture they refuse. `WanAttentionProcessor` is diffusers' `WanAttnP
 call cast to the compute dtype, the cast SDPA's autocast kernel makes, so NATIVE and CUDNN give the same numbers bit
 for bit (tests/test_attention_contract.py). `install` puts it on every Wan, VACE and SkyReels-V2 attention module
 (E2V's added image keys included) wherever an attention backend is applied: training, the trainer's samples,
-sample.py."""
+sample.py. Under sequence parallelism its self-attention runs through Ulysses' all-to-all (`ulysses.py`)."""
 from __future__ import annotations
 
 import torch
@@ -17,6 +17,7 @@ from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.transformers.transformer_wan import _get_added_kv_projections, _get_qkv_projections
 from torch.utils.checkpoint import checkpoint
 
+from modules.model.attention.ulysses import SequenceShards, ulysses_attention
 from modules.util.sliced_recompute import sliced_recompute
 
 TEXT_TOKENS = 512  # diffusers' Wan processors: the image tokens are what precedes UMT5's 512
@@ -79,10 +80,21 @@ class WanAttentionProcessor:
 
     _attention_backend = None
     _parallel_config = None
+    _sequence_shards: SequenceShards | None = None  # sequence parallel: this rank's token shard (model/sequence_parallel)
 
     def _attend(self, query, key, value, attn_mask, parallel_config):
+        return self._kernel(query, key, value, attn_mask, parallel_config).flatten(2, 3)
+
+    def _kernel(self, query, key, value, attn_mask, parallel_config):
         return dispatch_attention_fn(query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=False,
-                                     backend=self._attention_backend, parallel_config=parallel_config).flatten(2, 3)
+                                     backend=self._attention_backend, parallel_config=parallel_config)
+
+    def _self_attend(self, query, key, value, attn_mask):
+        shards = self._sequence_shards
+        if shards is None or not shards.active:
+            return self._attend(query, key, value, attn_mask, self._parallel_config)
+        return ulysses_attention(lambda q, k, v: self._kernel(q, k, v, attn_mask, None), query, key, value,
+                                 shards).flatten(2, 3)
 
     def __call__(self, attn, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None,
@@ -102,8 +114,10 @@ class WanAttentionProcessor:
         del key, value
         if image_states is None:
             del query
-        self_attention = encoder_hidden_states is None
-        out = self._attend(*inputs, attention_mask, self._parallel_config if self_attention else None)
+        if encoder_hidden_states is None:
+            out = self._self_attend(*inputs, attention_mask)
+        else:
+            out = self._attend(*inputs, attention_mask, None)
         del inputs
         if image_states is not None:
             key_img, value_img = _get_added_kv_projections(attn, image_states)
@@ -125,4 +139,5 @@ def install(transformer: torch.nn.Module) -> None:
         ours = WanAttentionProcessor()
         ours._attention_backend = getattr(processor, "_attention_backend", None)
         ours._parallel_config = getattr(processor, "_parallel_config", None)
+        ours._sequence_shards = getattr(processor, "_sequence_shards", None)
         module.set_processor(ours)

@@ -7,18 +7,22 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from modules.config.loading import PRESET_DIR
-from modules.trainer.preflight import check_base_model
+from modules.config.loading import PRESET_DIR, load_train_config
 from modules.ui.controllers.config_controller import ConfigController
-from modules.ui.controllers.curves import read_tensorboard_scalars
+from modules.ui.controllers.data_verdict import ConceptVerdicts, signature_of
 from modules.ui.controllers.e2v_dataset import DatasetController
 from modules.ui.controllers.layout import dataset_tab_of, tab_of
-from modules.ui.controllers.list_controller import ConceptListController, RecordListController
+from modules.ui.controllers.list_controller import (
+    ConceptListController,
+    RecordListController,
+    SampleListController,
+)
+from modules.ui.controllers.run_browser import RunBrowser
 from modules.ui.controllers.tensorboard_launcher import TensorboardLauncher
 from modules.ui.controllers.training_controller import TrainingController
 from modules.ui.controllers.vram_controller import VramEstimate
 from modules.util.errors import UserError
-from modules.util.run_folder import find_run, last_started_run
+from modules.util.run_folder import last_started_run
 from modules.util.sample_record import samples_folder
 
 APP_NAME = "WanTrainer"
@@ -30,39 +34,61 @@ class AppController:
                  trainer_factory: Callable[..., Any] | None = None):
         self.config = ConfigController(preset_dir)
         self.concepts = ConceptListController(self.config)
-        self.samples = RecordListController(self.config, "samples")
+        self.samples = SampleListController(self.config)
         self.base_loras = RecordListController(self.config, "base_loras")
         self.dataset = DatasetController()
         self.training = TrainingController(trainer_factory)
         self.vram = VramEstimate(self.config)
         self.tensorboard = TensorboardLauncher()
+        self.verdicts = ConceptVerdicts()  # the data verdict beside each concept (start-up's data check)
+        self.runs = RunBrowser()  # the workspace's runs; the selected one is what the samples and curves show
         self.gallery = self.training.gallery  # the sample viewer's samples
         self.curves = self.training.scalars  # the curves' values
+        self.config.subscribe(self._config_changed)
+        # the dataset JSON being edited is written at Start: its file is not there yet, or holds the last save
+        self.config.start_exempt = lambda: {"dataset_config"} if self.uses_dataset() and self.dataset.dirty else set()
+        self.dataset.subscribe(lambda _what: self.config.recheck_start())  # saved, or edited (then written at Start)
+
+    def _config_changed(self, what: Any) -> None:
+        """An error said about the config as it was (a refused action, a failed run) is not true of the edited one."""
+        state = self.training.state
+        if what not in ("presets", "start_problems") and not self.training.running and state.status_is_error:
+            self.training.say("ready")
 
     # --- the run's results: samples and curves ----------------------------------------------------
     def workspace(self) -> Path:
         return Path(str(self.config.value("workspace_dir") or "."))
 
     def run_folder(self) -> Path:
-        """The run whose results the views show (util/run_folder.py): the run this window started, while it is
-        in the workspace set; else the run named run_name, else the workspace's last started run; a workspace of
-        an older WanTrainer without run folders shows its flat layout (the workspace itself)."""
+        """The run whose results the views show (util/run_folder.py): the run selected in the runs tab; else the
+        run this window started, while it is in the workspace set; else the workspace's last started run; a
+        workspace of an older WanTrainer without run folders shows its flat layout (the workspace itself). Never the
+        run `run_name` names: that names the next run."""
         workspace = self.workspace()
+        self.runs.reload(workspace, force=False)
+        selected = self.runs.summary()
+        if selected is not None:
+            return selected.folder
         started = self.training.state.run_dir
         if started and Path(started).parent == workspace:
             return Path(started)
-        run = find_run(workspace, str(self.config.value("run_name") or "")) or last_started_run(workspace)
+        run = last_started_run(workspace)
         return run.path if run is not None else workspace
+
+    def select_run(self, name: str) -> None:
+        """Show run `name`'s samples and curves (the runs tab's selection); "" shows the current or newest run."""
+        self.runs.reload(self.workspace())
+        self.runs.select(name)
+        self.load_run_results()
 
     def samples_folder(self) -> Path:
         return samples_folder(self.run_folder())
 
     def load_run_results(self) -> None:
-        """Outside a run: the samples already in the shown run's folder and its curves from its tensorboard logs
-        (a finished run shows what it logged). During a run the live values are kept."""
+        """The samples in the shown run's folder and its curves from the event files of all its starts; the run
+        this window trains adds the values it sends over them (controllers/curves.py)."""
         self.gallery.load_folder(self.samples_folder())
-        if not self.training.running:
-            read_tensorboard_scalars(self.run_folder() / "tensorboard", self.curves)
+        self.curves.load_run(self.run_folder())
 
     def open_tensorboard(self) -> str:
         """TensorBoard on the shown run's tensorboard folder, in the browser; its URL."""
@@ -83,7 +109,9 @@ class AppController:
         """tab name -> how many errors its fields hold (a config error names its key; the key's field is on one
         tab), for marking the tabs."""
         counts: dict[str, int] = {}
-        tabs = [tab_of(key) for key in (*self.config.errors, *self.concepts.path_problems())]
+        keys = {*self.config.errors, *self.config.start_problems, *self.concepts.path_problems(),
+                *self.data_problems()}
+        tabs = [tab_of(key) for key in keys]
         if self.uses_dataset():
             tabs += [dataset_tab_of(problem.path) for problem in self.dataset.problems()]
         for tab in filter(None, tabs):
@@ -91,19 +119,45 @@ class AppController:
         return counts
 
     def missing_for_start(self) -> str:
-        """What a run needs that a config may leave out (an exported template may): a base model folder and
-        training data. The run would stop on them at start-up; the GUI keeps Start disabled and says why."""
-        try:
-            check_base_model(str(self.config.value("base_model_name") or "").strip())
-        except UserError as e:
-            return str(e)
+        """What the run's start-up check refuses (trainer/preflight, the CLI's: a base model folder, base LoRAs,
+        sample inputs, ...) and training data, which a config may leave out (an exported template may). The GUI keeps
+        Start disabled and says why; each problem is shown beside its field."""
+        no_data = not self.uses_dataset() and not self.concepts.has_data()
+        for key, message in (*self.config.start_problems.items(), *self.data_problems().items()):
+            if key == "concepts" and no_data:  # the check's "no enabled concept", said where the GUI adds data
+                break
+            return message
         if not self.uses_dataset():
             for key, problem in self.concepts.path_problems().items():
                 return f"config key '{key}': {problem}"
-        if not self.uses_dataset() and not self.concepts.has_data():
+        if no_data:
             return ("no training data: add a concept in the concepts tab, or set an E2V dataset JSON in the "
                     "E2V elements tab")
         return ""
+
+    def status_line(self) -> tuple[str, bool]:
+        """(text, is_error) of the status line: while a run goes, what it does now (TrainState.shown_status);
+        else the newest message, and what keeps Start from starting, as it is now."""
+        state = self.training.state
+        if state.running:
+            return state.shown_status(), state.shows_error
+        can_start, reason = self.can_start()
+        if not can_start:
+            told = state.status if state.status and state.status != "ready" else ""
+            return "\n".join(filter(None, (told, f"cannot start: {reason}"))), True
+        return state.status, state.status_is_error
+
+    def check_data(self) -> None:
+        """Judge the concepts' data as start-up will (on a worker thread; `verdicts.poll()` takes the result)."""
+        config = None if self.problems() or self.uses_dataset() else self.config.build()
+        self.verdicts.ask(config, self.config.data)
+
+    def data_problems(self) -> dict[str, str]:
+        """concepts[i] -> why start-up would refuse that concept's data (the copying trap, ...), once judged for the
+        config as it is."""
+        if self.uses_dataset() or self.verdicts.checked_for != signature_of(self.config.data):
+            return {}
+        return self.verdicts.errors()
 
     def can_start(self) -> tuple[bool, str]:
         if self.training.running:
@@ -123,9 +177,42 @@ class AppController:
         if self.uses_dataset() and self.dataset.dirty:
             self.save_dataset()
         self.training.start(self.config.build())
+        self.runs.select("")  # the views follow the run this starts
 
+    def continue_selected(self) -> None:
+        """Resume the run selected in the runs tab from its last backup, with the config of its last start."""
+        if self.training.running:
+            raise UserError("training is running: stop it first")
+        self.runs.reload(self.workspace())
+        config, said = self.runs.continue_config(load_train_config)
+        self.training.start(config)
+        self.training.say(said)
+
+    def train_more(self) -> None:
+        """A new run from the selected finished run's LoRA (lora_weight_path); Start trains it."""
+        weights = self.runs.train_more_weights()
+        self.config.set("lora_weight_path", str(weights))
+        self.config.set("continue_last_backup", False)
+        self.training.say(f"the next run starts from {weights} (lora_weight_path): set its steps, then Start")
     def stop(self) -> None:
         self.training.stop()
+
+    def sample_now(self) -> bool:
+        """"Sample now" with the sampling tab's samples as they are now (edited since the start too); a sample
+        with an error is one status line and nothing is asked."""
+        from modules.config.sample_config import SampleConfig
+        from modules.util.base_config import ConfigError
+
+        try:
+            samples = []
+            for index, row in enumerate(self.samples.rows):
+                sample = SampleConfig.from_dict(row, f"samples[{index}]")
+                sample.validate(f"samples[{index}]")
+                samples.append(sample)
+        except ConfigError as e:
+            self.training.say(f"cannot sample now: {e}", error=True)
+            return False
+        return self.training.sample_now(samples)
 
     def export(self, path: str | os.PathLike) -> Path:
         """Write the config for `scripts/train.py --config-path` (and the E2V dataset JSON it names)."""
@@ -140,9 +227,11 @@ class AppController:
         """Load a config file as the CLI reads it, and the E2V dataset JSON it names."""
         self.config.load_file(path)
         self.load_dataset_from_config()
+        self.training.say(f"loaded {path}")  # nothing said of the config before stays
 
     def apply_preset(self, name: str) -> None:
         self.config.apply_preset(name)
+        self.training.say(f"preset '{name}' applied")
 
     # --- the E2V dataset JSON ------------------------------------------------------------------------
     def load_dataset_from_config(self) -> None:
@@ -171,3 +260,4 @@ class AppController:
         root = self.run_folder() / "backup"
         backups = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
         return str(backups[-1]) if backups else ""
+

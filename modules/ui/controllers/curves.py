@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from modules.util.run_folder import read_run
+
 LOSS, LR, VALIDATION = "loss", "lr", "loss/validation"
 DEFAULT_SMOOTHING = 0.6  # TensorBoard's default
 
@@ -25,28 +27,66 @@ Point = tuple[float, float]
 
 
 class ScalarHistory:
-    """Every (step, value) received for each scalar name, in arrival order (steps increase within a run)."""
+    """A run's curves: what its event files hold (every start of the run: `load_run`) and, while this window trains
+    it, the values the trainer sends (`add`), which replace the files' from the first step they cover: a resumed
+    run shows its whole history at once, and the steps it trains again after its backup replace the old ones."""
 
     def __init__(self) -> None:
-        self.series: dict[str, list[Point]] = {}
+        self.logged: dict[str, list[Point]] = {}  # from the shown run's event files
+        self.live: dict[str, list[Point]] = {}  # sent by the trainer of this window since its start
+        self.live_from: float | None = None  # the first step of the live values
+        self.run: Path | None = None  # the run folder shown (None: none loaded)
+        self.live_run: Path | None = None  # the run the live values belong to
         self.version = 0  # changes with every change (views compare it)
 
     def add(self, name: str, value: float, step: int) -> None:
-        """A new value. Non-finite values are dropped (the trainer skips those steps); a value for a step already
-        held replaces it (a step logged twice, e.g. validation after "Sample now" and the schedule)."""
+        """A new value from the trainer. Non-finite values are dropped (the trainer skips those steps); a value for
+        a step already held replaces it and the ones after (a step logged twice: validation after "Sample now" and
+        the schedule; a resume starting before the last held step)."""
         if not math.isfinite(value):
             return
-        points = self.series.setdefault(name, [])
-        while points and points[-1][0] >= step:  # a resumed run starting before the last held step
+        points = self.live.setdefault(name, [])
+        while points and points[-1][0] >= step:
             points.pop()
         points.append((float(step), float(value)))
+        self.live_from = float(step) if self.live_from is None else min(self.live_from, float(step))
         self.version += 1
 
     def points(self, name: str) -> list[Point]:
-        return list(self.series.get(name, ()))
+        logged = self.logged.get(name, [])
+        if self.run != self.live_run:  # another run is shown than the one this window trains
+            return list(logged)
+        live = self.live.get(name, [])
+        cut = self.live_from if self.live_from is not None else math.inf
+        return [p for p in logged if p[0] < cut] + live
+
+    def names(self) -> list[str]:
+        live = self.live if self.run == self.live_run else {}
+        return sorted(set(self.logged) | set(live))
+
+    def start_run(self, run_folder: str | os.PathLike) -> bool:
+        """The run this window trains (its folder, once the trainer chose it; again when the trainer follows it to
+        a new name): the live values are its, shown over what its earlier starts logged."""
+        self.live_run = Path(run_folder)
+        return self.load_run(run_folder)
+
+    def load_run(self, run_folder: str | os.PathLike) -> bool:
+        """Show `run_folder`'s curves: every start's event files in its tensorboard folder (none: no logged values),
+        with the live values when it is the run this window trains. False when it has no event file."""
+        values = read_event_scalars(Path(run_folder) / "tensorboard")
+        self.run = Path(run_folder)
+        self.logged = values or {}
+        self.version += 1
+        return values is not None
+
+    def replace(self, series: dict[str, list[Point]]) -> None:
+        """Hold exactly `series` (no live values)."""
+        self.logged, self.live, self.live_from = series, {}, None
+        self.version += 1
 
     def clear(self) -> None:
-        self.series.clear()
+        self.logged, self.live, self.live_from = {}, {}, None
+        self.run = self.live_run = None
         self.version += 1
 
 
@@ -228,22 +268,50 @@ def lr_chart(history: ScalarHistory, width: int, height: int) -> Chart:
                         empty_text="the learning rate appears after the first training step")
 
 
-def read_tensorboard_scalars(logdir: str | os.PathLike, history: ScalarHistory) -> bool:
-    """Replace `history` with the scalars of a run's event files in `logdir` (its tensorboard folder), oldest
-    file first: each start of the run (a resume) begins a new file, and its values replace those the earlier
-    file holds from the resumed step on. False, leaving `history` as it is, when there is none or tensorboard is
-    not installed."""
-    files = sorted(Path(logdir).glob("events.out.tfevents.*"), key=lambda p: (p.stat().st_mtime, p.name)) \
-        if Path(logdir).is_dir() else []
+def run_title(run_folder: Path | None) -> str:
+    """The curves tab's line naming whose curves it shows."""
+    if run_folder is None:
+        return "no run yet"
+    if read_run(run_folder) is not None:
+        return f"run {run_folder.name}"
+    if (run_folder / "tensorboard").is_dir():  # the flat layout of an older WanTrainer
+        return f"{run_folder} (a workspace of an older WanTrainer)"
+    return f"no run yet in {run_folder}"
+
+
+def event_files(logdir: str | os.PathLike) -> list[Path]:
+    """A tensorboard folder's event files, the first start's first: by the start time in the name (tensorboard
+    writes `events.out.tfevents.<seconds>.<host>.<pid>.<n>`), then by last write, then by name."""
+    folder = Path(logdir)
+    files = list(folder.glob("events.out.tfevents.*")) if folder.is_dir() else []
+
+    def order(path: Path) -> tuple[int, float, str]:
+        stamp = path.name.split(".")[3] if path.name.count(".") >= 3 else ""
+        try:
+            written = path.stat().st_mtime
+        except OSError:
+            written = 0.0
+        return (int(stamp) if stamp.isdigit() else 0, written, path.name)
+
+    return sorted(files, key=order)
+
+
+def read_event_scalars(logdir: str | os.PathLike) -> dict[str, list[Point]] | None:
+    """Every scalar series of a run's tensorboard folder across all its starts (None: no event file, or
+    tensorboard is not installed). Each start (a resume) writes a new file; its values replace every series' values
+    from its first step on (the steps trained again after the backup), so a series never mixes two starts' values
+    for one step. A file being written or cut short gives what it holds."""
+    files = event_files(logdir)
     if not files:
-        return False
+        return None
     try:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util.tensor_util import make_ndarray
     except ImportError:
-        return False
-    values: list[tuple[str, float, int]] = []
+        return None
+    history = ScalarHistory()
     for file in files:
+        values: list[tuple[str, float, int]] = []
         try:
             for event in EventFileLoader(str(file)).Load():
                 for value in event.summary.value:  # the loader turns add_scalar's simple values into scalar tensors
@@ -251,9 +319,23 @@ def read_tensorboard_scalars(logdir: str | os.PathLike, history: ScalarHistory) 
                         values.append((value.tag, float(value.simple_value), int(event.step)))
                     elif value.metadata.plugin_data.plugin_name == "scalars" and value.HasField("tensor"):
                         values.append((value.tag, float(make_ndarray(value.tensor)), int(event.step)))
-        except Exception:  # noqa: BLE001 - a log being written or cut short: show what was read
+        except Exception:  # noqa: BLE001 - a log being written or cut short: use what was read
+            pass
+        if not values:
             continue
-    history.clear()
-    for name, value, step in values:
-        history.add(name, value, step)
+        first = min(step for _, _, step in values)
+        for name in list(history.live):  # this start trained from `first` on: the earlier values there are gone
+            history.live[name] = [p for p in history.live[name] if p[0] < first]
+        for name, value, step in values:
+            history.add(name, value, step)
+    return {name: points for name, points in history.live.items() if points}
+
+
+def read_tensorboard_scalars(logdir: str | os.PathLike, history: ScalarHistory) -> bool:
+    """Replace `history` with the scalars of a run's event files in `logdir` (its tensorboard folder; see
+    `read_event_scalars`). False, leaving `history` as it is, when there is none or tensorboard is not installed."""
+    values = read_event_scalars(logdir)
+    if values is None:
+        return False
+    history.replace(values)
     return True

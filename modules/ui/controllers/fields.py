@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from modules.config.loading import loads_json
+from modules.config.sampling_choices import E2V_POSTERIORS, REFERENCE_LAYOUTS, SAMPLE_SAMPLERS, SAMPLE_SCHEDULERS
 from modules.util.base_config import INT_MAX, INT_MIN, BaseConfig, ConfigError
 from modules.util.resolution_text import parse_resolution_text, resolution_text
 
@@ -33,6 +34,12 @@ PATH_MODES = {
     "path": "dir", "image": "file", "data_root": "dir", "output_dir": "dir", "control_video": "file",
     "control_mask": "file", "last_image": "file", "driving_video": "file",
 }
+
+# String fields with a fixed set of values (modules/config/sampling_choices.py): dropdowns, whatever their doc says.
+CHOICES_BY_NAME = {"sampler": SAMPLE_SAMPLERS, "scheduler": SAMPLE_SCHEDULERS, "e2v_posterior": E2V_POSTERIORS,
+                   "reference_layout": REFERENCE_LAYOUTS}
+# What an optional dropdown shows for "not set" (null).
+NOT_SET = "—"
 
 # A string field whose doc starts with "a | b | c:" offers exactly those values.
 _CHOICES_IN_DOC = re.compile(r"^\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)\s*:")
@@ -92,7 +99,9 @@ def spec_for(key: str, tp: Any, doc: str = "", default: Any = None) -> FieldSpec
         kind = FLOAT
     elif tp is str:
         found = _CHOICES_IN_DOC.match(doc)
-        if found:
+        if name in CHOICES_BY_NAME:
+            kind, choices = CHOICE, CHOICES_BY_NAME[name]
+        elif found:
             kind, choices = CHOICE, tuple(v.strip() for v in found.group(1).split("|"))
         elif name in PATH_MODES:
             kind, path_mode = PATH, PATH_MODES[name]
@@ -130,7 +139,7 @@ def parse_text(spec: FieldSpec, value: Any) -> Any:
     if not isinstance(value, str):
         return value  # already a value (set programmatically)
     text = value.strip()
-    if spec.optional and not text:
+    if spec.optional and (not text or (spec.kind == CHOICE and text == NOT_SET)):
         return None
     if spec.kind == INT:
         try:
@@ -191,7 +200,7 @@ def format_value(spec: FieldSpec, value: Any) -> Any:
     if spec.kind == BOOL:
         return bool(value)
     if value is None:
-        return ""
+        return NOT_SET if spec.kind == CHOICE else ""
     if spec.kind == FLOAT and isinstance(value, float):
         return repr(value)  # round-trips exactly
     if spec.kind == INT_LIST and isinstance(value, list):

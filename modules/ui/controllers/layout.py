@@ -35,38 +35,75 @@ OPTIMIZER_OPTION_KEYS = tuple(f"optimizer_options.{name}.{field.name}" for name,
                               for field in dataclasses.fields(spec.options))
 
 
-# Fields that mean something only for some values of another field: key -> (that field, the values).
+# Fields that mean something only for some values of other fields: key -> a test of the config (`value(key)`).
+Value = Callable[[str], Any]
+Shown = Callable[[Value], bool]
+
+
+def _when(other: str, values: Iterable[str]) -> Shown:
+    allowed = set(values)
+    return lambda value: str(value(other)) in allowed
+
+
+def _all(*tests: Shown) -> Shown:
+    return lambda value: all(test(value) for test in tests)
+
+
+def _any(*tests: Shown) -> Shown:
+    return lambda value: any(test(value) for test in tests)
+
+
 _DECAYING = {"LINEAR", "COSINE", "COSINE_WITH_RESTARTS", "REX"}
-SHOWN_WHEN = {
-    "huber_c": ("loss_type", {"HUBER", "PSEUDO_HUBER"}),
-    "huber_schedule": ("loss_type", {"HUBER", "PSEUDO_HUBER"}),
-    "learning_rate_cycles": ("learning_rate_scheduler", {"COSINE_WITH_RESTARTS"}),
-    "learning_rate_min_factor": ("learning_rate_scheduler", _DECAYING),
-    "logit_mean": ("timestep_distribution", {"LOGIT_NORMAL"}),
-    "logit_std": ("timestep_distribution", {"LOGIT_NORMAL"}),
-    "sigmoid_scale": ("timestep_distribution", {"SIGMOID"}),
-    "mode_scale": ("timestep_distribution", {"HEAVY_TAIL"}),
-    "frame_stride": ("frame_sample_strategy", {"SLIDE"}),
-    "unmasked_weight": ("masked_training", {"True"}),
-    "normalize_masked_area_loss": ("masked_training", {"True"}),
-    "frame_windows": ("frame_sample_strategy", {"UNIFORM", "KEYFRAME"}),
-    "max_frames": ("frame_sample_strategy", {"FULL"}),
-    "fp8_scale": ("fp8_base_weights", {"True"}),
-    "offload_inactive_expert": ("train_expert", {"BOTH"}),
-    **{key: ("ema", {"GPU", "CPU"}) for key in ("ema_decay", "ema_update_step_interval", "ema_save_raw",
-                                               "sample_with_ema")},
+_FROZEN_BASE = _when("training_method", {"LORA", "EMBEDDING"})  # frozen base weights: not FINE_TUNE
+_LORA = _when("training_method", {"LORA"})
+_A2, _V3 = _when("e2v.reference_layout", {"a2"}), _when("e2v.reference_layout", {"skyreels_v3"})
+SHOWN_WHEN: dict[str, Shown] = {
+    "huber_c": _when("loss_type", {"HUBER", "PSEUDO_HUBER"}),
+    "huber_schedule": _when("loss_type", {"HUBER", "PSEUDO_HUBER"}),
+    "learning_rate_cycles": _when("learning_rate_scheduler", {"COSINE_WITH_RESTARTS"}),
+    "learning_rate_min_factor": _when("learning_rate_scheduler", _DECAYING),
+    "logit_mean": _when("timestep_distribution", {"LOGIT_NORMAL"}),
+    "logit_std": _when("timestep_distribution", {"LOGIT_NORMAL"}),
+    "sigmoid_scale": _when("timestep_distribution", {"SIGMOID"}),
+    "mode_scale": _when("timestep_distribution", {"HEAVY_TAIL"}),
+    "frame_stride": _when("frame_sample_strategy", {"SLIDE"}),
+    "unmasked_weight": _when("masked_training", {"True"}),
+    "normalize_masked_area_loss": _when("masked_training", {"True"}),
+    "frame_windows": _when("frame_sample_strategy", {"UNIFORM", "KEYFRAME"}),
+    "max_frames": _when("frame_sample_strategy", {"FULL"}),
+    # One control for the frozen base's format: base_weight_format (fp8_base_weights true is its older spelling, shown
+    # only while a config still sets it); the fp8 scale where a plain FP8 base has one to choose.
+    "fp8_base_weights": _when("fp8_base_weights", {"True"}),
+    "fp8_scale": _all(_FROZEN_BASE, _any(_when("fp8_base_weights", {"True"}), _when("base_weight_format", {"FP8"}))),
+    "base_weight_format": _FROZEN_BASE,
+    "blocks_to_swap": _FROZEN_BASE,
+    "offload_inactive_expert": _all(_FROZEN_BASE, _when("train_expert", {"BOTH"})),
+    **{key: _when("ema", {"GPU", "CPU"}) for key in ("ema_decay", "ema_update_step_interval", "ema_save_raw",
+                                                     "sample_with_ema")},
+    # the LoRA tab: the adapter for LORA, the embedding for LORA and EMBEDDING; nothing of it for FINE_TUNE
+    **{key: _LORA for key in ("peft_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_weight_path",
+                              "lora_target_modules", "lora_layer_filter", "lora_blocks")},
+    "lora_decompose": _all(_LORA, _when("peft_type", {"LORA"})),
+    "lokr_factor": _all(_LORA, _when("peft_type", {"LOKR"})),
+    "lora_plus_ratio": _all(_LORA, _when("peft_type", {"LORA", "LOHA"})),
+    **{key: _FROZEN_BASE for key in ("embedding.placeholder", "embedding.token_count",
+                                     "embedding.initial_embedding_text", "embedding.learning_rate",
+                                     "embedding_weight_path")},
+    # the pathways tab: each E2V reference layout's own options
+    "e2v.reference_dropout_probability": _V3,
+    **{key: _A2 for key in ("e2v.e2v_type", "e2v.target_layout", "e2v.loss_on_reference_frames",
+                            "e2v.image_encoder_model_name", "e2v.export_i2v")},
 }
 
 
-def shown(key: str, value: Callable[[str], Any]) -> bool:
+def shown(key: str, value: Value) -> bool:
     """Whether a placed field is shown now (`value(key)` reads the config): only the chosen optimizer's options,
-    and the loss and schedule options of the chosen loss and schedule."""
+    and the options of the chosen loss, schedule, method, adapter and E2V layout."""
     if key.startswith("optimizer_options."):
         return key.split(".")[1] == value("optimizer")
-    if key in SHOWN_WHEN:
-        other, values = SHOWN_WHEN[key]
-        return str(value(other)) in values
-    return True
+    return SHOWN_WHEN[key](value) if key in SHOWN_WHEN else True
+
+
 # Keys with an editor of their own (list editors, the E2V dataset file) rather than a plain field.
 SPECIAL = {"concepts": "concepts", "samples": "sampling", "dataset_config": "E2V elements", "base_loras": "model"}
 
@@ -89,6 +126,8 @@ TABS: tuple[Tab, ...] = (
          ("Captions", ("caption_dropout_probability",)),
          ("Image conditioning (I2V layouts)", ("last_frame_condition",))),
     _tab("concepts"),
+    _tab("dataset"),  # the clips with their captions and elements (dataset_view.py)
+    _tab("tools"),  # the data tools (tools_controller.py)
     _tab("training",
          ("Length and batches", ("epochs", "max_steps", "batch_size", "gradient_accumulation_steps")),
          ("Optimizer", ("optimizer", "learning_rate", "learning_rate_scheduler", "learning_rate_warmup_steps",
@@ -108,7 +147,7 @@ TABS: tuple[Tab, ...] = (
          ("Memory", ("memory_preset", "gpu_memory_gib", "gradient_checkpointing", "blocks_to_swap", "activation_offload", "ffn_chunks", "checkpoint_attention",
                      "base_weight_format", "fp8_base_weights",
                      "fp8_scale", "offload_inactive_expert", "vae_tiling")),
-         ("Multi-GPU (torchrun)", ("data_parallel",)),
+         ("Multi-GPU (torchrun)", ("data_parallel", "sequence_parallel")),
          ("Wan 2.2 experts", ("train_expert", "learning_rate_high_noise", "learning_rate_low_noise",
                               "expert_step_share")),
          ("VACE models (control video beside each clip: <name>_control.mp4, <name>_control_mask.mp4)",
@@ -137,6 +176,7 @@ TABS: tuple[Tab, ...] = (
                                            "e2v.loss_on_reference_frames", "e2v.image_encoder_model_name",
                                            "e2v.export_i2v"))),
     _tab("visualization"),
+    _tab("runs"),  # the workspace's runs (the run browser), then the selected run's results
     _tab("samples"),  # the run's results: the sample viewer and the curves
     _tab("curves"),
 )

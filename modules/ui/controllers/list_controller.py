@@ -10,8 +10,17 @@ import copy
 from typing import Any
 
 from modules.dataLoader.concept_selection import concept_path_problem
+from modules.model.sample_inputs import CONDITIONING_FIELDS
 from modules.ui.controllers.config_controller import LIST_KEYS, ConfigController
-from modules.ui.controllers.fields import FieldSpec, field_specs, format_value, short_error
+from modules.ui.controllers.fields import (
+    RESOLUTION,
+    FieldError,
+    FieldSpec,
+    field_specs,
+    format_value,
+    parse_text,
+    short_error,
+)
 
 
 class RecordListController:
@@ -71,10 +80,65 @@ class RecordListController:
 
     def error(self, index: int, name: str) -> str:
         path = self.path(index, name)
-        return short_error(self.config.errors.get(path, ""), path)
+        return short_error(self.config.errors.get(path) or self.config.start_problems.get(path, ""), path)
+
+    def shows(self, index: int, name: str) -> bool:
+        return True
 
     def row_source(self, index: int) -> "RowSource":
         return RowSource(self, index)
+
+
+# A sample's frame size, one field as everywhere else ("832x480"); the config keeps its height and width.
+SIZE_SPEC = FieldSpec("size", "Size (W x H)", RESOLUTION, "Width x height in pixels, e.g. 832x480 (multiples of 16).")
+
+
+class SampleListController(RecordListController):
+    """The sample list: a row's size is one field written 832x480, and a row shows the inputs the base follows
+    (an image for I2V, a driving video for Animate-2, a control video for VACE, elements for E2V), and an input set
+    for another base, with its error, until it is cleared."""
+
+    def __init__(self, config: ConfigController):
+        super().__init__(config, "samples")
+        fields = list(self.specs.items())
+        at = next(i for i, (name, _) in enumerate(fields) if name == "height")
+        fields = [item for item in fields if item[0] not in ("height", "width")]
+        fields.insert(at, ("size", SIZE_SPEC))
+        self.specs = dict(fields)
+        self.defaults = self.item_cls().to_dict()
+
+    def display(self, index: int, name: str) -> Any:
+        if name != "size":
+            return super().display(index, name)
+        path = self.path(index, "size")
+        if path in self.config.pending:
+            return self.config.pending[path]
+        row = self.rows[index]
+        return format_value(SIZE_SPEC, [row.get("height"), row.get("width")])
+
+    def set(self, index: int, name: str, value: Any) -> None:
+        if name != "size":
+            return super().set(index, name, value)
+        try:
+            size = parse_text(SIZE_SPEC, value)
+            if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) for v in size)):
+                raise FieldError("must be one size, width x height, e.g. 832x480")
+        except FieldError as e:
+            self.config.set_item_values(self.key, index, {}, pending={"size": (value, str(e))})
+        else:
+            self.config.set_item_values(self.key, index, {"height": size[0], "width": size[1]}, cleared=("size",))
+
+    def error(self, index: int, name: str) -> str:
+        if name != "size":
+            return super().error(index, name)
+        return next(filter(None, (super(SampleListController, self).error(index, part)
+                                  for part in ("size", "height", "width"))), "")
+
+    def shows(self, index: int, name: str) -> bool:
+        if name not in CONDITIONING_FIELDS or self.path(index, name) in self.config.errors:
+            return True
+        used = self.config.sample_fields_used()
+        return used is None or name in used or self.rows[index].get(name) != self.defaults[name]
 
 
 class ConceptListController(RecordListController):
@@ -160,3 +224,6 @@ class RowSource:
 
     def error(self, name: str) -> str:
         return self.rows.error(self.index, name)
+
+    def shows(self, name: str) -> bool:
+        return self.rows.shows(self.index, name)

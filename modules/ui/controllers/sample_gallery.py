@@ -51,7 +51,10 @@ class SampleGallery:
         self.version += 1
 
     def add(self, record: SampleRecord) -> None:
-        """A sample just written (the trainer's callback). Shown when following, or when nothing is shown."""
+        """A sample just written (the trainer's callback). Shown when following, or when nothing is shown; a sample of
+        another run than the one shown (the runs tab shows another) is not this gallery's."""
+        if self.folder is not None and Path(record.video).resolve().parent != self.folder.resolve():
+            return
         key = (step_key(record), record.index)
         self._records[key] = record
         if self.follow or self.step is None:

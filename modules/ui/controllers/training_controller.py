@@ -28,10 +28,19 @@ from modules.util.sample_record import samples_folder
 logger = logging.getLogger(__name__)
 
 IDLE, STARTING, TRAINING, STOPPING = "idle", "starting", "training", "stopping"
+# What a request to the running trainer says until the trainer begins it.
+REQUESTS = {"backup": "a backup follows this step", "sample": "samples follow this step"}
+# Tasks of the running loop, said with the step they belong to.
+STEP_TASKS = ("sampling", "writing backup", "validating", "saving snapshot")
 
 
 @dataclasses.dataclass
 class TrainState:
+    """What the window shows of a run. One status model: `task` is what the run does now, with its count
+    (caching 13/40, training step N/M, sampling k/n, writing backup), `status` the newest message (an action's
+    result, the run's news, how the last run ended), `run_error` a failure of the running run only while it is
+    true (a failed backup, until the next one is written)."""
+
     phase: str = IDLE
     step: int = 0
     total_steps: int = 0
@@ -39,10 +48,12 @@ class TrainState:
     epochs: int = 0
     loss: float | None = None
     eta_seconds: float | None = None
-    status: str = "ready"  # the newest message (the run's, or the last action's): it replaces the one before
+    status: str = "ready"  # the newest message: it replaces the one before (an old error too)
     status_is_error: bool = False
+    task: tuple[str, int, int] = ("", 0, 0)  # what the run does now: (what, done, total); total 0: no count
+    requests: tuple[str, ...] = ()  # asked of the running trainer and not begun yet: "backup", "sample"
+    run_error: str = ""
     outputs: list[str] = dataclasses.field(default_factory=list)
-    task: tuple[str, int, int] = ("", 0, 0)  # the caching phase: (what, done, total), before the first step
     warnings: list[str] = dataclasses.field(default_factory=list)  # what the finished run skipped
     backup_path: str = ""
     error: str = ""
@@ -59,9 +70,34 @@ class TrainState:
             return min(1.0, self.task[1] / self.task[2])
         return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
 
+    def activity_text(self) -> str:
+        """What the run does now: "caching (vae) 13/40", "training step 60/600", "sampling 1/2 at step 40"."""
+        what, done, total = self.task
+        if what == TRAINING:
+            return f"training step {self.step}/{self.total_steps}"
+        if not what:
+            return "starting"
+        at = f" at step {self.step}" if self.total_steps and what in STEP_TASKS else ""
+        return (f"{what} {done}/{total}" if total else what) + at
+
     def shown_status(self) -> str:
-        """The status line, naming the run while one trains."""
-        return f"run {self.run_name}: {self.status}" if self.run_name and self.running else self.status
+        """The status line while a run goes: the run, what it does now, what was asked of it, a failure that is
+        still true, then the newest message on its own line."""
+        if not self.running:
+            return self.status
+        line = self.activity_text()
+        if self.phase == STOPPING:
+            line += " · stopping after this step (a backup is written)"
+        line += "".join(f" · {REQUESTS[r]}" for r in self.requests)
+        if self.run_error:
+            line += f" · {self.run_error}"
+        if self.run_name:
+            line = f"run {self.run_name}: {line}"
+        return "\n".join(filter(None, (line, self.status)))
+
+    @property
+    def shows_error(self) -> bool:
+        return bool(self.run_error) if self.running and not self.status_is_error else self.status_is_error
 
     def progress_text(self) -> str:
         if not self.total_steps and self.task[2]:
@@ -107,7 +143,6 @@ class TrainingController:
         self.scalars = ScalarHistory()  # this run's logged values (the curves)
         self.gallery = SampleGallery()  # the samples in the workspace, this run's as they are written
         self.sample_requested = False  # "Sample now" was pressed: the view shows its result when it comes
-        self._update_status = ""  # the status the trainer's last update carried
 
     @property
     def running(self) -> bool:
@@ -122,11 +157,10 @@ class TrainingController:
         """Start training `config` (a TrainConfig) on a worker thread."""
         if self.running:
             raise UserError("training is already running: stop it first")
-        self.state = TrainState(phase=STARTING, status="starting", epochs=getattr(config, "epochs", 0))
+        self.state = TrainState(phase=STARTING, status="", epochs=getattr(config, "epochs", 0))
         self.commands = TrainCommands()
         self.scalars.clear()
         self.sample_requested = False
-        self._update_status = ""
         gc.collect()  # on the Tk thread: a collection in the worker would run Tk objects' __del__ there
         self.thread = threading.Thread(target=self._work, args=(config, self.commands), name="training", daemon=True)
         self.thread.start()
@@ -136,22 +170,27 @@ class TrainingController:
         if self.running and self.commands is not None:
             self.commands.stop()
             self.state.phase = STOPPING
-            self.say("stopping after this step (a backup is written)")
 
     def backup_now(self) -> bool:
         if self.running and self.commands is not None:
             self.commands.backup()
-            self.say("a backup is written after this step")
+            self._request("backup")
             return True
         return False
 
-    def sample_now(self) -> bool:
+    def sample_now(self, samples: list | None = None) -> bool:
+        """Sample after the current step: `samples` (the sampling tab's list as it is now: new prompts load the text
+        encoder again for the round), or the run's own."""
         if self.running and self.commands is not None:
-            self.commands.sample()
+            self.commands.sample(samples)
             self.sample_requested = True
-            self.say("sampling after this step")
+            self._request("sample")
             return True
         return False
+
+    def _request(self, what: str) -> None:
+        if what not in self.state.requests:
+            self.state.requests += (what,)
 
     def poll(self) -> list[Event]:
         """Drain the worker's messages into `state`; returns them for the view (Tk thread only)."""
@@ -166,8 +205,10 @@ class TrainingController:
 
     def _apply(self, event: Event) -> None:
         state = self.state
-        if event.kind == "status":
-            self.say(event.payload)
+        if event.kind == "status":  # the run's news (validation loss, a failed backup): the newest message
+            self._news(event.payload)
+        elif event.kind in ("phase", "progress"):  # what the run does now (caching's count comes as progress)
+            self._begin(event.payload)
         elif event.kind == "update":
             update: TrainUpdate = event.payload
             state.step, state.total_steps = update.global_step, update.total_steps
@@ -175,21 +216,17 @@ class TrainingController:
             state.loss, state.eta_seconds = update.loss, update.eta_seconds
             if state.phase == STARTING:
                 state.phase = TRAINING
-            # Every step repeats its status: only a new one replaces the line (a message said since stays).
-            if state.phase != STOPPING and update.status != self._update_status:
-                self.say(update.status)
-            self._update_status = update.status
+            state.task = (TRAINING, update.global_step, update.total_steps)  # back to training after a sample
         elif event.kind == "scalar":
             self.scalars.add(*event.payload)
         elif event.kind == "sample":
             self.gallery.add(event.payload)
-        elif event.kind == "progress":
-            state.task = event.payload
         elif event.kind == "warning":
             state.warnings.append(event.payload)
         elif event.kind == "run":  # the run's own samples, not another run's of the workspace
             state.run_name, state.run_dir = event.payload
             self.gallery.load_folder(samples_folder(state.run_dir))
+            self.scalars.start_run(state.run_dir)  # a resumed run's earlier starts, under what it trains now
         elif event.kind == "finished":
             state.outputs = list(event.payload)
             done = "done: " + ", ".join(state.outputs) if state.outputs else "done"
@@ -197,7 +234,8 @@ class TrainingController:
             self.say("; ".join([done, *state.warnings]), error=bool(state.warnings))
         elif event.kind == "stopped":
             state.backup_path = event.payload
-            self.say(f"stopped; backup written to {event.payload} (resume with continue_last_backup)")
+            at = f" at step {state.step}/{state.total_steps}" if state.total_steps else ""
+            self.say(f"stopped{at}; backup written to {event.payload} (resume it: runs tab, Continue)")
         elif event.kind == "error":
             state.error = event.payload
             self.say(f"error: {event.payload}", error=True)
@@ -205,6 +243,24 @@ class TrainingController:
             state.phase = IDLE
             state.eta_seconds = None
             state.task = ("", 0, 0)  # a run that ended while caching leaves no count behind
+            state.requests, state.run_error = (), ""
+
+    def _begin(self, task: tuple[str, int, int]) -> None:
+        """The run begins (or counts on in) a task: a request it answers is no longer pending, a failed backup is
+        no longer the state once the next one is being written."""
+        state = self.state
+        what = task[0]
+        state.task = tuple(task)
+        answered = {"writing backup": "backup", "sampling": "sample"}.get(what)
+        state.requests = tuple(r for r in state.requests if r != answered)
+        if what == "writing backup":
+            state.run_error = ""
+
+    def _news(self, text: str) -> None:
+        if text.startswith("backup failed"):  # true until a backup is written again
+            self.state.run_error = text
+        else:
+            self.say(text)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Join the worker (tests, shutdown); True when it has ended."""
@@ -223,12 +279,13 @@ class TrainingController:
         try:
             callbacks = TrainCallbacks(on_update=lambda update: self._put("update", update),
                                        on_status=lambda text: self._put("status", text),
+                                       on_phase=lambda what, done, total: self._put("phase", (what, done, total)),
                                        on_scalar=lambda name, value, step: self._put("scalar", (name, value, step)),
                                        on_sample=lambda record: self._put("sample", record),
                                        on_progress=lambda what, done, total: self._put("progress", (what, done, total)),
                                        on_warning=lambda text: self._put("warning", text),
                                        on_run=lambda name, folder: self._put("run", (name, str(folder))))
-            self._put("status", "loading")
+            self._put("phase", ("loading", 0, 0))
             trainer = self.trainer_factory(config, callbacks, commands)
             trainer.start()
             trainer.train()

@@ -32,17 +32,23 @@ class VramEstimate:
         self._pending: tuple[str, float] = ("", 0.0)  # the newest config key and when it appeared
 
     def text(self) -> str:
-        """The estimate of the config as it is now, '' while the config is invalid."""
+        """The estimate of the config as it is now. While a field holds an error the estimate stays, made with that
+        field at its default (and says so); '' only when no config near it checks."""
+        note = ""
         try:
             train = self.config.build()
         except UserError:
-            self.config.set_auto_choices({}, None)  # no plan for a config that does not check
-            return ""
+            train = self.config.build_nearest()
+            if train is None:
+                self.config.set_auto_choices({}, None)  # no plan for a config that does not check
+                return ""
+            note = " (fields with errors counted at their defaults)"
         key = json.dumps([train.to_dict(), self.capability], sort_keys=True, default=str)
         with self._lock:
             if self._result[0] == key:
                 self.config.set_auto_choices(*self._result[2:])  # the Tk thread: the switches show AUTO's choices
-                return self._result[1]
+                first, _, rest = self._result[1].partition("\n")
+                return first + note + ("\n" + rest if rest else "")
             now = time.monotonic()
             if self._pending[0] != key:  # typing: wait until the config stays the same a moment
                 self._pending = (key, now)

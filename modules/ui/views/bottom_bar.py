@@ -54,14 +54,9 @@ class BottomBar(ctk.CTkFrame):
 
     def refresh(self) -> None:
         state = self.app.training.state
-        can_start, reason = self.app.can_start()
-        if state.running:
-            status, color = state.shown_status(), RED if state.status_is_error else GRAY
-        elif not can_start:  # a message of the last action (export, preset saved) stays above the reason
-            told = state.status if state.status and state.status != "ready" else ""
-            status, color = "\n".join(filter(None, (told, f"cannot start: {reason}"))), RED
-        else:
-            status, color = state.status, RED if state.status_is_error else GRAY
+        can_start, _ = self.app.can_start()
+        status, is_error = self.app.status_line()
+        color = RED if is_error else GRAY
         shown = (state.fraction, state.progress_text(), state.loss_text(), state.eta_text(), status, color,
                  can_start, state.running, state.phase)
         if shown == self._shown:

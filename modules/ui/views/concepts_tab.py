@@ -32,9 +32,11 @@ class ConceptsTab(BaseTab):
         ctk.CTkLabel(file_bar, text="a JSON list of concepts used instead of the list below", text_color=GRAY,
                      font=small_font()).pack(side="left", padx=8)
         self._updating = False
+        self._watching = False
         self.file_var.trace_add("write", self._file_typed)
         self.list_view = self.place(RecordListView(self.body, self.app.concepts, "Concepts", "Add concept",
-                                                   concept_summary, self.app.concepts.empty_note))
+                                                   concept_summary, self.app.concepts.empty_note,
+                                                   note=self.app.verdicts.line))
         stats_bar = self.place(ctk.CTkFrame(self.body, fg_color="transparent"), padx=12, pady=(10, 2))
         self.stats_button = button(stats_bar, "Count clips", self._count, width=120)
         self.stats_button.pack(side="left")
@@ -83,7 +85,22 @@ class ConceptsTab(BaseTab):
         if self.file_var.get() != self.app.concepts.concept_file:
             self.file_var.set(self.app.concepts.concept_file)
         self._updating = False
+        self.app.check_data()  # the data verdict beside each concept, judged again once the config changed
+        self._watch_verdicts()
         self.list_view.refresh()
+
+    def _watch_verdicts(self) -> None:
+        """While the data is being judged, look for the verdicts every 200 ms (the worker never touches Tk)."""
+        if self.app.verdicts.poll():
+            self.ui.schedule_refresh()  # the lines, and Start / the tab mark for a concept start-up refuses
+        elif self.app.verdicts.checking and not self._watching:
+            self._watching = True
+
+            def again() -> None:
+                self._watching = False
+                self._watch_verdicts()
+
+            self.body.after(200, again)
 
     def field_errors(self) -> dict[str, str]:
         return self.list_view.field_errors()

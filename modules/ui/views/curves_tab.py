@@ -10,7 +10,7 @@ from typing import Any
 
 import customtkinter as ctk
 
-from modules.ui.controllers.curves import DEFAULT_SMOOTHING, Chart, loss_chart, lr_chart
+from modules.ui.controllers.curves import DEFAULT_SMOOTHING, Chart, loss_chart, lr_chart, run_title
 from modules.ui.views.base_tab import BaseTab
 from modules.ui.views.widgets import GRAY, button, small_font
 
@@ -39,15 +39,20 @@ class CurvesTab(BaseTab):
         self.smoothing_slider.pack(side="left", padx=6)
         self.smoothing_label = ctk.CTkLabel(bar, text=f"{self.smoothing:.2f}", width=40)
         self.smoothing_label.pack(side="left")
-        button(bar, "Reload", self._reload, width=80).pack(side="left", padx=12)
+        self.reload_button = button(bar, "Reload", self._reload, width=80)
+        self.reload_button.pack(side="left", padx=12)
+        self.run_label = ctk.CTkLabel(bar, text="", font=small_font())  # whose curves these are
+        self.run_label.pack(side="left", padx=(0, 8))
         self.summary_label = ctk.CTkLabel(bar, text="", font=small_font(), text_color=GRAY)
         self.summary_label.pack(side="left", padx=8)
         self.canvas = self.place(tk.Canvas(self.body, height=CANVAS_HEIGHT, highlightthickness=0,
                                            background=self._color(PAPER)), padx=12, pady=4)
         self.canvas.bind("<Configure>", lambda _e: self.redraw())
         self.note("The values the trainer logs to tensorboard (loss per optimizer step, the learning rate of the "
-                  "first parameter group, loss/validation), sent to the window as they are logged; outside a run, "
-                  "the newest tensorboard log of the workspace. TensorBoard (button below) has every series.")
+                  "first parameter group, loss/validation) for the run named above: every start of it (a resumed "
+                  "run shows its whole history; the steps trained again after its backup replace the old ones), "
+                  "and the values of the run this window trains as they are logged. Reload reads its tensorboard "
+                  "folder again. TensorBoard (button below) has every series.")
         self.charts: list[Chart] = []  # what is drawn now (tests read it)
         self._drawn: tuple[Any, ...] = ()
         self.app.load_run_results()
@@ -72,7 +77,7 @@ class CurvesTab(BaseTab):
         width, height = self.canvas.winfo_width(), int(self.canvas.cget("height"))
         if width <= 1:  # not mapped yet: lay out at the requested width
             width = max(400, self.canvas.winfo_reqwidth())
-        key = (self.history.version, self.smoothing, width, height)
+        key = (self.history.version, self.history.run, self.smoothing, width, height)
         if key == self._drawn:
             return
         self._drawn = key
@@ -87,6 +92,7 @@ class CurvesTab(BaseTab):
             self._draw(chart, top)
             top += chart.height
         losses = self.history.points("loss")
+        self.run_label.configure(text=run_title(self.history.run))
         self.summary_label.configure(text=f"{len(losses)} steps logged · last loss {losses[-1][1]:.4f}"
                                      if losses else "")
 

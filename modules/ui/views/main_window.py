@@ -15,14 +15,17 @@ from modules.ui.views.bottom_bar import BottomBar
 from modules.ui.views.concepts_tab import ConceptsTab
 from modules.ui.views.curves_tab import CurvesTab
 from modules.ui.views.data_tab import DataTab
+from modules.ui.views.dataset_tab import DatasetTab
 from modules.ui.views.dialogs import MessageDialog
 from modules.ui.views.elements_tab import ElementsTab
 from modules.ui.views.general_tab import GeneralTab
 from modules.ui.views.lora_tab import LoRATab
 from modules.ui.views.model_tab import ModelTab
 from modules.ui.views.pathways_tab import PathwaysTab
+from modules.ui.views.runs_tab import RunsTab
 from modules.ui.views.samples_tab import SamplesTab
 from modules.ui.views.sampling_tab import SamplingTab
+from modules.ui.views.tools_tab import ToolsTab
 from modules.ui.views.top_bar import TopBar
 from modules.ui.views.training_tab import TrainingTab
 from modules.ui.views.visualization_tab import VisualizationTab
@@ -31,11 +34,15 @@ from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
+EXPORT_COMMAND = ".venv/bin/python scripts/train.py"  # as the README runs an exported config
 TAB_TEXT = ctk.ThemeManager.theme["CTkSegmentedButton"]["text_color"]
 
-TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, TrainingTab, SamplingTab,
-                                          BackupTab, LoRATab, ElementsTab, PathwaysTab, VisualizationTab, SamplesTab,
-                                          CurvesTab)
+TAB_CLASSES: tuple[type[BaseTab], ...] = (GeneralTab, ModelTab, DataTab, ConceptsTab, DatasetTab, ToolsTab,
+                                          TrainingTab, SamplingTab, BackupTab, LoRATab, ElementsTab, PathwaysTab,
+                                          VisualizationTab, RunsTab, SamplesTab, CurvesTab)
+
+
+RECHECK_POLLS = 20  # the start-up check runs again every 20 polls (2 s)
 
 
 class TrainUI(ctk.CTk):
@@ -53,6 +60,7 @@ class TrainUI(ctk.CTk):
         self._refresh_pending = False
         self._refreshing = False
         self._closing = False
+        self._polls = 0
 
         self.top_bar = TopBar(self, self)
         self.top_bar.grid(row=0, column=0, sticky="ew")
@@ -117,12 +125,24 @@ class TrainUI(ctk.CTk):
             self._refreshing = False
 
     def _mark_error_tabs(self) -> None:
-        """A tab whose fields hold errors says so in its button (red, with the count), even before it is opened."""
+        """A tab whose fields hold errors says so in its button (red, with the count), even before it is opened; a
+        tab none of whose fields applies (the LoRA tab of a fine-tune) is not offered."""
         counts = self.app.error_tabs()
-        for name, tab_button in self.tabview._segmented_button._buttons_dict.items():  # noqa: SLF001 - no public API
+        segmented = self.tabview._segmented_button  # noqa: SLF001 - customtkinter has no public API for either
+        for index, (name, tab_button) in enumerate(segmented._buttons_dict.items()):  # noqa: SLF001
             marked = (f"{name} ⚠ {counts[name]}", RED) if name in counts else (name, TAB_TEXT)
             if (tab_button.cget("text"), tab_button.cget("text_color")) != marked:
                 tab_button.configure(text=marked[0], text_color=marked[1])
+            offered = self.app.config.shows_tab(name) or name in counts
+            if offered != bool(tab_button.winfo_manager()):
+                tab_button.grid() if offered else tab_button.grid_remove()
+                segmented.grid_columnconfigure(index, weight=int(offered), minsize=0)
+                if not offered and self.tabview.get() == name:
+                    self.show_tab(TAB_CLASSES[0].name)
+
+    def tab_offered(self, name: str) -> bool:
+        """Whether tab `name`'s button is shown (tests, screenshots)."""
+        return bool(self.tabview._segmented_button._buttons_dict[name].winfo_manager())  # noqa: SLF001
 
     def tab_label(self, name: str) -> str:
         """The text of tab `name`'s button (tests, screenshots)."""
@@ -133,7 +153,7 @@ class TrainUI(ctk.CTk):
             self._defer_refresh()
             return
         self.bottom_bar.refresh()
-        for name in ("backup", "sampling", "samples", "curves"):
+        for name in ("backup", "sampling", "runs", "samples", "curves"):
             if name in self.tabs:
                 self.tabs[name].refresh()
 
@@ -152,6 +172,9 @@ class TrainUI(ctk.CTk):
         if events:
             self.refresh_status()
         self.bottom_bar.refresh_vram()
+        self._polls += 1
+        if self._polls % RECHECK_POLLS == 0 and not self.app.training.running:
+            self.app.config.recheck_start()  # a file the start-up check named may have appeared (or gone)
         if self._closing and not self.app.training.running:
             self.destroy()
             return
@@ -201,7 +224,7 @@ class TrainUI(ctk.CTk):
             written = self.guard(lambda: self.app.export(path))
             if written:
                 self.set_status(f"config exported to {written}; run it with "
-                                f"python scripts/train.py --config-path {written}")
+                                f"{EXPORT_COMMAND} --config-path {written}")
 
     def load_config(self, path: str | None = None) -> None:
         path = path or filedialog.askopenfilename(filetypes=[("JSON", "*.json")])

@@ -7,14 +7,17 @@ import customtkinter as ctk
 
 from modules.ui.controllers.layout import Section
 from modules.ui.controllers.list_controller import RecordListController
-from modules.ui.views.widgets import FieldForm, bold_font, button, small_button
+from modules.ui.views.widgets import GRAY, RED, FieldForm, bold_font, button, small_button, small_font
 
 
 class RecordListView(ctk.CTkFrame):
     def __init__(self, master: Any, rows: RecordListController, title: str, add_text: str,
-                 summary: Callable[[dict[str, Any]], str], empty_note: Callable[[], str] = lambda: "(none yet)"):
+                 summary: Callable[[dict[str, Any]], str], empty_note: Callable[[], str] = lambda: "(none yet)",
+                 note: Callable[[int], tuple[str, bool]] | None = None):
         super().__init__(master, fg_color="transparent")
         self.rows, self.summary, self.empty_note = rows, summary, empty_note
+        self.note = note  # a line under a card's title (a concept's data verdict): (text, is_error)
+        self.notes: list[ctk.CTkLabel] = []
         self.grid_columnconfigure(0, weight=1)
         header = ctk.CTkFrame(self, fg_color="transparent")
         header.grid(row=0, column=0, sticky="ew", padx=8, pady=(4, 2))
@@ -35,7 +38,7 @@ class RecordListView(ctk.CTkFrame):
     def rebuild(self) -> None:
         for card, _, _ in self.cards:
             card.destroy()
-        self.cards = []
+        self.cards, self.notes = [], []
         names = tuple(self.rows.specs)
         for i in range(len(self.rows)):
             card = ctk.CTkFrame(self, border_width=1)
@@ -48,8 +51,12 @@ class RecordListView(ctk.CTkFrame):
             for text, command in (("✕", lambda i=i: self.rows.remove(i)), ("copy", lambda i=i: self.rows.duplicate(i)),
                                   ("↓", lambda i=i: self.rows.move(i, 1)), ("↑", lambda i=i: self.rows.move(i, -1))):
                 small_button(top, text, command, width=44 if text == "copy" else 28).pack(side="right", padx=2)
+            if self.note is not None:
+                note = ctk.CTkLabel(card, text="", anchor="w", justify="left", font=small_font(), text_color=GRAY)
+                note.grid(row=1, column=0, sticky="ew", padx=10)
+                self.notes.append(note)
             form = FieldForm(card, self.rows.row_source(i), [Section("", names)])
-            form.grid(row=1, column=0, sticky="ew", padx=4, pady=(0, 6))
+            form.grid(row=2, column=0, sticky="ew", padx=4, pady=(0, 6))
             self.cards.append((card, title, form))
         if self.cards:
             self.empty.grid_forget()
@@ -64,6 +71,9 @@ class RecordListView(ctk.CTkFrame):
             self.empty.configure(text=self.empty_note())
         for i, (_, title, form) in enumerate(self.cards):
             title.configure(text=f"{i + 1}. {self.summary(self.rows.rows[i])}")
+            if self.note is not None:
+                text, error = self.note(i)
+                self.notes[i].configure(text=text, text_color=RED if error else GRAY)
             form.refresh()
 
     def field_errors(self) -> dict[str, str]:

@@ -31,7 +31,7 @@ class SamplingTab(BaseTab):
                                                    sample_summary))
 
     def _sample_now(self) -> None:
-        if self.app.training.sample_now():
+        if self.app.sample_now():
             self.ui.refresh_status()
 
     def refresh(self) -> None:

@@ -28,7 +28,8 @@ class TopBar(ctk.CTkFrame):
         ctk.CTkLabel(self, text="Model type").pack(side="left")
         self.model_type = FieldInput(self, config, "model_type", width=110)
         self.model_type.widget.pack(side="left", padx=6)
-        Tooltip(self.model_type.widget, config.spec("model_type").doc)
+        Tooltip(self.model_type.widget, "Read from the checkpoint's own configs once the base model folder is a Wan "
+                                        "model (then not a choice); " + config.spec("model_type").doc)
         ctk.CTkLabel(self, text="Method").pack(side="left", padx=(10, 0))
         self.method = FieldInput(self, config, "training_method", width=120)
         self.method.widget.pack(side="left", padx=6)
@@ -58,6 +59,9 @@ class TopBar(ctk.CTkFrame):
             self._preset_names = names
         self.preset_menu.set(config.preset_name or NO_PRESET)
         self.model_type.refresh()
+        detected = bool(config.detected_model_type())  # the checkpoint's: not a choice while one is read
+        if (self.model_type.widget.cget("state") == "disabled") != detected:
+            self.model_type.widget.configure(state="disabled" if detected else "normal")
         self.method.refresh()
         text, ok = config.detected_variant()
         self.variant.configure(text=f"variant: {text}", text_color=GRAY if ok else RED)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import customtkinter as ctk
 
-from modules.ui.controllers.fields import BOOL, CHOICE, PATH, TEXT_LIST, FieldSpec, same_value
+from modules.ui.controllers.fields import BOOL, CHOICE, NOT_SET, PATH, TEXT_LIST, FieldSpec, same_value
 from modules.ui.controllers.layout import Section
 
 GRAY = ("gray40", "gray60")
@@ -89,7 +89,8 @@ class FieldInput:
             self.widget = ctk.CTkSwitch(master, text="", variable=self.var, command=self._switched, width=50)
         elif kind == CHOICE:
             self.var = tk.StringVar(master)
-            self.widget = ctk.CTkOptionMenu(master, values=list(self.spec.choices), variable=self.var,
+            choices = ([NOT_SET] if self.spec.optional else []) + list(self.spec.choices)
+            self.widget = ctk.CTkOptionMenu(master, values=choices, variable=self.var,
                                             command=self._chosen, width=min(width, 200), dynamic_resizing=False)
         elif kind == TEXT_LIST:
             self.var = None
@@ -147,6 +148,9 @@ class FieldInput:
             elif self.spec.kind == BOOL:
                 if bool(self.var.get()) != bool(value):
                     self.var.set(bool(value))
+            elif self.spec.kind == CHOICE:  # nothing typed to keep: show exactly the value ("—": not set)
+                if self.var.get() != value:
+                    self.var.set(value)
             elif not same_value(self.spec, self.var.get(), value):
                 self.var.set(value)
         finally:
@@ -160,22 +164,30 @@ class FieldInput:
 
 
 class FieldRow:
-    """label | input | doc-or-error, on one grid row of `master`."""
+    """label | input | doc-or-error, on one grid row of the column frame its form puts it in."""
 
-    def __init__(self, master: Any, source: Any, key: str, row: int):
+    def __init__(self, master: Any, source: Any, key: str, row: int, column: Any = None):
         self.source, self.key = source, key
         spec = source.spec(key)
         self.doc = spec.doc
         self.label = ctk.CTkLabel(master, text=spec.label, anchor="w")
-        self.label.grid(row=row, column=0, sticky="nw", padx=(12, 8), pady=3)
         Tooltip(self.label, spec.doc)
         self.input = FieldInput(master, source, key)
-        self.input.grid(row=row, column=1, sticky="w", padx=4, pady=3)
-        self.note = ctk.CTkLabel(master, text=spec.doc, anchor="w", justify="left", wraplength=520,
+        self.note = ctk.CTkLabel(master, text=spec.doc, anchor="w", justify="left", wraplength=NOTE_WRAP,
                                  text_color=GRAY, font=small_font())
-        self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3)
         self._shown: tuple[str, Any] = (spec.doc, GRAY)
         self.visible = True
+        self.place(column if column is not None else master, row)
+
+    def place(self, column: Any, row: int) -> None:
+        """Grid the row's parts on `row` of `column` (a frame inside the form: the form's one or two columns)."""
+        where = {} if column is self.label.master else {"in_": column}
+        self.label.grid(row=row, column=0, sticky="nw", padx=(12, 8), pady=3, **where)
+        self.input.grid(row=row, column=1, sticky="w", padx=4, pady=3, **where)
+        self.note.grid(row=row, column=2, sticky="w", padx=(8, 12), pady=3, **where)
+        if not self.visible:
+            for part in (self.label, self.input, self.note):
+                part.grid_remove()
 
     def refresh(self) -> None:
         shows = getattr(self.source, "shows", None)  # a source may hide fields (another optimizer's options)
@@ -204,30 +216,94 @@ class FieldRow:
         return self._shown[0]
 
 
+NOTE_WRAP, NOTE_WRAP_TWO_COLUMNS = 520, 380
+TWO_COLUMNS_FROM = 1500  # a form at least this wide (a 1920 px window) lays its sections out in two columns
+
+
 class FieldForm(ctk.CTkFrame):
-    """Titled sections of generated field rows for one source."""
+    """Titled sections of generated field rows for one source; in two columns when the form is wide enough (the
+    sections in order, down the left column, then the right; one long section is split in two)."""
 
     def __init__(self, master: Any, source: Any, sections: Iterable[Section], **kwargs: Any):
         super().__init__(master, fg_color="transparent", **kwargs)
         self.rows: dict[str, FieldRow] = {}
         self.titles: list[tuple[ctk.CTkLabel, tuple[str, ...]]] = []
-        self.grid_columnconfigure(2, weight=1)
-        row = 0
+        # the column frames first: the rows, gridded into them, must lie above them
+        self.columns = [ctk.CTkFrame(self, fg_color="transparent") for _ in range(2)]
+        for column in self.columns:
+            column.grid_columnconfigure(2, weight=1)
+        self.columns[0].grid(row=0, column=0, sticky="new")
+        self.grid_columnconfigure(0, weight=1)
+        self.blocks: list[tuple[ctk.CTkLabel | None, list[str]]] = []  # (title, keys) in order
         for section in sections:
             if not section.keys:
                 continue
+            title = None
             if section.title:
                 title = ctk.CTkLabel(self, text=section.title, font=bold_font(), anchor="w")
-                title.grid(row=row, column=0, columnspan=3, sticky="w", padx=8, pady=(12 if row else 4, 2))
                 self.titles.append((title, section.keys))
-                row += 1
             for key in section.keys:
-                self.rows[key] = FieldRow(self, source, key, row)
-                row += 1
+                self.rows[key] = FieldRow(self, source, key, 0, column=self.columns[0])
+            self.blocks.append((title, list(section.keys)))
+        self.two_columns = False
+        self._layout()
+        self.bind("<Configure>", self._resized, add="+")
+
+    def _resized(self, event: Any) -> None:
+        if (event.width >= TWO_COLUMNS_FROM) != self.two_columns:
+            self.two_columns = not self.two_columns
+            self._layout()
+
+    def _layout(self) -> None:
+        """Place the sections in one column, or two balanced by the rows shown now (a hidden row keeps its place in
+        its section: it is shown there when it comes to apply)."""
+        def weight(keys: list[str]) -> int:
+            return sum(1 for key in keys if self._shown(key))
+
+        blocks = self.blocks
+        if self.two_columns and len(blocks) == 1 and weight(blocks[0][1]) > 6:  # one long section: split it
+            title, keys = blocks[0]
+            half = next(i for i in range(len(keys) + 1) if weight(keys[:i]) >= (weight(keys) + 1) // 2)
+            blocks = [(title, keys[:half]), (None, keys[half:])]
+        total = sum(weight(keys) + (title is not None) for title, keys in blocks)
+        placed, column, rows = 0, 0, [0, 0]
+        for title, keys in blocks:
+            size = weight(keys) + (title is not None)
+            if self.two_columns and column == 0 and placed and placed + size / 2 > total / 2:
+                column = 1
+            frame = self.columns[column]
+            if title is not None:
+                title.grid(in_=frame, row=rows[column], column=0, columnspan=3, sticky="w", padx=8,
+                           pady=(12 if rows[column] else 4, 2))
+                rows[column] += 1
+            for key in keys:
+                self.rows[key].place(frame, rows[column])
+                rows[column] += 1
+            placed += size
+        if self.two_columns and rows[1]:
+            self.columns[1].grid(row=0, column=1, sticky="new")
+            self.grid_columnconfigure(1, weight=1, uniform="half")
+            self.grid_columnconfigure(0, weight=1, uniform="half")
+        else:
+            self.columns[1].grid_forget()
+            self.grid_columnconfigure(1, weight=0, uniform="")
+            self.grid_columnconfigure(0, weight=1, uniform="")
+        wrap = NOTE_WRAP_TWO_COLUMNS if self.two_columns else NOTE_WRAP
+        for field_row in self.rows.values():
+            if field_row.note.cget("wraplength") != wrap:
+                field_row.note.configure(wraplength=wrap)
+        self._show_titles()
+
+    def _shown(self, key: str) -> bool:
+        shows = getattr(self.rows[key].source, "shows", None)  # other optimizers' options take no room
+        return shows is None or shows(key)
 
     def refresh(self) -> None:
         for field_row in self.rows.values():
             field_row.refresh()
+        self._show_titles()
+
+    def _show_titles(self) -> None:
         for title, keys in self.titles:  # a section none of whose fields apply (VACE on a T2V base) goes too
             if any(self.rows[key].visible for key in keys) != bool(title.winfo_manager()):
                 title.grid() if any(self.rows[key].visible for key in keys) else title.grid_remove()

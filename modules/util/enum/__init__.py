@@ -3,6 +3,7 @@ from enum import Enum
 
 
 class ModelType(Enum):
+    AUTO = "AUTO"  # a config's: the checkpoint's own (a variant is never AUTO)
     WAN_2_1 = "WAN_2_1"
     WAN_2_2 = "WAN_2_2"
 
