@@ -92,7 +92,7 @@ def main() -> int:
         for name, kept in saves.items():
             lean_blocks(model, kept)
             best[name] = min(best[name], step_seconds(model, inputs, dtype, args.steps))
-    text = json.dumps({"device": args.device, "width": args.width, "layers": args.layers,
+    text = json.dumps({"status": "ok", "device": args.device, "width": args.width, "layers": args.layers,
                        "tokens": args.frames * 32 * 32, "dtype": args.dtype, "checkpointing": checkpointing,
                        "threads": torch.get_num_threads(), "seconds_per_step": {k: round(v, 4) for k, v in best.items()},
                        "ratio_lean_over_diffusers": round(best["lean"] / best["diffusers"], 3)})
