@@ -220,18 +220,24 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
                  checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16",
-                 keep_self_attention: bool = False):
+                 keep_self_attention: bool = False, checkpoint_policy: str = "", kept_blocks: int = 0):
+    """The run's TrainConfig. `checkpoint_policy` (a CheckpointPolicy name) and `kept_blocks` set the checkpointing
+    group; without a policy, `checkpointing`, `checkpoint_attention` and `keep_self_attention` spell it the old way."""
     from modules.config.train_config import TrainConfig
 
+    if checkpoint_policy:
+        policy = {"checkpointing": {"policy": checkpoint_policy, "kept_blocks": kept_blocks}}
+    else:
+        policy = {"gradient_checkpointing": checkpointing, "checkpoint_attention": checkpoint_attention,
+                  "keep_self_attention": keep_self_attention}
     return TrainConfig.from_dict({
-        "lora_rank": rank, "lora_alpha": rank, "gradient_checkpointing": checkpointing,
+        "lora_rank": rank, "lora_alpha": rank, **policy,
         "blocks_to_swap": blocks_to_swap, "fp8_base_weights": fp8, "activation_offload": activation_offload,
         "train_dtype": dtype_name, "transformer_dtype": dtype_name, "tensorboard": False, "sample_at_end": False,
         "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
-        "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
-        "base_weight_format": base_weight_format, "keep_self_attention": keep_self_attention,
+        "guidance_preserving": {"scale": guidance_scale}, "base_weight_format": base_weight_format,
     })
 
 
@@ -395,6 +401,11 @@ def main() -> int:
     parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
     parser.add_argument("--keep-self-attention", action="store_true",
                         help="keep_self_attention (with --checkpointing: the recompute skips self-attention)")
+    parser.add_argument("--checkpoint-policy", choices=["FULL", "SPLIT_ATTENTION", "KEEP_ATTENTION",
+                                                        "KEEP_ALL_BUT_FFN", "NONE"], default="",
+                        help="checkpointing.policy (instead of --checkpointing / --checkpoint-attention / "
+                             "--keep-self-attention)")
+    parser.add_argument("--kept-blocks", type=int, default=0, help="checkpointing.kept_blocks (FULL, KEEP_ATTENTION)")
     parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
                         "(Wan 2.2 A14B-like, train_expert BOTH, half the steps on each)")
     parser.add_argument("--offload-inactive-expert", action="store_true", help="with --experts 2: the idle "
@@ -455,7 +466,8 @@ def main() -> int:
                              offload_inactive_expert=args.offload_inactive_expert, device=device.type,
                              ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention,
                              base_weight_format=args.base_weight_format,
-                             keep_self_attention=args.keep_self_attention)
+                             keep_self_attention=args.keep_self_attention,
+                             checkpoint_policy=args.checkpoint_policy, kept_blocks=args.kept_blocks)
     except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
         text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
                            "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)

@@ -33,15 +33,18 @@ import enum
 import logging
 import math
 
+from modules.config.checkpointing_config import CheckpointingConfig
 from modules.config.train_config import TrainConfig
 from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
-from modules.util.enum import BaseWeightFormat, DataType, EncoderDevice, MemoryPreset, TrainingMethod
+from modules.modelSetup.spare_memory import spend_spare_memory
+from modules.util.enum import BaseWeightFormat, CheckpointPolicy, DataType, EncoderDevice, MemoryPreset, TrainingMethod
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 _DEFAULTS = TrainConfig()
+SPLIT = CheckpointingConfig(CheckpointPolicy.SPLIT_ATTENTION)  # AUTO's memory saver among the policies
 
 # Whether an int8 ConvRot base trains faster than an fp8 one, by CUDA compute capability, and whose measurement says
 # so (docs/base_weights.md). AUTO chooses int8 only where True; an unmeasured card keeps fp8.
@@ -87,6 +90,7 @@ class MemoryPlan:
     gpu_gib: float | None
     host: HostEstimate | None = None  # the planned run's host RAM (AUTO refuses a plan over the machine's RAM)
     no_plan: str | None = None  # why no plan fits the host RAM, naming what would (set by plan_memory)
+    why: str = ""  # why AUTO chose the checkpointing policy it did (spare_memory.py)
 
     @property
     def refusal(self) -> str | None:
@@ -97,7 +101,8 @@ class MemoryPlan:
 
     def changes_json(self) -> dict[str, object]:
         """The changes with enums by name (what --json prints)."""
-        return {key: value.name if isinstance(value, enum.Enum) else value for key, value in self.changes.items()}
+        return {key: value.name if isinstance(value, enum.Enum) else value.to_dict()
+                if isinstance(value, CheckpointingConfig) else value for key, value in self.changes.items()}
 
     def short(self) -> str:
         """The changes in a few words (the GUI's line beside Start)."""
@@ -109,10 +114,13 @@ class MemoryPlan:
         fits = "fits" if self.estimate.fits else "does NOT fit"
         what = ", ".join(f"{k}={_text(v)}" for k, v in self.changes.items()) or "nothing to add"
         return (f"memory_preset AUTO for {self.gpu_gib:.1f} GiB: {what}; estimate {self.estimate.peak_gib:.1f} GiB "
-                f"({self.estimate.peak_phase}), {fits}" + (f"; {self.host.line()}" if self.host else ""))
+                f"({self.estimate.peak_phase}), {fits}" + (f"; {self.host.line()}" if self.host else "")
+                + (f"; {self.why}" if self.why else ""))
 
 
 def _text(value: object) -> str:
+    if isinstance(value, CheckpointingConfig):
+        return value.policy.name + (f" with {value.kept_blocks} kept blocks" if value.kept_blocks else "")
     return value.name if isinstance(value, enum.Enum) else str(value)
 
 
@@ -144,11 +152,10 @@ def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int]
     savers = [("caching", {"vae_tiling": True}),
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
               ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
-              ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
-              # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); with
-              # keep_self_attention set by the user nothing is split (the two pull opposite ways)
-              ("training", {"checkpoint_attention": True}
-               if config.gradient_checkpointing and not config.keep_self_attention else {}),
+              ("training", {"activation_offload": True} if config.checkpointing.checkpoints() else {}),
+              # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); a
+              # policy the user set is kept (the checkpointing key is then not free)
+              ("training", {"checkpointing": SPLIT}),
               # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
               ("training", _base_saver(config, capability)),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
@@ -255,7 +262,7 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
             current, result = candidate, candidate_result  # a saver that saves nothing here is left off
             changes.update(saver)
     training = [saver for phase, saver in savers if phase == "training"]
-    can_swap = _frozen_base(config) and _free(config, "blocks_to_swap") and current.gradient_checkpointing
+    can_swap = _frozen_base(config) and _free(config, "blocks_to_swap") and current.checkpointing.checkpoints()
     candidates = _training_candidates(current, gpu, ram_gib, training, can_swap)  # None: the machine's RAM
     fitting = [c for c in candidates if c.fits]
     on_gpu = [c for c in candidates if c.device_fits]
@@ -267,7 +274,10 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
         refusal = _refusal(chosen, gpu)
     else:  # none fits the GPU: the lightest on it starts, warned (the estimate has its margin), if the RAM holds it
         chosen = min(candidates, key=lambda c: (_training_gib(c.estimate), c.cost))
-    return MemoryPlan(chosen.config, {**changes, **chosen.changes}, chosen.estimate, gpu, chosen.host, refusal)
+    plan = MemoryPlan(chosen.config, {**changes, **chosen.changes}, chosen.estimate, gpu, chosen.host, refusal)
+    if refusal is None and chosen.device_fits and _free(config, "checkpointing"):
+        spend_spare_memory(plan, ram_gib)
+    return plan
 
 
 def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float | None = None,
