@@ -475,7 +475,8 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(text)
         return 4
-    flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules, args.checkpointing)
+    flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules,
+                       train.checkpointing.checkpoints())
 
     result = {
         "status": "ok", "model": args.model, "smoke": args.smoke, "device": str(device),
@@ -488,6 +489,7 @@ def main() -> int:
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
         "activation_offload": args.activation_offload, "fp8_scale": args.fp8_scale, "compile": args.compile,
         "base_weight_format": args.base_weight_format,
+        "checkpoint_policy": train.checkpointing.resolved().name, "kept_blocks": train.checkpointing.kept_blocks,
         "experts": args.experts, "offload_inactive_expert": args.offload_inactive_expert,
         "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup, "build_on": args.build_on,
     }

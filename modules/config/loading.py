@@ -16,7 +16,7 @@ from typing import Any, Callable
 from modules.config.checkpointing_config import OLD_KEYS as CHECKPOINT_KEYS
 from modules.config.checkpointing_config import upgrade_old_keys
 from modules.config.sampling_choices import OLD_SCHEDULERS
-from modules.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
+from modules.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig, upgrade_compile_flag
 from modules.util.atomic import atomic_write_text
 from modules.util.base_config import ConfigError
 from modules.util.text_io import decode_text
@@ -75,7 +75,8 @@ def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
 def _migrate_4_to_5(data: dict[str, Any]) -> dict[str, Any]:
     # gradient_checkpointing, checkpoint_attention and keep_self_attention became one group, checkpointing (a policy
     # and kept_blocks); the old `gradient_checkpointing: true` was the default that memory_preset AUTO added to: AUTO.
-    return upgrade_old_keys(data)
+    # and `compile` true / false became ON / OFF beside AUTO
+    return upgrade_compile_flag(upgrade_old_keys(data))
 
 
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2,

@@ -24,6 +24,7 @@ from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
     BaseWeightFormat,
+    CompileMode,
     ConceptType,
     DataParallel,
     DataType,
@@ -247,6 +248,13 @@ class EmbeddingConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.learning_rate' must be 0 (= learning_rate) or more, got {self.learning_rate}")
 
 
+def upgrade_compile_flag(data: dict) -> dict:
+    """`compile` was true / false before AUTO: ON / OFF."""
+    if isinstance(data.get("compile"), bool):
+        data = {**data, "compile": "ON" if data["compile"] else "OFF"}
+    return data
+
+
 @dataclasses.dataclass
 class TrainConfig(BaseConfig):
     config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
@@ -320,7 +328,7 @@ class TrainConfig(BaseConfig):
     checkpointing: CheckpointingConfig = option(CheckpointingConfig(), "Gradient checkpointing: what each transformer block keeps for its backward pass (policy, kept_blocks). Every policy trains bit for bit alike; more kept is faster and needs more memory.")
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
-    compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
+    compile: CompileMode = option(CompileMode.AUTO, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape): AUTO (on a CUDA GPU with triton installed, where the compile tests pass; off on the CPU, ROCm and with an int8 ConvRot base, not yet compiled on a GPU), ON (also on the CPU, with a C++ compiler) or OFF. The compiled graphs are cached across runs (in ~/.cache/wantrainer/torch_compile, or TORCHINDUCTOR_CACHE_DIR), so the first step's compilation is paid once per shape, not per run. true / false are read as ON / OFF.")
     memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit both the GPU (gpu_memory_gib, else the detected card) and the machine's RAM: vae_tiling, text_encoder_caching_device CPU, then vae_dtype BFLOAT16 while caching does not fit; for training, of activation_offload, checkpointing SPLIT_ATTENTION, fp8_base_weights (base_weight_format INT8_CONVROT instead on a card where int8 was measured faster, by compute capability: docs/base_weights.md), offload_inactive_expert and the fewest blocks_to_swap, the cheapest combination that fits both (offload and swapped blocks spend RAM: with little RAM AUTO swaps blocks or splits instead); then, with checkpointing.policy AUTO, the memory left is spent on speed: the checkpointing policy and kept_blocks that fit with the least modelled step time; refused only where no plan fits the RAM (one line: the plan needing the least and what would run it); the choice, its cost and why are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
     gpu_memory_gib: float = option(0.0, "The GPU memory to plan for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing): memory_preset AUTO's plan, and when caching tiles the VAE.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs checkpointed blocks: a checkpointing policy other than NONE and KEEP_ALL_BUT_FFN, and kept_blocks only among the others).")
@@ -407,7 +415,7 @@ class TrainConfig(BaseConfig):
     @classmethod
     def upgrade(cls, data: dict, path: str = "") -> dict:
         """The old checkpointing keys, in any record (a GUI row, a test's dict), read as the `checkpointing` group."""
-        return upgrade_old_keys(data, path)
+        return upgrade_compile_flag(upgrade_old_keys(data, path))
 
     def fp8_base(self) -> bool:
         """Whether the frozen block weights are stored in float8 (base_weight_format FP8 / FP8_SCALED, or the older
@@ -520,8 +528,10 @@ class TrainConfig(BaseConfig):
         if self.offload_inactive_expert and self.train_expert != WanExpert.BOTH:
             fail("offload_inactive_expert", f"applies to train_expert BOTH (with {self.train_expert.name} the other expert "
                                             "is not trained and stays off the GPU anyway): set it false")
-        if self.compile and importlib.util.find_spec("triton") is None and device_type_of(self.train_device) == "cuda":
-            fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
+        if self.compile == CompileMode.ON and importlib.util.find_spec("triton") is None \
+                and device_type_of(self.train_device) == "cuda":
+            fail("compile", "is ON, which needs the 'triton' package on a GPU (pip install triton; triton-windows on "
+                            "Windows): "
                             "install it or set compile false")
         if self.sequence_parallel < 1:
             fail("sequence_parallel", f"must be 1 (off) or more GPUs per clip, got {self.sequence_parallel}")

@@ -22,7 +22,7 @@ from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
 from modules.modelSetup.checkpoint_policy import BlockCheckpoint, apply_checkpoint_policy
 from modules.modelSetup.chunking import split_blocks
-from modules.modelSetup.compile import CompileLog, compile_blocks
+from modules.modelSetup.compile import CompileLog, compile_blocks, compile_wanted
 from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY
 from modules.modelSetup.embedding_training import EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
@@ -31,7 +31,7 @@ from modules.modelSetup.lean_block import BlockSaves, lean_blocks
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.util.distributed import DistributedContext
-from modules.util.enum import CheckpointPolicy, DataParallel, WanExpert
+from modules.util.enum import CheckpointPolicy, CompileMode, DataParallel, WanExpert
 from modules.util.errors import UserError
 
 EXPERT_NAMES = ("transformer", "transformer_2")
@@ -205,7 +205,10 @@ class BaseWanSetup:
         if offload:
             swapped = set().union(*(swapper.swapped_parameters() for swapper in self.swappers))
             self.offloader = ExpertOffloader([t for _, t in trained], device, swapped)
-        if self.config.compile:
+        wanted, why = compile_wanted(self.config, device)
+        if wanted or self.config.compile != CompileMode.OFF:
+            logger.info("%s", why)
+        if wanted:
             for _, transformer in trained:
                 compile_blocks(transformer)
             self.compile_log = CompileLog()

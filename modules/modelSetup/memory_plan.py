@@ -38,7 +38,7 @@ from modules.config.train_config import TrainConfig
 from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
 from modules.modelSetup.spare_memory import spend_spare_memory
-from modules.util.enum import BaseWeightFormat, CheckpointPolicy, DataType, EncoderDevice, MemoryPreset, TrainingMethod
+from modules.util.enum import BaseWeightFormat, CheckpointPolicy, CompileMode, DataType, EncoderDevice, MemoryPreset, TrainingMethod
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def _base_saver(config: TrainConfig, capability: tuple[int, int] | None) -> dict
     if not _frozen_base(config) or not _free(config, "base_weight_format"):
         return {}
     if int8_measured_faster(capability) and _free(config, "fp8_base_weights") and not config.base_loras \
-            and not config.compile:
+            and config.compile != CompileMode.ON:
         return {"base_weight_format": BaseWeightFormat.INT8_CONVROT}
     return {"fp8_base_weights": True}
 

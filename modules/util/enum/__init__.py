@@ -83,6 +83,14 @@ class CheckpointPolicy(Enum):
     NONE = "NONE"  # no checkpointing at all: every block keeps everything (diffusers' feed-forward included)
 
 
+class CompileMode(Enum):
+    """`compile`: torch.compile of the transformer blocks (modules/modelSetup/compile.py)."""
+
+    AUTO = "AUTO"  # on a CUDA GPU with triton (where the compile tests pass), else off; the choice is logged
+    ON = "ON"
+    OFF = "OFF"
+
+
 class MemoryPreset(Enum):
     """Whether the memory features are chosen for the GPU (modules/modelSetup/memory_plan.py)."""
 
