@@ -335,9 +335,25 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
         math_sdpa = sdpa_kernel(SDPBackend.MATH)
     # compiled blocks run eagerly here: the counter sees aten ops, not inductor's kernels
     eager = torch.compiler.set_stance("force_eager") if setup.config.compile else contextlib.nullcontext()
-    with math_sdpa, eager, FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False)
+    # the total needs no split by module: torch's ModuleTracker hooks every module's inputs for their gradients, which
+    # the lean block's sliced recompute refuses (a view made under no_grad; autograd.grad over a slice's leaf)
+    counter.mod_tracker = _NoModuleTracker()
+    with math_sdpa, eager, counter:
         train_step(setup, params, optimizer, inputs, step, max_grad_norm, seed)
     return counter.get_total_flops()
+
+
+class _NoModuleTracker:
+    """FlopCounterMode's module tracker, counting everything under "Global" only."""
+
+    parents = {"Global"}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        return None
 
 
 def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda: bool) -> list[dict]:
