@@ -51,7 +51,7 @@ def test_the_folder_check_names_missing_extra_and_doubled_wheels(tmp_path):
 
 
 def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
-    from benchmarks.gpu.speed import BACKENDS, jobs
+    from benchmarks.gpu.speed import BACKENDS, STEP, jobs
 
     names = [job.name for job in jobs(["13b", "14b8", "5b"], dry_run=False)]
     for model in ("13b", "14b8"):
@@ -63,7 +63,7 @@ def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
         assert {f"{model}_NATIVE_{tag}_{mode}" for tag in ("keepattn", kept, "allbutffn")
                 for mode in ("eager", "compiled")} <= set(names)
     assert all("--steps" in job.argv and int(job.argv[job.argv.index("--steps") + 1]) >= 5
-               for job in jobs(["13b"], dry_run=False))
+               for job in jobs(["13b"], dry_run=False) if job.argv[0] == STEP)  # lean_block_speed.py repeats its 3
 
 
 def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():

@@ -52,11 +52,6 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
                                                       "--steps", "5", "--warmup", "2"], 240, needs=40))
                 out.append(Job(f"{model}_{b}_compiled", [STEP, *MODELS[model], *common, "--attention-backend", b,
                                                          "--compile", "--steps", "5", "--warmup", "3"], 300, needs=60))
-            if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
-                out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
-                                                                   "--width", "1536", "--layers", "4", "--frames",
-                                                                   "21", "--steps", "3", "--repeats", "3"],
-                               240, needs=60))
             if backend == "NATIVE":  # the checkpointing policies: the recompute each one skips
                 for tag, policy in POLICIES.get(model, {}).items():
                     args = [STEP, *MODELS[model], "--lora-rank", "32", "--attention-backend", backend, *policy]
@@ -64,6 +59,11 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
                                    needs=40))
                     out.append(Job(f"{model}_{backend}_{tag}_compiled", [*args, "--compile", "--steps", "5",
                                                                          "--warmup", "3"], 300, needs=60))
+            if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
+                out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
+                                                                   "--width", "1536", "--layers", "4", "--frames",
+                                                                   "21", "--steps", "3", "--repeats", "3"],
+                               240, needs=60))
     return out
 
 
