@@ -28,6 +28,7 @@ cheaper backward, checkpointing's recomputation) and HFU = counted FLOPs / s / p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -344,16 +345,10 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
     return counter.get_total_flops()
 
 
-class _NoModuleTracker:
+class _NoModuleTracker(contextlib.nullcontext):
     """FlopCounterMode's module tracker, counting everything under "Global" only."""
 
     parents = {"Global"}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *args):
-        return None
 
 
 def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda: bool) -> list[dict]:

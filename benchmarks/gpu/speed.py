@@ -26,7 +26,7 @@ LEAN = "benchmarks/lean_block_speed.py"
 # arguments. The kept blocks: AUTO's choice for a 24 GiB card on the 1.3B (docs/memory.md), half the 14B stack's 8.
 POLICIES = {
     "13b": {"keepattn": ["--checkpoint-policy", "KEEP_ATTENTION"],
-            "keepattn_kept8": ["--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "8"],
+            "keepattn_kept7": ["--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "7"],
             "allbutffn": ["--checkpoint-policy", "KEEP_ALL_BUT_FFN"]},
     "14b8": {"keepattn": ["--checkpoint-policy", "KEEP_ATTENTION"],
              "keepattn_kept4": ["--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "4"],
@@ -76,7 +76,8 @@ def summary(row: dict) -> dict:
         row["s_per_step_median"] = round(median, 4)
         row["mfu_at_median"] = round(row["model_flops_per_step"] / median / 1e12 / peak, 4) if peak else None
     keep = ("name", "status", "error", "rc", "wall_s", "model", "layers", "size", "frames", "attention_backend",
-            "compile", "checkpoint_policy", "kept_blocks", "tokens", "steps", "warmup", "s_per_step_median", "s_per_step_min", "step_times",
+            "compile", "checkpoint_policy", "kept_blocks", "tokens", "steps", "warmup", "s_per_step_median",
+            "s_per_step_min", "step_times",
             "warmup_times", "model_flops_per_step", "mfu_at_median", "hfu", "peak_tflops", "peak_vram_gib",
             "peak_vram_reserved_gib", "setup_peak_vram_gib", "estimate_training_gib", "compiled_graphs", "loss",
             "profile_top", "device", "width", "seconds_per_step", "ratio_lean_over_diffusers")

@@ -51,20 +51,23 @@ def compile_wanted(config: TrainConfig, device: torch.device) -> tuple[bool, str
 
 def graph_cache_dir() -> Path:
     """Where compiled graphs persist between runs: TORCHINDUCTOR_CACHE_DIR where the user set it, else
-    ~/.cache/wantrainer/torch_compile (XDG_CACHE_HOME respected); inductor's default is a temporary folder."""
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    ~/.cache/wantrainer/torch_compile (XDG_CACHE_HOME respected); inductor's default is a temporary folder (which
+    inductor writes into the variable once it has used it: that value is not the user's)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
+        return Path(chosen)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "wantrainer" / "torch_compile"
 
 
 def enable_graph_cache() -> Path:
-    """Turn on inductor's FX graph cache and the AOTAutograd cache in `graph_cache_dir` (triton's kernels beside
-    them), before the first compilation. Returns the folder."""
+    """Turn on inductor's FX graph cache and the AOTAutograd cache in `graph_cache_dir` (inductor keeps triton's
+    kernels there too), before the first compilation. Returns the folder."""
     folder = graph_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)  # read by inductor when it first needs the folder
-    os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)  # read by inductor whenever it needs the folder
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 

@@ -120,7 +120,8 @@ class MemoryPlan:
 
 def _text(value: object) -> str:
     if isinstance(value, CheckpointingConfig):
-        return value.policy.name + (f" with {value.kept_blocks} kept blocks" if value.kept_blocks else "")
+        kept = value.kept_blocks
+        return value.policy.name + (f" with {kept} kept block{'s' if kept > 1 else ''}" if kept else "")
     return value.name if isinstance(value, enum.Enum) else str(value)
 
 
