@@ -100,9 +100,10 @@ def test_compile_on_a_gpu_needs_triton(monkeypatch):
 
     real = train_config.importlib.util.find_spec
     monkeypatch.setattr(train_config.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
-    with pytest.raises(ConfigError, match="config key 'compile' needs the 'triton' package on a GPU"):
+    with pytest.raises(ConfigError, match="config key 'compile' is ON, which needs the 'triton' package on a GPU"):
         TrainConfig.from_dict({"compile": True, "train_device": "cuda"})
-    assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile
+    assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile.name == "ON"
+    assert TrainConfig.from_dict({"train_device": "cuda"}).compile.name == "AUTO"  # AUTO: off without triton
 
 
 def test_blocks_are_found_by_their_class_ancestry_as_fsdp_renames_them(tiny_model):

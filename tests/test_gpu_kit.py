@@ -126,6 +126,7 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     assert demo["status"] == "ok" and len(demo["verdicts"]) == 2 and demo["loss_first"] > 0
     (step,) = results["speed"]["rows"]
     assert step["status"] == "ok" and step["s_per_step_median"] > 0 and step["mfu_at_median"] > 0
+    assert (step["checkpoint_policy"], step["kept_blocks"]) == ("KEEP_ATTENTION", 1)
     assert len(results["speed"]["settings"]["planned"]) >= 16
     assert results["profile"]["rows"][0]["profile_top"] and (out / "profile_13b.trace.json.gz").stat().st_size > 0
     (row,) = [r for r in results["memory"]["rows"] if r["name"] == "dry_1.3b_gc"]

@@ -39,10 +39,13 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
     checkpointing), then the checkpointing policies of the 1.3B and the 14B stack (eager and compiled) against them,
     then the other backends."""
     common = ["--checkpointing", "--lora-rank", "32"]
-    if dry_run:  # the first model's first job at 2 narrow blocks on the CPU: the same script, arguments and JSON
-        return [Job(f"{models[0]}_NATIVE_eager", [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size",
-                                                  "64x64", "--frames", "9", *common, "--attention-backend", "NATIVE",
-                                                  "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 300, needs=5)]
+    if dry_run:  # the first model at 2 narrow blocks on the CPU: the same script and JSON, under a policy that keeps
+        # one block and the other's self-attention (both ways a policy keeps)
+        return [Job(f"{models[0]}_NATIVE_keepattn_kept1_eager",
+                    [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size", "64x64", "--frames", "9",
+                     "--lora-rank", "32", "--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "1",
+                     "--attention-backend", "NATIVE", "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 300,
+                    needs=5)]
     out = []
     for backend in BACKENDS:
         for model in models:

@@ -532,7 +532,7 @@ class TrainConfig(BaseConfig):
                 and device_type_of(self.train_device) == "cuda":
             fail("compile", "is ON, which needs the 'triton' package on a GPU (pip install triton; triton-windows on "
                             "Windows): "
-                            "install it or set compile false")
+                            "install it or set compile AUTO or OFF")
         if self.sequence_parallel < 1:
             fail("sequence_parallel", f"must be 1 (off) or more GPUs per clip, got {self.sequence_parallel}")
         if self.data_parallel == DataParallel.FSDP:

@@ -411,8 +411,8 @@ class BaseWanSetup:
             for function in kept:
                 function.checked = True
         if kept and torch.is_grad_enabled() and not any(c.matched for c in kept):
-            logger.warning("checkpointing KEEP_ATTENTION: the attention backend (%s) does not run torch's SDPA kernels, "
-                           "so self-attention is recomputed as under FULL", self.config.attention_backend.name)
+            logger.warning("checkpointing KEEP_ATTENTION: the attention backend (%s) does not run torch's SDPA "
+                           "kernels, so self-attention is recomputed as under FULL", self.config.attention_backend.name)
 
     def unconditional_prediction(self, inputs: StepInputs, x_t: torch.Tensor, sigmas: torch.Tensor,
                                  expert: int) -> torch.Tensor:

@@ -72,10 +72,11 @@ def apply_checkpoint_policy(transformer: torch.nn.Module, config: TrainConfig) -
         return None
     blocks = list(getattr(transformer, "blocks", ()))
     kept = kept_block_count(config, len(blocks))
-    if config.blocks_to_swap and kept > len(blocks) - config.blocks_to_swap:
+    unswapped = len(blocks) - config.blocks_to_swap
+    if config.blocks_to_swap and kept > unswapped:
         raise UserError(f"config key 'checkpointing.kept_blocks' is {kept}, but with blocks_to_swap "
-                        f"{config.blocks_to_swap} only the first {len(blocks) - config.blocks_to_swap} of {len(blocks)} "
-                        "blocks can keep their activations (a swapped block's weights must leave): lower one of them")
+                        f"{config.blocks_to_swap} only the first {unswapped} of {len(blocks)} blocks can keep their "
+                        "activations (a swapped block's weights must leave): lower one of them")
     function = BlockCheckpoint(blocks[:kept], keep_attention=policy == CheckpointPolicy.KEEP_ATTENTION)
     transformer.enable_gradient_checkpointing(gradient_checkpointing_func=function)
     if kept:

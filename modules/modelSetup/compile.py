@@ -11,8 +11,8 @@ the first call, so a new bucket reuses the graph; compiling statically first and
 (torch's default) would also let a checkpointed block's recompute pick a different graph than its forward,
 which the checkpoint rejects. The compiled graphs are cached across runs (inductor's FX graph and AOTAutograd caches and
 triton's kernels, in one persistent folder: `graph_cache_dir`), so a run of a shape compiled before loads its graphs
-instead of compiling them again; dynamo still traces the block at each start. What can still add graphs: the first block's input needs no gradient (frozen patch
-embedding) while later ones do, square buckets (h == w, duck sizing), batch size 1 against larger ones and
+instead of compiling them again; dynamo still traces the block at each start. What can still add graphs: the first
+block's input needs no gradient (frozen patch embedding) while later ones do, square buckets (h == w, duck sizing), batch size 1 against larger ones and
 gradient mode (sampling, validation). `CompileLog` logs the graph count whenever a step brings a new shape, so a
 recompile storm shows in the log; set TORCH_LOGS=recompiles for the reasons.
 """

@@ -9,9 +9,10 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   frozen weights off the GPU but for 2; with offload_inactive_expert one expert's weights only), the trained
   parameters (the real adapter injected on the meta device), their gradients, the optimizer's state
   (`OptimizerSpec.state_bytes`), the EMA copy on the GPU, the VAE (it stays for sampling), the text encoder when
-  latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
+  latents are not cached, and activations: with checkpointed blocks each block's input (tokens x dim x
   2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
-  x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
+  x 2 bytes); kept blocks (checkpointing.kept_blocks, KEEP_ALL_BUT_FFN) their saved tensors instead of their input,
+  KEEP_ATTENTION each checkpointed block's self-attention output; with policy NONE, that working set for every block. tokens = latent frames x h/p x w/p of the largest
   bucket, times the batch size (with sequence_parallel N, one rank's share: ceil(tokens / N), the whole model
   beside it); an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
   VACE base's one per element) count as frames; an Animate-2 base's driving stream and reference slot count too
@@ -41,8 +42,8 @@ HEADROOM_GIB = 0.5  # CUDA context and allocator slack
 SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
 # One lean block's working set in its backward pass under gradient checkpointing (modelSetup/lean_block.py: the
 # modulation and residual arithmetic keeps its bf16 inputs only and recomputes in token slices, the feed-forward runs
-# its backward in token slices, the attention's q/k norm and rotary too), keyed by `checkpoint_attention`: (bytes per
-# token x model width, GiB beside it: the feed-forward's and the arithmetic's slices). Fitted to the fake-CUDA
+# its backward in token slices, the attention's q/k norm and rotary too), keyed by checkpointing SPLIT_ATTENTION:
+# (bytes per token x model width, GiB beside it: the feed-forward's and the arithmetic's slices). Fitted to the fake-CUDA
 # measurement of the real step at full size (benchmarks/memory_fullsize.py; 1.3B and 14B at 832x480x81, bf16
 # autocast, the CUDNN attention: docs/performance.md). What is left scales with the width: the attentions' saved
 # q/k/v/output and their projections' inputs, the norms' and residuals' bf16 inputs and outputs.
@@ -51,7 +52,7 @@ LEAN_WORKING_SET = {False: (38.3, 0.20), True: (28.0, 0.07)}
 # measured: diffusers' block's constants, per token x (model width, FFN width))
 UNCHECKPOINTED_PER_TOKEN = (48.1, 6.73)
 # fp8 storage: the dequantized copies of the running part's Linear weights in the compute dtype (autograd keeps them
-# for its backward), as this many blocks' worth, by `checkpoint_attention` (at the peak: the feed-forward's slices,
+# for its backward), as this many blocks' worth, by SPLIT_ATTENTION (at the peak: the feed-forward's slices,
 # or one attention's projections); fitted on 14B light
 FP8_DEQUANTIZED_BLOCKS = {False: 0.81, True: 0.22}
 # A kept block (checkpointing.kept_blocks, KEEP_ALL_BUT_FFN): what it saves for its backward, per token x model width

@@ -11,7 +11,8 @@ cost:
                           caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
   vae_dtype BFLOAT16      caching only: the VAE (float32 by default) encodes in bf16 (then vae_tiling is tried again)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
-  checkpoint_attention    each attention of a block recomputed on its own in the backward: about one more forward of
+  checkpointing SPLIT_ATTENTION
+                          each attention of a block recomputed on its own in the backward: about one more forward of
                           each attention (the feed-forward runs its backward in token slices anyway, at no cost,
                           under gradient checkpointing: lean_ffn.py)
   fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding); on a
@@ -24,7 +25,8 @@ A key the user set away from its default is theirs: no saver touches it. Savers 
 no CUDA device) nothing changes. Host RAM is what activation offload, idle-expert offload and swapped blocks spend
 (with the encoders and the process): AUTO trades them against chunking and fp8 to fit both. Where no plan fits the GPU,
 the lightest on the GPU that the host holds starts with a warning; where no plan fits the host RAM, AUTO refuses to
-start and names the plan that needs the least RAM, its largest term and the RAM that would run it.
+start and names the plan that needs the least RAM, its largest term and the RAM that would run it. Last, with
+`checkpointing.policy` AUTO, the memory the plan leaves is spent on speed (spare_memory.py).
 """
 from __future__ import annotations
 
