@@ -58,7 +58,8 @@ def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
         assert {f"{model}_{b}_{mode}" for b in BACKENDS for mode in ("eager", "compiled")} <= set(names)
     assert names[:2] == ["13b_NATIVE_eager", "13b_NATIVE_compiled"] and "5b_NATIVE_compiled" in names
     # the checkpointing policies right after full checkpointing, eager and compiled, on the 1.3B and the 14B stack
-    assert names[2:4] == ["13b_NATIVE_keepattn_eager", "13b_NATIVE_keepattn_compiled"]
+    assert names[2] == "13b_NATIVE_compiled_again"  # the cross-run graph cache: its first step is short
+    assert names[3:5] == ["13b_NATIVE_keepattn_eager", "13b_NATIVE_keepattn_compiled"]
     for model, kept in (("13b", "keepattn_kept7"), ("14b8", "keepattn_kept4")):
         assert {f"{model}_NATIVE_{tag}_{mode}" for tag in ("keepattn", kept, "allbutffn")
                 for mode in ("eager", "compiled")} <= set(names)
