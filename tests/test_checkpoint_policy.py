@@ -164,10 +164,11 @@ def test_memory_features_train_as_full_checkpointing_under_every_policy(override
 def test_compiled_blocks_train_as_full_checkpointing_under_every_policy(aot_eager, tiny_model, video_dataset,
                                                                        tmp_path):
     """compile (dynamo's aot_eager, as tests/test_compile.py): a kept block runs its compiled forward outside any
-    checkpoint, the selective checkpoint sees the fused attention as an extern kernel call."""
+    checkpoint, the selective checkpoint sees the fused attention as an extern kernel call. The first compilation is
+    most of its ~30 s; the policies after it reuse the graphs."""
     config = train_config_dict(tiny_model("t2v"), video_dataset, tmp_path, compile=True, **DTYPES["BFLOAT16"])
-    # a kept block and a selective checkpoint at once (each trainer compiles anew: ~8 s)
-    assert_as_full(policy_runs(config, {"attention+kept": POLICIES["attention+kept"]}, rebuild=True))
+    # one trainer, prepared again for the policy: the compiled blocks stay, the checkpoint function around them changes
+    assert_as_full(policy_runs(config, POLICIES))
     assert compile_module.compiled_graphs() > 0  # the blocks ran compiled
 
 
