@@ -44,7 +44,7 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
             if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
                 out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
                                                                    "--width", "1536", "--layers", "4", "--frames",
-                                                                   "21", "--steps", "3", "--repeats", "3"],
+                                                                   "21", "--steps", "5", "--repeats", "3"],
                                240, needs=60))
             if model == "13b" and backend == "NATIVE":  # keep_self_attention: the recompute without the attention
                 kept = [STEP, *MODELS[model], *common, "--attention-backend", backend, "--keep-self-attention"]
