@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Estimate the peak GPU memory and the host RAM of a training config before starting it, from the model folder's JSON
-configs alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [--gpu-gib N] [--json]
+configs alone (no weights are read): python scripts/estimate_vram.py --config-path CFG [--gpu-gib N] [--ram-gib N]
+[--json]
 
 The models behind the figures are in modules/modelSetup/memory_estimate.py, host_memory_estimate.py and
 docs/performance.md."""
@@ -17,6 +18,7 @@ def main() -> int:
     parser.add_argument("--config-path", required=True, help="training config JSON")
     parser.add_argument("--preset-path", help="a preset layered under the config")
     parser.add_argument("--gpu-gib", type=float, help="the GPU's memory (default: the detected GPU's, if any)")
+    parser.add_argument("--ram-gib", type=float, help="the machine's RAM that AUTO plans for (default: this machine's)")
     parser.add_argument("--compute-capability", help="the GPU's CUDA compute capability, e.g. 8.6 (default: the "
                         "detected GPU's): AUTO stores the base in int8 ConvRot only where that was measured faster")
     parser.add_argument("--json", action="store_true",
@@ -26,6 +28,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.gpu_gib is not None and not 0 < args.gpu_gib < float("inf"):
         parser.error(f"--gpu-gib must be the GPU's memory in GiB, a number above 0, got {args.gpu_gib:g}")
+    if args.ram_gib is not None and not 0 < args.ram_gib < float("inf"):
+        parser.error(f"--ram-gib must be the machine's RAM in GiB, a number above 0, got {args.ram_gib:g}")
     from modules.config.e2v_dataset_config import with_dataset_shapes
     from modules.config.loading import load_train_config
     from modules.modelSetup.memory_estimate import detected_gpu_gib
@@ -34,7 +38,7 @@ def main() -> int:
     config = with_dataset_shapes(load_train_config(args.config_path, args.preset_path))  # E2V: the dataset's
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     capability = parse_capability(parser, args.compute_capability) or detected_capability()
-    result, plan = planned_estimate(config, gpu, capability=capability)
+    result, plan = planned_estimate(config, gpu, args.ram_gib, capability=capability)
     if args.json:
         print(json.dumps({**result.to_json(), "memory_plan": plan.changes_json(), **plan.host.to_json(),
                           "refusal": plan.refusal, "base_weight_format": plan.config.base_weight_format.name,

@@ -45,6 +45,15 @@ def test_gpu_step_smoke_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
+def test_lean_block_speed_smoke_on_cpu(tmp_path):
+    """benchmarks/lean_block_speed.py on a one-block, 64-wide stack: both forwards timed, the ratio reported."""
+    result, proc = run_script(["benchmarks/lean_block_speed.py", "--width", "64", "--layers", "1", "--frames", "1",
+                               "--steps", "1", "--repeats", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert set(result["seconds_per_step"]) == {"lean", "diffusers"} and result["ratio_lean_over_diffusers"] > 0
+
+
+@pytest.mark.slow
 def test_memory_features_smoke_on_cpu(tmp_path):
     result, proc = run_script(["benchmarks/memory_features.py"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

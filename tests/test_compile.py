@@ -1,7 +1,8 @@
-"""`compile: true` on the CPU: the compiled blocks train as the eager ones, with gradient checkpointing, block swap,
-LoRA/LoKr adapters, scaled fp8 storage (diffusers' layerwise-casting hooks, which re-cast parameters inside the
-compiled forward, failed the checkpoint's recompute check here) and an int8 ConvRot base (its autograd.Function failed
-inside dynamo; its forward and input gradient are custom ops now), and a new bucket shape adds graphs once, not per
+"""`compile: true` on the CPU: the compiled (lean) blocks train as the eager ones, with gradient checkpointing, block
+swap, LoRA/LoKr adapters, bf16 autocast, scaled fp8 storage (diffusers' layerwise-casting hooks, which re-cast
+parameters inside the compiled forward, failed the checkpoint's recompute check here) and an int8 ConvRot base (its
+autograd.Function failed inside dynamo; its forward and input gradient are custom ops now), and a new bucket shape adds
+graphs once, not per
 step.
 
 dynamo's "aot_eager" backend stands in for inductor here: the same tracing, functionalisation and autograd
@@ -52,7 +53,10 @@ def losses(tiny_model, video_dataset, work, steps=3, **overrides):
     {"gradient_checkpointing": True, "blocks_to_swap": 1, "peft_type": "LOKR", "lora_rank": 4},
     {"gradient_checkpointing": True, "fp8_base_weights": True, "fp8_scale": "CHANNEL"},
     {"gradient_checkpointing": True, "base_weight_format": "INT8_CONVROT"},
-], ids=["lora+checkpointing", "lokr+checkpointing+block_swap", "checkpointing+scaled_fp8", "checkpointing+int8"])
+    # bf16 autocast: the lean block's autograd functions and the q/k norm's checkpoint traced under autocast
+    {"gradient_checkpointing": True, "train_dtype": "BFLOAT16", "transformer_dtype": "BFLOAT16"},
+], ids=["lora+checkpointing", "lokr+checkpointing+block_swap", "checkpointing+scaled_fp8", "checkpointing+int8",
+        "bf16+checkpointing"])
 def test_compiled_blocks_train_as_the_eager_ones(tiny_model, video_dataset, tmp_path, overrides):
     eager, _ = losses(tiny_model, video_dataset, tmp_path / "eager", **overrides)
     compiled, trainer = losses(tiny_model, video_dataset, tmp_path / "compiled", compile=True, **overrides)

@@ -57,7 +57,8 @@ def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
     for model in ("13b", "14b8"):
         assert {f"{model}_{b}_{mode}" for b in BACKENDS for mode in ("eager", "compiled")} <= set(names)
     assert names[:2] == ["13b_NATIVE_eager", "13b_NATIVE_compiled"] and "5b_NATIVE_compiled" in names
-    assert names[2:4] == ["13b_NATIVE_kept_eager", "13b_NATIVE_kept_compiled"]  # keep_self_attention against them
+    assert names[2] == "lean_vs_diffusers_1536w_4blocks"  # the lean block against diffusers' block forward
+    assert names[3:5] == ["13b_NATIVE_kept_eager", "13b_NATIVE_kept_compiled"]  # keep_self_attention against them
     assert all("--steps" in job.argv and int(job.argv[job.argv.index("--steps") + 1]) >= 5
                for job in jobs(["13b"], dry_run=False))
 

@@ -3,6 +3,7 @@ estimate_vram.py's host line and --json on the 8 GiB plan (UMT5 encoding on the 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -41,6 +42,19 @@ def test_14b_light_holds_its_swapped_fp8_blocks_and_offloaded_inputs(tmp_path):
     assert result.fits and "RAM ≈ " in result.line() and result.refusal() is None
 
 
+def test_auto_trades_activation_offload_for_swapped_blocks_when_the_ram_is_short(tmp_path):
+    """14B on a 24 GiB card: with RAM to spare AUTO offloads the block inputs (cheapest); with a GiB less RAM than
+    that plan needs it keeps them on the GPU and swaps blocks instead, both fitting."""
+    folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
+    config = TrainConfig.from_dict({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832]})
+    roomy = plan_memory(config, gpu_gib=24, ram_gib=256)
+    assert roomy.changes.get("activation_offload") and not roomy.changes.get("blocks_to_swap")
+    tight = plan_memory(config, gpu_gib=24, ram_gib=roomy.host.total_gib - 1)
+    assert tight.refusal is None and tight.estimate.fits and tight.host.fits
+    assert not tight.config.activation_offload and tight.changes["blocks_to_swap"] > 0
+    assert tight.host.terms["offloaded_activations"] == 0 < tight.host.terms["swapped_blocks"]
+
+
 @pytest.mark.parametrize("keys, text, image", [
     ({}, False, False),  # freed after caching
     ({"latent_caching": False}, False, False),  # encodes in each step, on the GPU
@@ -72,20 +86,22 @@ def test_the_caching_phase_is_the_peak_of_a_light_run(tmp_path):
                                                 "text_encoder_fp8": True}), ram_gib=9).fits
 
 
-def test_auto_refuses_a_plan_over_the_machines_ram_and_says_what_to_change(tmp_path, monkeypatch):
+def test_auto_refuses_only_when_no_plan_fits_the_ram_and_names_what_would(tmp_path, monkeypatch):
     folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
     config = TrainConfig.from_dict({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832],
                                     "gpu_memory_gib": 16})
-    plan = plan_memory(config, ram_gib=16)
-    assert plan.changes.get("blocks_to_swap") and plan.host.total_gib > 16
+    plan = plan_memory(config, ram_gib=8)
+    assert plan.estimate.fits and plan.host.total_gib > 8  # the GPU's plan that needs the least RAM
     assert plan.refusal.startswith("host RAM: the run needs about ") and "\n" not in plan.refusal
-    roomy = plan_memory(config, ram_gib=256)
-    assert roomy.refusal is None and roomy.changes == plan.changes  # the VRAM plan is the same; only RAM decides
-    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 16.0)
+    assert "of the plans that fit a 16.0 GiB GPU this one needs the least RAM" in plan.refusal
+    assert f"a machine with {math.ceil(plan.host.total_gib)} GiB of RAM would run it" in plan.refusal
+    every = plan_memory(config, ram_gib=256)
+    assert every.refusal is None and every.changes.get("blocks_to_swap")
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 8.0)
     with pytest.raises(UserError, match="memory_preset AUTO: host RAM: .* holds .* GiB: "):
         apply_memory_plan(config)
     monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 256.0)
-    assert apply_memory_plan(config).blocks_to_swap == plan.changes["blocks_to_swap"]
+    assert apply_memory_plan(config).blocks_to_swap == every.changes["blocks_to_swap"]
     assert memory_plan.plan_memory(TrainConfig.from_dict({"base_model_name": str(folder)}), None).host is None
 
 
@@ -108,9 +124,10 @@ def test_estimate_vram_json_on_the_8_gib_plan_with_umt5_on_the_cpu(tmp_path):
     assert "  caching: " in text.stdout and "  training: " in text.stdout
 
 
-def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path):
+def test_the_gui_shows_the_host_ram_beside_the_vram(tmp_path, monkeypatch):
     from modules.ui.controllers.app_controller import AppController
 
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 64.0)  # AUTO's plan offloads the inputs
     folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
     app = AppController(tmp_path / "presets")
     app.vram.detect = False

@@ -1,5 +1,5 @@
 """memory_preset AUTO: the cheapest savers that make the estimate fit, in their order of cost; keys the user set are
-kept; MANUAL and an unknown GPU size change nothing."""
+kept; MANUAL and an unknown GPU size change nothing; the fake-CUDA rows of AUTO's plans are its plans."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +11,15 @@ from benchmarks.gpu_step import transformer_config
 from modules.config.train_config import TrainConfig
 from modules.modelSetup.memory_estimate import estimate
 from modules.modelSetup.memory_plan import plan_memory
+
+
+@pytest.fixture(autouse=True)
+def ample_ram(monkeypatch):
+    """The plans here are the GPU's: the machine's RAM holds any of them (tests/test_host_memory_estimate.py plans
+    for short RAM)."""
+    from modules.modelSetup import host_memory_estimate
+
+    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 256.0)
 
 
 @pytest.fixture(scope="module")
@@ -31,25 +40,50 @@ def config(folder, **values) -> TrainConfig:
 
 
 def test_auto_adds_savers_in_order_of_cost_until_the_estimate_fits(folder_14b):
-    roomy = plan_memory(config(folder_14b), gpu_gib=80)
-    assert roomy.estimate.fits and roomy.changes == {}  # 14B LoRA with checkpointing alone: about 55 GiB
-    middle = plan_memory(config(folder_14b), gpu_gib=48)
+    roomy = plan_memory(config(folder_14b), gpu_gib=80, ram_gib=256)
+    assert roomy.estimate.fits and roomy.changes == {}  # 14B LoRA with checkpointing alone: about 48 GiB
+    middle = plan_memory(config(folder_14b), gpu_gib=40, ram_gib=256)
     assert middle.estimate.fits and middle.changes == {"activation_offload": True}
-    card = plan_memory(config(folder_14b), gpu_gib=24)
-    assert card.estimate.fits
-    assert list(card.changes) == ["activation_offload", "ffn_chunks", "checkpoint_attention", "fp8_base_weights"]
-    small = plan_memory(config(folder_14b), gpu_gib=16)
-    assert small.estimate.fits and list(small.changes)[:4] == list(card.changes)
+    card = plan_memory(config(folder_14b), gpu_gib=24, ram_gib=256)
+    assert card.estimate.fits and card.changes == {"activation_offload": True, "fp8_base_weights": True}
+    small = plan_memory(config(folder_14b), gpu_gib=16, ram_gib=256)
+    assert small.estimate.fits
+    assert list(small.changes) == ["activation_offload", "checkpoint_attention", "fp8_base_weights", "blocks_to_swap"]
     swapped = small.changes["blocks_to_swap"]
     fewer = estimate(dataclasses.replace(small.config, blocks_to_swap=swapped - 1), 16)
     assert not fewer.fits  # the fewest swapped blocks that fit
     assert "memory_preset AUTO for 16.0 GiB" in small.summary() and f"blocks_to_swap={swapped}" in small.summary()
 
 
+@pytest.mark.parametrize("name, gpu_gib, experts", [("14b_auto12", 12, 1), ("14b_auto24", 24, 1),
+                                                     ("a14b_auto16", 16, 2)])
+def test_the_fake_cuda_rows_of_autos_plans_are_the_plans_it_makes(name, gpu_gib, experts, folder_14b, tmp_path):
+    """benchmarks/memory_fullsize.py measures AUTO's plans for 12, 16 and 24 GiB cards at 832x480x81 (the goals'
+    rows): each row's memory keys are what AUTO picks for that card."""
+    from benchmarks.memory_fullsize import CONFIGS
+
+    folder = folder_14b
+    if experts == 2:  # Wan 2.2 A14B: the same transformer twice
+        folder = tmp_path / "a14b"
+        for part in ("transformer", "transformer_2", "vae"):
+            (folder / part).mkdir(parents=True)
+            (folder / part / "config.json").write_text((folder_14b / ("vae" if part == "vae" else "transformer")
+                                                        / "config.json").read_text())
+    plan = plan_memory(config(folder, train_expert="BOTH", lora_rank=32), gpu_gib=gpu_gib, ram_gib=256)
+    row = CONFIGS[name]
+    assert plan.estimate.fits and row.experts == experts
+    assert {key: getattr(plan.config, key) for key in ("activation_offload", "checkpoint_attention",
+                                                       "offload_inactive_expert", "blocks_to_swap")} == \
+           {"activation_offload": row.activation_offload, "checkpoint_attention": row.checkpoint_attention,
+            "offload_inactive_expert": row.offload_inactive_expert, "blocks_to_swap": row.blocks_to_swap}
+    assert plan.config.fp8_base() == row.fp8 and plan.config.ffn_chunks == row.ffn_chunks == 0
+
+
 def test_a_key_set_away_from_its_default_is_kept(folder_14b):
-    plan = plan_memory(config(folder_14b, ffn_chunks=2, fp8_base_weights=False, activation_offload=False), gpu_gib=24)
-    assert plan.config.ffn_chunks == 2 and not plan.config.checkpoint_attention
-    assert "ffn_chunks" not in plan.changes
+    plan = plan_memory(config(folder_14b, ffn_chunks=2, fp8_base_weights=False, activation_offload=False,
+                              checkpoint_attention=True), gpu_gib=24, ram_gib=256)
+    assert plan.config.ffn_chunks == 2 and plan.config.checkpoint_attention
+    assert not {"ffn_chunks", "checkpoint_attention"} & plan.changes.keys() and plan.estimate.fits
 
 
 def test_manual_or_no_gpu_size_changes_nothing(folder_14b):
@@ -63,15 +97,12 @@ def test_manual_or_no_gpu_size_changes_nothing(folder_14b):
 def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog, monkeypatch):
     import logging
 
-    from modules.modelSetup import host_memory_estimate
     from modules.modelSetup.memory_plan import apply_memory_plan
-
-    monkeypatch.setattr(host_memory_estimate, "machine_ram_gib", lambda: 64.0)  # the plan's RAM fits, on any machine
 
     run = config(folder_14b, gpu_memory_gib=24)
     with caplog.at_level(logging.INFO, logger="modules.modelSetup.memory_plan"):
         planned = apply_memory_plan(run)
-    assert planned.fp8_base_weights and planned.activation_offload and planned.ffn_chunks == 8
+    assert planned.fp8_base_weights and planned.activation_offload and planned.ffn_chunks == 0
     assert (planned.resolution, planned.frames, planned.blocks_to_swap) == (run.resolution, run.frames, 0)
     assert "memory_preset AUTO for 24.0 GiB" in caplog.text and "fits" in caplog.text
 
@@ -100,7 +131,7 @@ def test_auto_stores_the_base_in_int8_only_on_a_card_where_int8_was_measured_fas
     ampere = plan_memory(config(folder_14b), gpu_gib=24, capability=(8, 6))
     assert ampere.estimate.fits and ampere.config.int8_base() and not ampere.config.fp8_base()
     assert ampere.changes["base_weight_format"] == BaseWeightFormat.INT8_CONVROT
-    assert list(ampere.changes) == ["activation_offload", "ffn_chunks", "checkpoint_attention", "base_weight_format"]
+    assert list(ampere.changes) == ["activation_offload", "base_weight_format"]
     assert "base_weight_format INT8_CONVROT" in ampere.short()
     for capability in [(9, 0), (8, 9), None]:
         other = plan_memory(config(folder_14b), gpu_gib=24, capability=capability)

@@ -21,6 +21,7 @@ MODELS = {  # name -> gpu_step arguments
     "5b": ["--model", "5b", "--size", "1280x704", "--frames", "121"],
 }
 STEP = "benchmarks/gpu_step.py"
+LEAN = "benchmarks/lean_block_speed.py"
 
 
 def jobs(models: list[str], dry_run: bool) -> list[Job]:
@@ -40,6 +41,11 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
                                                       "--steps", "5", "--warmup", "2"], 240, needs=40))
                 out.append(Job(f"{model}_{b}_compiled", [STEP, *MODELS[model], *common, "--attention-backend", b,
                                                          "--compile", "--steps", "5", "--warmup", "3"], 300, needs=60))
+            if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
+                out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
+                                                                   "--width", "1536", "--layers", "4", "--frames",
+                                                                   "21", "--steps", "5", "--repeats", "3"],
+                               240, needs=60))
             if model == "13b" and backend == "NATIVE":  # keep_self_attention: the recompute without the attention
                 kept = [STEP, *MODELS[model], *common, "--attention-backend", backend, "--keep-self-attention"]
                 out.append(Job(f"{model}_{backend}_kept_eager", [*kept, "--steps", "5", "--warmup", "2"], 240, needs=40))
@@ -60,7 +66,7 @@ def summary(row: dict) -> dict:
             "compile", "tokens", "steps", "warmup", "s_per_step_median", "s_per_step_min", "step_times",
             "warmup_times", "model_flops_per_step", "mfu_at_median", "hfu", "peak_tflops", "peak_vram_gib",
             "peak_vram_reserved_gib", "setup_peak_vram_gib", "estimate_training_gib", "compiled_graphs", "loss",
-            "profile_top")
+            "profile_top", "device", "width", "seconds_per_step", "ratio_lean_over_diffusers")
     return {key: row[key] for key in keep if key in row}
 
 

@@ -27,6 +27,7 @@ from modules.modelSetup.embedding_training import EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guided_target, scales_at
 from modules.modelSetup.kept_attention import KeptAttention, keep_self_attention
+from modules.modelSetup.lean_block import BlockSaves, lean_blocks
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.util.distributed import DistributedContext
@@ -187,6 +188,9 @@ class BaseWanSetup:
             elif self.config.gradient_checkpointing:
                 transformer.enable_gradient_checkpointing()
             split_blocks(transformer, self.config.ffn_chunks, self.config.checkpoint_attention)
+            # diffusers' blocks keeping half-precision inputs only; checkpointed, the FFN's backward in slices
+            lean_blocks(transformer, BlockSaves(ffn_in_backward=self.config.gradient_checkpointing,
+                                                ffn_slices=max(1, self.config.ffn_chunks)))
             if self._sharded:  # from the CPU, block by block
                 sharding.shard_transformer(transformer, device, dist.world_size)
             elif self.config.blocks_to_swap:

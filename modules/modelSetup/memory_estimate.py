@@ -38,24 +38,26 @@ from modules.util.errors import UserError
 GIB = 2 ** 30
 HEADROOM_GIB = 0.5  # CUDA context and allocator slack
 SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
-# One block's working set in its backward pass with gradient checkpointing (recompute, then backward), in bytes per
-# token: (x model width, x FFN width), fitted to the fake-CUDA measurement of the real step at full size
-# (benchmarks/memory_fullsize.py, SDPA cast as CUDA autocast casts it; 1.3B and 14B at 832x480x81, bf16 autocast:
-# docs/performance.md). Attention runs in bf16 (q/k cast after the float32 norm and rotary, which are recomputed in
-# the backward); what scales with the width is mostly the block's own float32 residual and modulation arithmetic.
-# Keyed by how the block's recompute is split (modelSetup/chunking.py): (ffn in chunks, attentions checkpointed).
-WORKING_SET_PER_TOKEN = {
-    (False, False): (48.1, 6.73),
-    (True, True): (40.35, 0.0),
-    (True, False): (48.1, 0.9),  # not measured: the FFN's share divided, the rest as a whole block
-    (False, True): (40.35, 6.73),  # not measured: the attentions' share as split, the FFN's as a whole block
-}
-# fp8 storage: the dequantized copies of the running block's Linear weights in the compute dtype (autograd keeps
-# them for the block's backward); measured on 14B light as this many blocks' worth
-FP8_DEQUANTIZED_BLOCKS = 2.0
-# Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and, in a block's backward,
-# its float32 modulation (6 x width) and gradients, also per token: bytes per token x width, measured on the 5B
-PER_TOKEN_TIMESTEP = 42.3
+# One lean block's working set in its backward pass under gradient checkpointing (modelSetup/lean_block.py: the
+# modulation and residual arithmetic keeps its bf16 inputs only and recomputes in token slices, the feed-forward runs
+# its backward in token slices, the attention's q/k norm and rotary too), keyed by `checkpoint_attention`: (bytes per
+# token x model width, GiB beside it: the feed-forward's and the arithmetic's slices). Fitted to the fake-CUDA
+# measurement of the real step at full size (benchmarks/memory_fullsize.py; 1.3B and 14B at 832x480x81, bf16
+# autocast, the CUDNN attention: docs/performance.md). What is left scales with the width: the attentions' saved
+# q/k/v/output and their projections' inputs, the norms' and residuals' bf16 inputs and outputs.
+LEAN_WORKING_SET = {False: (38.3, 0.20), True: (28.0, 0.07)}
+# Without gradient checkpointing every block keeps its working set until its backward, the feed-forward whole (not
+# measured: diffusers' block's constants, per token x (model width, FFN width))
+UNCHECKPOINTED_PER_TOKEN = (48.1, 6.73)
+# fp8 storage: the dequantized copies of the running part's Linear weights in the compute dtype (autograd keeps them
+# for its backward), as this many blocks' worth, by `checkpoint_attention` (at the peak: the feed-forward's slices,
+# or one attention's projections); fitted on 14B light
+FP8_DEQUANTIZED_BLOCKS = {False: 0.81, True: 0.22}
+# activation offload: the recomputed block's input back on the device at the peak (block inputs' worth)
+OFFLOADED_INPUTS_ON_DEVICE = 1.0
+# Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and the model's head, whose
+# modulation per token runs in float32 (outside the blocks: diffusers'); bytes per token x width, measured on the 5B
+PER_TOKEN_TIMESTEP = 13.4
 
 
 def int8_call_bytes(tokens: int, dim: int, ffn: int, ffn_chunks: int, activation_bytes: int) -> float:
@@ -74,6 +76,14 @@ def int8_call_bytes(tokens: int, dim: int, ffn: int, ffn_chunks: int, activation
 
     ffn_rows = -(-tokens // ffn_chunks) if ffn_chunks > 1 else tokens
     return max(call(tokens, dim, dim), call(ffn_rows, dim, ffn), call(ffn_rows, ffn, dim))
+
+
+def ffn_slices(tokens: int, ffn: int, activation_bytes: int, ffn_chunks: int) -> int:
+    """Token slices of a checkpointed lean block's feed-forward backward (lean_ffn.backward_ffn's count)."""
+    from modules.modelSetup.lean_block import BlockSaves
+
+    hidden = tokens * ffn * activation_bytes
+    return max(ffn_chunks, 1, -(-hidden // BlockSaves.ffn_slice_bytes))
 
 
 def _bytes(dtype: DataType, on_gpu: bool = True) -> int:
@@ -240,9 +250,9 @@ def _count(build) -> int:
 def _vae_parameters(config: dict | None) -> int:
     if not config:
         return 0
-    from diffusers import AutoencoderKLWan
+    from modules.modelSetup.vae_memory import vae_parameters
 
-    return _count(lambda: AutoencoderKLWan.from_config(config))
+    return vae_parameters(config)
 
 
 def _clip_parameters(config: dict | None) -> int:
@@ -305,22 +315,27 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     layers = counts[0]["layers"]
     batch = train.batch_size
     activation_bytes = 2 if _bytes(train.train_dtype) == 2 else 4
-    split = (train.ffn_chunks > 1, train.checkpoint_attention)
-    per_dim, per_ffn = WORKING_SET_PER_TOKEN[split]
     scale = activation_bytes / 2  # the constants were measured under bf16 autocast
     # Animate-2: both passes' block inputs are kept, one block of the longer (generated) stream works at a time
     driving_tokens = tokens * latent_frames // (2 * latent_frames + 1) if is_animate2(transformers[0]) else 0
-    working_set = (tokens - driving_tokens) * (per_dim * dim + per_ffn * ffn) * scale * batch
+    block_tokens = (tokens - driving_tokens) * batch
+    per_dim, beside = LEAN_WORKING_SET[bool(train.checkpoint_attention)]
+    working_set = block_tokens * per_dim * dim * scale + beside * GIB
     saved_inputs = tokens * dim * activation_bytes * layers * batch
     per_token_timesteps = (vae or {}).get("z_dim") == 48  # TI2V: the 16x VAE, a timestep per token
     if lora and train.int8_base():  # a block's working set, or one int8 call's transients where they are larger
-        working_set = max(working_set, int8_call_bytes(tokens, dim, ffn, train.ffn_chunks, activation_bytes) * batch)
+        slices = ffn_slices(block_tokens, ffn, activation_bytes, train.ffn_chunks) if train.gradient_checkpointing \
+            else train.ffn_chunks
+        working_set = max(working_set, int8_call_bytes(tokens, dim, ffn, slices, activation_bytes) * batch)
     if train.gradient_checkpointing:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
+        if train.activation_offload:
+            activations["activations.offloaded_input_on_device"] = OFFLOADED_INPUTS_ON_DEVICE * saved_inputs / layers
         if lora and train.fp8_base():
             block_linear = counts[0]["block_linear"] / layers * activation_bytes
-            activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS * block_linear * batch
+            activations["activations.fp8_dequantized"] = (FP8_DEQUANTIZED_BLOCKS[bool(train.checkpoint_attention)]
+                                                          * block_linear * batch)
         if per_token_timesteps:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
         if train.keep_self_attention:  # each block's self-attention output and float32 log-sum-exp (128-wide heads);
@@ -328,7 +343,8 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
             activations["activations.kept_self_attention"] = (
                 tokens * (dim * activation_bytes + dim // 128 * 4) * (layers - 1) * batch)
     else:  # not measured: every block's working set is kept until its backward
-        activations = {"activations.all_blocks": working_set * layers}
+        per_dim, per_ffn = UNCHECKPOINTED_PER_TOKEN
+        activations = {"activations.all_blocks": block_tokens * (per_dim * dim + per_ffn * ffn) * scale * layers}
     if driving_tokens:  # not measured: every layer's driving K and V, kept for the generation pass's backward
         activations["activations.driving_kv_cache"] = 2 * driving_tokens * dim * activation_bytes * layers * batch
 

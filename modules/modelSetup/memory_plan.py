@@ -1,14 +1,19 @@
 """`memory_preset: AUTO`: the cheapest memory features that make a run fit its GPU, chosen from the estimate
 (memory_estimate.py) before any model loads.
 
-Starting from the config as set, savers are added in order of what they cost in speed until the estimate fits:
+Starting from the config as set, the caching phase's savers are added in order until that phase fits; then, of every
+combination of the training savers (each with the fewest swapped blocks the GPU needs), the cheapest plan whose
+training phase fits the GPU and whose host RAM (host_memory_estimate.py) fits the machine: fewer swapped blocks first,
+then the cheaper savers (each costs more than every one above it together). The savers, in order of their speed
+cost:
   vae_tiling              caching only: the VAE encodes in tiles (when caching is the peak phase)
   text_encoder_caching_device CPU
                           caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
   vae_dtype BFLOAT16      caching only: the VAE (float32 by default) encodes in bf16 (then vae_tiling is tried again)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
-  ffn_chunks + checkpoint_attention
-                          a block's recompute in parts: about one more forward of each part (~20 % per step)
+  checkpoint_attention    each attention of a block recomputed on its own in the backward: about one more forward of
+                          each attention (the feed-forward runs its backward in token slices anyway, at no cost,
+                          under gradient checkpointing: lean_ffn.py)
   fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding); on a
                           card where int8 ConvRot was measured faster (INT8_FASTER, by compute capability)
                           base_weight_format INT8_CONVROT instead (the same bytes, int8 matmuls)
@@ -16,14 +21,17 @@ Starting from the config as set, savers are added in order of what they cost in 
   blocks_to_swap N        the fewest blocks whose frozen weights stream from host memory (slower the more)
 A key the user set away from its default is theirs: no saver touches it. Savers that do not apply to the run
 (fp8 and swap to full fine-tunes, expert offload to one expert) are skipped. Without a GPU size (no `gpu_memory_gib`,
-no CUDA device) nothing changes. The plan's host RAM (host_memory_estimate.py: swapped blocks, the idle expert,
-offloaded activations, the encoders) must fit the machine's RAM, or AUTO refuses to start and says what to change.
+no CUDA device) nothing changes. Host RAM is what activation offload, idle-expert offload and swapped blocks spend
+(with the encoders and the process): AUTO trades them against chunking and fp8 to fit both. Where no plan fits the GPU,
+the lightest on the GPU that the host holds starts with a warning; where no plan fits the host RAM, AUTO refuses to
+start and names the plan that needs the least RAM, its largest term and the RAM that would run it.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import logging
+import math
 
 from modules.config.train_config import TrainConfig
 from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
@@ -78,10 +86,13 @@ class MemoryPlan:
     estimate: Estimate | None
     gpu_gib: float | None
     host: HostEstimate | None = None  # the planned run's host RAM (AUTO refuses a plan over the machine's RAM)
+    no_plan: str | None = None  # why no plan fits the host RAM, naming what would (set by plan_memory)
 
     @property
     def refusal(self) -> str | None:
         """Why AUTO will not start this plan, in one line (None: it may start)."""
+        if self.no_plan is not None:
+            return self.no_plan
         return None if self.host is None or self.estimate is None else self.host.refusal()
 
     def changes_json(self) -> dict[str, object]:
@@ -134,9 +145,10 @@ def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int]
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
               ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
               ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
-              # keep_self_attention set by the user is kept: the FFN is split alone then (the two pull opposite ways)
-              ("training", ({"ffn_chunks": 8} if config.keep_self_attention else
-                            {"ffn_chunks": 8, "checkpoint_attention": True}) if config.gradient_checkpointing else {}),
+              # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); with
+              # keep_self_attention set by the user nothing is split (the two pull opposite ways)
+              ("training", {"checkpoint_attention": True}
+               if config.gradient_checkpointing and not config.keep_self_attention else {}),
               # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
               ("training", _base_saver(config, capability)),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
@@ -148,11 +160,83 @@ def _over(result: Estimate, phase: str) -> bool:
     return sum(result.phases[phase].values()) + HEADROOM_GIB > result.gpu_gib
 
 
+def _training_gib(result: Estimate) -> float:
+    return sum(result.phases["training"].values()) + HEADROOM_GIB
+
+
+@dataclasses.dataclass
+class _Candidate:
+    """One training plan: savers (`mask`: bit i set = the i-th cheapest saver on) and swapped blocks."""
+
+    config: TrainConfig
+    changes: dict[str, object]
+    estimate: Estimate
+    host: HostEstimate
+    swapped: int
+    mask: int
+
+    @property
+    def device_fits(self) -> bool:
+        return not _over(self.estimate, "training")
+
+    @property
+    def fits(self) -> bool:
+        return self.device_fits and self.host.fits is not False
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        """Cheaper first: fewer swapped blocks (the costliest saver, per block), then the savers' mask (each saver
+        costs more than every cheaper one together: the order above)."""
+        return self.swapped, self.mask
+
+
+def _fewest_swapped(config: TrainConfig, gpu: float, layers: int) -> tuple[TrainConfig, Estimate, int]:
+    """`config` with the fewest `blocks_to_swap` whose training phase fits `gpu` (all but one when none does)."""
+    low, high = 1, layers - 1
+    while low < high:  # the estimate falls as blocks are swapped: the first count that fits
+        middle = (low + high) // 2
+        if _over(estimate(dataclasses.replace(config, blocks_to_swap=middle), gpu), "training"):
+            low = middle + 1
+        else:
+            high = middle
+    swapped = dataclasses.replace(config, blocks_to_swap=low)
+    return swapped, estimate(swapped, gpu), low
+
+
+def _training_candidates(config: TrainConfig, gpu: float, ram_gib: float | None, savers: list[dict],
+                         can_swap: bool) -> list[_Candidate]:
+    """Every combination of the training savers, each with no swapped blocks or (where swapping applies and the
+    device needs it) the fewest that fit, with its estimate and host RAM."""
+    candidates = []
+    for mask in range(2 ** len(savers)):
+        changes: dict[str, object] = {}
+        for bit, saver in enumerate(savers):
+            if mask >> bit & 1:
+                changes.update(saver)
+        planned = dataclasses.replace(config, **changes)
+        result, swapped = estimate(planned, gpu), 0
+        if _over(result, "training") and can_swap and result.layers > 1:
+            planned, result, swapped = _fewest_swapped(planned, gpu, result.layers)
+            changes["blocks_to_swap"] = swapped
+        candidates.append(_Candidate(planned, changes, result, host_estimate(planned, ram_gib), swapped, mask))
+    return candidates
+
+
+def _refusal(plan: _Candidate, gpu: float) -> str:
+    """Why AUTO cannot start `plan`, the GPU's plan needing the least RAM: what it needs, its largest term, what to
+    change and the RAM that would run it."""
+    what = ", ".join(f"{k}={_text(v)}" for k, v in plan.changes.items()) or "no saver"
+    return (f"{plan.host.refusal()} (of the plans that fit a {gpu:.1f} GiB GPU this one needs the least RAM: {what}; "
+            f"a machine with {math.ceil(plan.host.total_gib)} GiB of RAM would run it)")
+
+
 def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: float | None = None,
                 capability: tuple[int, int] | None = None) -> MemoryPlan:
     """The config AUTO runs with for a GPU of `gpu_gib` (default: `gpu_memory_gib`, else the detected GPU) of compute
     `capability` (default: the detected GPU's) on a machine of `ram_gib` (default: its RAM), with that run's host
-    estimate."""
+    estimate: the caching phase's savers as it needs them, then the cheapest training plan that fits the GPU and the
+    host RAM together (activation offload, idle-expert offload and swapped blocks move device memory to the host;
+    chunking and fp8 cost speed instead)."""
     if config.memory_preset != MemoryPreset.AUTO:
         return MemoryPlan(config, {}, None, None)
     gpu = gpu_gib if gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
@@ -160,27 +244,30 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
         return MemoryPlan(config, {}, None, None)
     current, result, changes = config, estimate(config, gpu), {}
     savers = _savers(config, result.both_experts, capability or detected_capability())
+    caching = [saver for phase, saver in savers if phase == "caching"]
     # caching's savers once more: VAE tiling saves nothing while UMT5 is the phase's peak, and may once it left
-    for phase, saver in savers + [(phase, saver) for phase, saver in savers if phase == "caching"]:
-        if not _over(result, phase) or saver.keys() <= changes.keys():
+    for saver in caching + caching:
+        if not _over(result, "caching") or saver.keys() <= changes.keys():
             continue
         candidate = dataclasses.replace(current, **saver)
         candidate_result = estimate(candidate, gpu)
-        if candidate_result.peak_gib < result.peak_gib or sum(candidate_result.phases[phase].values()) < sum(
-                result.phases[phase].values()):  # a saver that saves nothing here is left off
-            current, result = candidate, candidate_result
+        if sum(candidate_result.phases["caching"].values()) < sum(result.phases["caching"].values()):
+            current, result = candidate, candidate_result  # a saver that saves nothing here is left off
             changes.update(saver)
-    if _over(result, "training") and _frozen_base(config) and _free(config, "blocks_to_swap") \
-            and current.gradient_checkpointing:
-        layers = result.layers
-        for count in range(1, layers):
-            candidate = dataclasses.replace(current, blocks_to_swap=count)
-            candidate_result = estimate(candidate, gpu)
-            if not _over(candidate_result, "training") or count == layers - 1:
-                current, result = candidate, candidate_result
-                changes["blocks_to_swap"] = count
-                break
-    return MemoryPlan(current, changes, result, gpu, host_estimate(current, ram_gib))
+    training = [saver for phase, saver in savers if phase == "training"]
+    can_swap = _frozen_base(config) and _free(config, "blocks_to_swap") and current.gradient_checkpointing
+    candidates = _training_candidates(current, gpu, ram_gib, training, can_swap)  # None: the machine's RAM
+    fitting = [c for c in candidates if c.fits]
+    on_gpu = [c for c in candidates if c.device_fits]
+    refusal = None
+    if fitting:
+        chosen = min(fitting, key=lambda c: c.cost)
+    elif on_gpu:  # plans fit the GPU, the RAM holds none of them: refused, naming the one needing the least RAM
+        chosen = min(on_gpu, key=lambda c: (c.host.total_gib, c.cost))
+        refusal = _refusal(chosen, gpu)
+    else:  # none fits the GPU: the lightest on it starts, warned (the estimate has its margin), if the RAM holds it
+        chosen = min(candidates, key=lambda c: (_training_gib(c.estimate), c.cost))
+    return MemoryPlan(chosen.config, {**changes, **chosen.changes}, chosen.estimate, gpu, chosen.host, refusal)
 
 
 def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float | None = None,

@@ -8,6 +8,8 @@ weights and the whole input clip, which sits on the device while it is encoded.
 """
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from typing import Mapping
 
@@ -23,12 +25,18 @@ TILE_PIXELS = 256  # diffusers' tile_sample_min_height / _width of AutoencoderKL
 HEADROOM_BYTES = GIB // 2  # CUDA context and allocator slack, not counted by the working set
 
 
-def _parameters(vae_config: Mapping) -> int:
+def vae_parameters(vae_config: Mapping) -> int:
+    """Parameters of the VAE of `vae_config` (built on the meta device once per config)."""
+    return _counted(json.dumps({k: v for k, v in dict(vae_config).items() if not k.startswith("_")}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _counted(config_json: str) -> int:
+    """Cached by the config's JSON: AUTO's plan and the GUI estimate many configs of one VAE."""
     from diffusers import AutoencoderKLWan
 
-    config = {k: v for k, v in dict(vae_config).items() if not k.startswith("_")}
     with torch.device("meta"):
-        return sum(p.numel() for p in AutoencoderKLWan.from_config(config).parameters())
+        return sum(p.numel() for p in AutoencoderKLWan.from_config(json.loads(config_json)).parameters())
 
 
 def vae_encode_bytes(vae_config: Mapping, frames: int, height: int, width: int, dtype: torch.dtype,
@@ -41,7 +49,7 @@ def vae_encode_bytes(vae_config: Mapping, frames: int, height: int, width: int, 
     area = min(height, TILE_PIXELS) * min(width, TILE_PIXELS) if tiled else height * width
     working = CHUNK_FRAMES * area // (patch * patch) * base * LIVE_MAPS * element
     clip = 3 * frames * height * width * element
-    return _parameters(vae_config) * element + clip + working
+    return vae_parameters(vae_config) * element + clip + working
 
 
 def vae_tiling_needed(vae_config: Mapping, frames: int, height: int, width: int, dtype: torch.dtype,

@@ -18,6 +18,7 @@ from diffusers.models.transformers.transformer_wan import _get_added_kv_projecti
 from torch.utils.checkpoint import checkpoint
 
 from modules.model.attention.ulysses import SequenceShards, ulysses_attention
+from modules.util.sliced_recompute import sliced_recompute
 
 TEXT_TOKENS = 512  # diffusers' Wan processors: the image tokens are what precedes UMT5's 512
 
@@ -47,15 +48,31 @@ def _normed(norm, x: torch.Tensor, heads: int, rotary_emb) -> torch.Tensor:
     return rotate(x, *rotary_emb) if rotary_emb is not None else x
 
 
-def normed(norm, x: torch.Tensor, heads: int, rotary_emb=None) -> torch.Tensor:
-    """`norm(x)` split into heads and rotated, in float32 under autocast. With gradients, recomputed in the backward
-    pass from `x` (a non-reentrant checkpoint): autograd would otherwise keep float32 copies of q and k (the norm's
-    input and the rotary's) for the backward, where `x` is the projection's output in the compute dtype. The same
-    operations run again, so values and gradients are the same bit for bit. Not when `x` is float32 outside autocast
-    (a float32 run, the CPU's tests and demo): no float32 copy to spare there, and recomputing is pure cost."""
+NORM_SLICE_BYTES = 64 * 2 ** 20  # float32 bytes of one token slice of the q/k norm's recompute
+
+
+def normed(norm, x: torch.Tensor, heads: int, rotary_emb=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`norm(x)` split into heads and rotated, in float32 under autocast, then cast to `dtype` (None: kept in
+    float32). With gradients, recomputed in the backward pass from `x` a token slice at a time
+    (util/sliced_recompute.py): autograd would otherwise keep float32 copies of q and k (the norm's input and the
+    rotary's) for the backward, where `x` is the projection's output in the compute dtype, and the recompute's float32
+    working set (the norm's and the rotary's intermediates and gradients, several tensors of q's size) would be whole.
+    The same operations run on each token's row again, so values and gradients are the same bit for bit (a trained
+    norm weight, whose gradient sums over tokens: unsliced). Not when `x` is float32 outside autocast (a float32
+    run, the CPU's tests and demo): no float32 copy to spare there, and recomputing is pure cost."""
+    rotary = tuple(rotary_emb) if rotary_emb is not None else ()
+
+    def compute(part: torch.Tensor, *tables: torch.Tensor) -> torch.Tensor:
+        out = _normed(norm, part, heads, tables or None)
+        return out if dtype is None else out.to(dtype)
+
     if not torch.is_grad_enabled() or (x.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type)):
-        return _normed(norm, x, heads, rotary_emb)
-    return checkpoint(_normed, norm, x, heads, rotary_emb, use_reentrant=False, preserve_rng_state=False)
+        return compute(x, *rotary)
+    if torch.compiler.is_compiling():  # dynamo traces a checkpoint (the slices' autograd.grad it would not)
+        return checkpoint(compute, x, *rotary, use_reentrant=False, preserve_rng_state=False)
+    params = [p for p in norm.parameters() if p.requires_grad]
+    slices = 1 if params else -(-x.shape[0] * x.shape[1] * x.shape[2] * 4 // NORM_SLICE_BYTES)
+    return sliced_recompute(compute, x, extras=rotary, params=params, slices=slices)
 
 
 class WanAttentionProcessor:
@@ -88,10 +105,11 @@ class WanAttentionProcessor:
             image_states, encoder_hidden_states = encoder_hidden_states[:, :split], encoder_hidden_states[:, split:]
         query, key, value = _get_qkv_projections(attn, hidden_states, encoder_hidden_states)
         dtype = compute_dtype(value)
-        query = normed(attn.norm_q, query, attn.heads, rotary_emb)  # the norms and rotary stay in float32
-        key = normed(attn.norm_k, key, attn.heads, rotary_emb)
-        # Each kernel call casts for itself, as SDPA's autocast does: q's gradients from the text and the image
-        # attention then add up in float32, bit for bit as before. A float32 q / k is kept no longer than needed.
+        # The norms and rotary run in float32 and each kernel call casts for itself, as SDPA's autocast does; a q
+        # that two kernels read (I2V's text and image attention) stays float32 until each cast, so its gradients
+        # add up in float32, bit for bit as before. A float32 q / k is kept no longer than needed.
+        query = normed(attn.norm_q, query, attn.heads, rotary_emb, None if image_states is not None else dtype)
+        key = normed(attn.norm_k, key, attn.heads, rotary_emb, dtype)
         inputs = (query.to(dtype), key.to(dtype), value.unflatten(2, (attn.heads, -1)).to(dtype))
         del key, value
         if image_states is None:
@@ -103,7 +121,7 @@ class WanAttentionProcessor:
         del inputs
         if image_states is not None:
             key_img, value_img = _get_added_kv_projections(attn, image_states)
-            key_img = normed(attn.norm_added_k, key_img, attn.heads)
+            key_img = normed(attn.norm_added_k, key_img, attn.heads, dtype=dtype)
             out = out + self._attend(query.to(dtype), key_img.to(dtype),
                                      value_img.unflatten(2, (attn.heads, -1)).to(dtype), None, None)
         return attn.to_out[1](attn.to_out[0](out))
