@@ -63,8 +63,9 @@ def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
     for model, kept in (("13b", "keepattn_kept7"), ("14b8", "keepattn_kept4")):
         assert {f"{model}_NATIVE_{tag}_{mode}" for tag in ("keepattn", kept, "allbutffn")
                 for mode in ("eager", "compiled")} <= set(names)
+    assert "lean_vs_diffusers_1536w_4blocks" in names  # the lean block against diffusers' block forward
     assert all("--steps" in job.argv and int(job.argv[job.argv.index("--steps") + 1]) >= 5
-               for job in jobs(["13b"], dry_run=False) if job.argv[0] == STEP)  # lean_block_speed.py repeats its 3
+               for job in jobs(["13b"], dry_run=False) if job.argv[0] == STEP)  # lean_block_speed.py times its own repeats
 
 
 def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():

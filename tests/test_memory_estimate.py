@@ -202,7 +202,7 @@ def test_an_e2v_run_counts_the_reference_latent_frames_beside_the_video(tmp_path
 
 def test_sequence_parallel_estimates_one_rank_with_its_share_of_the_tokens(tmp_path):
     """sequence_parallel N: a rank holds the whole model and the activations of ceil(tokens / N) tokens (14B LoRA at
-    1280x720x81: 75,600 tokens, 18,900 a rank at N = 4; the fake-CUDA rows measure 82.7 and 42.5 GiB)."""
+    1280x720x81: 75,600 tokens, 18,900 a rank at N = 4; the fake-CUDA rows measure 71.8 and 39.8 GiB)."""
     folder = write_config_folder(tmp_path / "wan-14b", TRANSFORMER_14B)
     values = {"base_model_name": str(folder), "lora_rank": 32, "resolution": [720, 1280], "frames": 81,
               "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16", "gradient_checkpointing": True}

@@ -70,7 +70,7 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
             if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
                 out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
                                                                    "--width", "1536", "--layers", "4", "--frames",
-                                                                   "21", "--steps", "3", "--repeats", "3"],
+                                                                   "21", "--steps", "5", "--repeats", "3"],
                                240, needs=60))
     return out
 

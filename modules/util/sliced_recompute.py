@@ -78,8 +78,11 @@ class _SlicedRecompute(torch.autograd.Function):
             # no op that a selective checkpoint would count (it ignores detach): the recompute's op sequence
             # stays the forward's up to here, and the skipped ops come last in the block
             return x.detach()
+        # detached: a view taken under no_grad of a tensor that requires grad still says requires_grad, without a
+        # grad_fn, which module hooks (torch's ModuleTracker under FlopCounterMode) cannot hook
+        x_, extras_ = x.detach(), [e.detach() for e in extras]
         with torch.no_grad():
-            parts = [plan.fn(x[:, span], *(e[:, span] for e in extras)) for span in spans(x.shape[1], plan.slices)]
+            parts = [plan.fn(x_[:, span], *(e[:, span] for e in extras_)) for span in spans(x.shape[1], plan.slices)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     @staticmethod
@@ -92,9 +95,12 @@ class _SlicedRecompute(torch.autograd.Function):
         d_params: list[torch.Tensor | None] = [None] * len(params)
         with torch.enable_grad(), ctx.state.restored():
             for span in spans(x.shape[1], plan.slices):
-                part = x[:, span].detach().requires_grad_(needs_x)
+                leaf = x[:, span].detach().requires_grad_(needs_x)
+                # fn sees a view of the leaf, not the leaf: module hooks on fn's input (torch's ModuleTracker under
+                # FlopCounterMode) hook a node of the graph, which autograd.grad supports for non-leaves only
+                part = leaf.view_as(leaf) if needs_x else leaf
                 out = plan.fn(part, *(e[:, span] for e in extras))
-                inputs = ([part] if needs_x else []) + [params[i] for i in trained]
+                inputs = ([leaf] if needs_x else []) + [params[i] for i in trained]
                 grads = list(torch.autograd.grad(out, inputs, d_out[:, span], allow_unused=True))
                 if needs_x:
                     d_x[:, span] = grads.pop(0)
