@@ -41,7 +41,7 @@ def main() -> None:
             for name, extra in FEATURES.items():
                 config = TrainConfig.from_dict({
                     "base_model_name": str(folder), "concepts": [{"path": str(data)}], "resolution": [width, height],
-                    "frames": frames, "gradient_checkpointing": True, "lora_rank": 32, "lora_alpha": 32,
+                    "frames": frames, "checkpointing": {"policy": "FULL"}, "lora_rank": 32, "lora_alpha": 32,
                     "workspace_dir": str(Path(tmp) / "ws"), "cache_dir": str(Path(tmp) / "cache"),
                     "output_model_destination": str(Path(tmp) / "out.safetensors"), **extra})
                 result = estimate(config)

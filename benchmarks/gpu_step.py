@@ -28,6 +28,7 @@ cheaper backward, checkpointing's recomputation) and HFU = counted FLOPs / s / p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -220,18 +221,24 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
                  dtype_name: str, fp8_scale: str = "NONE", compile: bool = False, attention_backend: str = "AUTO",
                  offload_inactive_expert: bool = False, device: str = "auto", ffn_chunks: int = 0,
                  checkpoint_attention: bool = False, guidance_scale: float = 0.0, base_weight_format: str = "BF16",
-                 keep_self_attention: bool = False):
+                 keep_self_attention: bool = False, checkpoint_policy: str = "", kept_blocks: int = 0):
+    """The run's TrainConfig. `checkpoint_policy` (a CheckpointPolicy name) and `kept_blocks` set the checkpointing
+    group; without a policy, `checkpointing`, `checkpoint_attention` and `keep_self_attention` spell it the old way."""
     from modules.config.train_config import TrainConfig
 
+    if checkpoint_policy:
+        policy = {"checkpointing": {"policy": checkpoint_policy, "kept_blocks": kept_blocks}}
+    else:
+        policy = {"gradient_checkpointing": checkpointing, "checkpoint_attention": checkpoint_attention,
+                  "keep_self_attention": keep_self_attention}
     return TrainConfig.from_dict({
-        "lora_rank": rank, "lora_alpha": rank, "gradient_checkpointing": checkpointing,
+        "lora_rank": rank, "lora_alpha": rank, **policy,
         "blocks_to_swap": blocks_to_swap, "fp8_base_weights": fp8, "activation_offload": activation_offload,
         "train_dtype": dtype_name, "transformer_dtype": dtype_name, "tensorboard": False, "sample_at_end": False,
         "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
-        "checkpoint_attention": checkpoint_attention, "guidance_preserving": {"scale": guidance_scale},
-        "base_weight_format": base_weight_format, "keep_self_attention": keep_self_attention,
+        "guidance_preserving": {"scale": guidance_scale}, "base_weight_format": base_weight_format,
     })
 
 
@@ -329,9 +336,19 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
         math_sdpa = sdpa_kernel(SDPBackend.MATH)
     # compiled blocks run eagerly here: the counter sees aten ops, not inductor's kernels
     eager = torch.compiler.set_stance("force_eager") if setup.config.compile else contextlib.nullcontext()
-    with math_sdpa, eager, FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False)
+    # the total needs no split by module: torch's ModuleTracker hooks every module's inputs for their gradients, which
+    # the lean block's sliced recompute refuses (a view made under no_grad; autograd.grad over a slice's leaf)
+    counter.mod_tracker = _NoModuleTracker()
+    with math_sdpa, eager, counter:
         train_step(setup, params, optimizer, inputs, step, max_grad_norm, seed)
     return counter.get_total_flops()
+
+
+class _NoModuleTracker(contextlib.nullcontext):
+    """FlopCounterMode's module tracker, counting everything under "Global" only."""
+
+    parents = {"Global"}
 
 
 def profile_step(setup, params, optimizer, inputs, step: int, train, args, cuda: bool) -> list[dict]:
@@ -395,6 +412,11 @@ def main() -> int:
     parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
     parser.add_argument("--keep-self-attention", action="store_true",
                         help="keep_self_attention (with --checkpointing: the recompute skips self-attention)")
+    parser.add_argument("--checkpoint-policy", choices=["FULL", "SPLIT_ATTENTION", "KEEP_ATTENTION",
+                                                        "KEEP_ALL_BUT_FFN", "NONE"], default="",
+                        help="checkpointing.policy (instead of --checkpointing / --checkpoint-attention / "
+                             "--keep-self-attention)")
+    parser.add_argument("--kept-blocks", type=int, default=0, help="checkpointing.kept_blocks (FULL, KEEP_ATTENTION)")
     parser.add_argument("--experts", type=int, choices=[1, 2], default=1, help="2: two experts of this config "
                         "(Wan 2.2 A14B-like, train_expert BOTH, half the steps on each)")
     parser.add_argument("--offload-inactive-expert", action="store_true", help="with --experts 2: the idle "
@@ -455,7 +477,8 @@ def main() -> int:
                              offload_inactive_expert=args.offload_inactive_expert, device=device.type,
                              ffn_chunks=args.ffn_chunks, checkpoint_attention=args.checkpoint_attention,
                              base_weight_format=args.base_weight_format,
-                             keep_self_attention=args.keep_self_attention)
+                             keep_self_attention=args.keep_self_attention,
+                             checkpoint_policy=args.checkpoint_policy, kept_blocks=args.kept_blocks)
     except ConfigError as e:  # e.g. FLASH without flash_attn: a result too ("unavailable"), not a traceback
         text = json.dumps({"status": "unavailable", "error": str(e), "model": args.model,
                            "attention_backend": args.attention_backend, "compile": args.compile}, indent=2)
@@ -463,7 +486,8 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(text)
         return 4
-    flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules, args.checkpointing)
+    flops = step_flops(config, tokens, args.batch_size, args.lora_rank, train.lora_target_modules,
+                       train.checkpointing.checkpoints())
 
     result = {
         "status": "ok", "model": args.model, "smoke": args.smoke, "device": str(device),
@@ -476,6 +500,7 @@ def main() -> int:
         "checkpointing": args.checkpointing, "blocks_to_swap": args.blocks_to_swap, "fp8": args.fp8,
         "activation_offload": args.activation_offload, "fp8_scale": args.fp8_scale, "compile": args.compile,
         "base_weight_format": args.base_weight_format,
+        "checkpoint_policy": train.checkpointing.resolved().name, "kept_blocks": train.checkpointing.kept_blocks,
         "experts": args.experts, "offload_inactive_expert": args.offload_inactive_expert,
         "lora_rank": args.lora_rank, "steps": steps, "warmup": warmup, "build_on": args.build_on,
     }

@@ -48,6 +48,8 @@ class MemoryConfig:
     ffn_chunks: int = 0
     checkpoint_attention: bool = False
     keep_self_attention: bool = False  # each block's self-attention output kept for the backward (kept_attention.py)
+    checkpoint_policy: str = ""  # checkpointing.policy by name (instead of the three flags above); "": the flags
+    kept_blocks: int = 0  # checkpointing.kept_blocks
     lora_rank: int = 32
     layers: int | None = None  # only the first N blocks (tests of the memory features); None: the whole model
     guidance_scale: float = 0.0  # guidance_preserving.scale: the step's extra no-grad unconditional pass (0 = off)
@@ -95,6 +97,25 @@ CONFIGS: dict[str, MemoryConfig] = {
                                     "checkpoint_attention + 32 swapped blocks"),
     "14b_auto24": MemoryConfig("14b", fp8=True, activation_offload=True, goal_gib=24.0, limit_gib=24.0,
                                note="14B, what AUTO picks for a 24 GiB card: fp8 + activation offload"),
+    # checkpointing policies (modelSetup/checkpoint_policy.py): memory spent on speed, and AUTO's choices for a card
+    "1.3b_keep_attention": MemoryConfig("1.3b", checkpoint_policy="KEEP_ATTENTION", limit_gib=11.44,
+                                        note="1.3B, checkpointing KEEP_ATTENTION (the self-attention outputs kept)"),
+    "1.3b_auto24": MemoryConfig("1.3b", checkpoint_policy="KEEP_ATTENTION", kept_blocks=7, goal_gib=24.0,
+                                limit_gib=24.0, note="1.3B, what AUTO picks for a 24 GiB card: KEEP_ATTENTION with 7 "
+                                                     "kept blocks"),
+    "1.3b_all_but_ffn": MemoryConfig("1.3b", checkpoint_policy="KEEP_ALL_BUT_FFN", limit_gib=53.78,
+                                     note="1.3B, checkpointing KEEP_ALL_BUT_FFN (AUTO's choice for 80 GiB)"),
+    "14b_keep_attention": MemoryConfig("14b", checkpoint_policy="KEEP_ATTENTION", limit_gib=61.12,
+                                       note="14B, checkpointing KEEP_ATTENTION (80 GB card, no swap)"),
+    "14b_auto80": MemoryConfig("14b", checkpoint_policy="KEEP_ATTENTION", kept_blocks=2, goal_gib=80.0, limit_gib=80.0,
+                               note="14B, what AUTO picks for an 80 GiB card: KEEP_ATTENTION with 2 kept blocks"),
+    "5b_keep_attention_kept4": MemoryConfig("5b", width=1280, height=704, frames=121,
+                                            checkpoint_policy="KEEP_ATTENTION", kept_blocks=4, limit_gib=36.35,
+                                            note="5B TI2V 1280x704x121, KEEP_ATTENTION with 4 kept blocks"),
+    "a14b_keep_attention_kept4": MemoryConfig("14b", experts=2, offload_inactive_expert=True,
+                                              checkpoint_policy="KEEP_ATTENTION", kept_blocks=4, limit_gib=81.82,
+                                              note="A14B BOTH, offload_inactive_expert, KEEP_ATTENTION with 4 kept "
+                                                   "blocks"),
     "5b_gc": MemoryConfig("5b", width=1280, height=704, frames=121, goal_gib=20.0, limit_gib=22.17,
                           note="5B TI2V 1280x704x121, GC"),
     "5b_gc_split": MemoryConfig("5b", width=1280, height=704, frames=121, **SPLIT, goal_gib=20.0, limit_gib=21.34,
@@ -140,7 +161,8 @@ def measure(name: "str | MemoryConfig") -> dict:
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
                                   ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
                                   guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format,
-                                  keep_self_attention=spec.keep_self_attention)
+                                  keep_self_attention=spec.keep_self_attention,
+                                  checkpoint_policy=spec.checkpoint_policy, kept_blocks=spec.kept_blocks)
     device, dtype = torch.device("cuda"), torch.bfloat16
     started = time.perf_counter()
     with fake_cuda_patches(), FakeTensorMode(allow_non_fake_inputs=True):

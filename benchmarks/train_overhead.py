@@ -44,7 +44,7 @@ def trainer_config(model: Path, data: Path, work: Path, steps: int):
     return TrainConfig.from_dict({
         "base_model_name": str(model), "concepts": [{"path": str(data)}], "resolution": [64, 64], "frames": 17,
         "epochs": 10_000, "max_steps": steps, "batch_size": 2, "learning_rate": 1e-4, "lora_rank": 16,
-        "lora_alpha": 16, "gradient_checkpointing": False, "tensorboard": True, "sample_at_end": False,
+        "lora_alpha": 16, "checkpointing": {"policy": "NONE"}, "tensorboard": True, "sample_at_end": False,
         "backup_before_save": False, "workspace_dir": str(work / "workspace"), "cache_dir": str(work / "cache"),
         "output_model_destination": str(work / "out.safetensors"),
     })

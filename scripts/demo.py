@@ -140,7 +140,7 @@ def main() -> int:
         config = plain_setup(folder, steps, variant) if args.plain else e2v_setup(folder, steps)[0]
     output = f"{name}-model" if shapes else f"{name}-lora.safetensors"
     config.update({
-        "base_model_name": str(model_dir), "epochs": 100000, "gradient_checkpointing": False,
+        "base_model_name": str(model_dir), "epochs": 100000, "checkpointing": {"policy": "NONE"},
         "workspace_dir": str(folder / "workspace" / name), "cache_dir": str(folder / "cache"),
         "output_model_destination": str(folder / "output" / output), "overwrite_output": True,  # the demo's own
         "backup_after": 100, "backup_after_unit": "STEP",

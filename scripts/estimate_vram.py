@@ -39,15 +39,21 @@ def main() -> int:
     gpu = args.gpu_gib if args.gpu_gib is not None else (config.gpu_memory_gib or detected_gpu_gib())
     capability = parse_capability(parser, args.compute_capability) or detected_capability()
     result, plan = planned_estimate(config, gpu, args.ram_gib, capability=capability)
+    from modules.util.attention_kernels import auto_order
+
+    order, source = auto_order(capability)
+    attention = f"attention AUTO on a GPU: {', '.join(b.name for b in order)} (first available; {source})"
     if args.json:
         print(json.dumps({**result.to_json(), "memory_plan": plan.changes_json(), **plan.host.to_json(),
                           "refusal": plan.refusal, "base_weight_format": plan.config.base_weight_format.name,
-                          "int8_convrot": int8_note(capability)}, indent=2))
+                          "int8_convrot": int8_note(capability), "why": plan.why,
+                          "attention_auto_order": [b.name for b in order]}, indent=2))
         return 0
     if plan.estimate is not None:
         print(plan.summary())
     print(f"base weights: {plan.config.base_weight_format.name}"
           f"{' (fp8_base_weights)' if plan.config.fp8_base_weights else ''}; {int8_note(capability)}")
+    print(attention)
     for phase, terms in result.phases.items():
         print(f"{phase}: {sum(terms.values()):.2f} GiB")
         for name, gib in terms.items():

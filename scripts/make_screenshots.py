@@ -93,7 +93,7 @@ def build_demo(root: Path, steps: int) -> Path:
         "epochs": steps // 4, "learning_rate": 2e-3, "learning_rate_scheduler": "COSINE",
         "learning_rate_warmup_steps": 5, "lora_rank": 8, "lora_alpha": 8,
         "validate_after": 5, "validate_after_unit": "STEP",
-        "gradient_checkpointing": False, "workspace_dir": "workspace", "cache_dir": "workspace/cache",
+        "checkpointing": {"policy": "NONE"}, "workspace_dir": "workspace", "cache_dir": "workspace/cache",
         "output_model_destination": "output/e2v_demo_lora.safetensors", "tensorboard": True,
         "sample_after": 10, "sample_after_unit": "STEP", "sample_at_end": False,
         "samples": [

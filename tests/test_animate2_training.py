@@ -224,8 +224,8 @@ def test_start_up_refuses_what_an_animate_2_run_cannot_use_in_one_line(tiny_mode
     dataset = tmp_path / "dataset.json"
     dataset.write_text("{}", encoding="utf-8")
     cases = [({"dataset_config": str(dataset)}, tiny_model("animate_2"), "config key 'dataset_config' is set"),
-             ({"gradient_checkpointing": True, "keep_self_attention": True}, tiny_model("animate_2"),
-              "config key 'keep_self_attention' does not apply to a Wan2.2-Animate-2 base"),
+             ({"checkpointing": {"policy": "KEEP_ATTENTION"}}, tiny_model("animate_2"),
+              "config key 'checkpointing.policy' KEEP_ATTENTION does not apply to a Wan2.2-Animate-2 base"),
              ({"samples": [{"prompt": "a", "image": str(data / "001_reference.png")}]}, tiny_model("animate_2"),
               r"config key 'samples\[0\].driving_video': an Animate-2 model animates a reference image with a "
               "driving video"),

@@ -11,6 +11,7 @@ same losses within 2e-7 relative on a tiny model here; the GPU commands in docs/
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -99,9 +100,10 @@ def test_compile_on_a_gpu_needs_triton(monkeypatch):
 
     real = train_config.importlib.util.find_spec
     monkeypatch.setattr(train_config.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
-    with pytest.raises(ConfigError, match="config key 'compile' needs the 'triton' package on a GPU"):
+    with pytest.raises(ConfigError, match="config key 'compile' is ON, which needs the 'triton' package on a GPU"):
         TrainConfig.from_dict({"compile": True, "train_device": "cuda"})
-    assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile
+    assert TrainConfig.from_dict({"compile": True, "train_device": "cpu"}).compile.name == "ON"
+    assert TrainConfig.from_dict({"train_device": "cuda"}).compile.name == "AUTO"  # AUTO: off without triton
 
 
 def test_blocks_are_found_by_their_class_ancestry_as_fsdp_renames_them(tiny_model):
@@ -114,3 +116,40 @@ def test_blocks_are_found_by_their_class_ancestry_as_fsdp_renames_them(tiny_mode
         block.__class__ = type(f"FSDP{type(block).__name__}", (type(block),), {})
     assert compile_module.compile_blocks(transformer) == len(transformer.blocks) > 0
     assert compile_module.compile_blocks(transformer) == 0  # a second call compiles nothing more
+
+
+def test_compile_auto_compiles_on_a_cuda_gpu_with_triton_and_caches_graphs_across_runs(monkeypatch, tmp_path):
+    """compile AUTO: on for a CUDA device with triton (not the CPU, not ROCm, not an int8 base); ON / OFF as set, the
+    old true / false read as them; the graph caches (inductor's FX graph and AOTAutograd's) on, in a folder that
+    outlives the run (not inductor's temporary default)."""
+    import importlib.util
+
+    from modules.util.enum import CompileMode
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else None)
+    monkeypatch.setattr(torch.version, "hip", None)
+    auto = TrainConfig()
+    assert auto.compile == CompileMode.AUTO
+    assert compile_module.compile_wanted(auto, cuda)[0] and not compile_module.compile_wanted(auto, cpu)[0]
+    int8 = TrainConfig.from_dict({"base_weight_format": "INT8_CONVROT"})
+    assert "int8" in compile_module.compile_wanted(int8, cuda)[1] and not compile_module.compile_wanted(int8, cuda)[0]
+    assert TrainConfig.from_dict({"compile": True}).compile == CompileMode.ON
+    assert not compile_module.compile_wanted(TrainConfig.from_dict({"compile": False}), cuda)[0]
+    assert compile_module.compile_wanted(TrainConfig.from_dict({"compile": "ON"}), cpu)[0]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert "triton" in compile_module.compile_wanted(auto, cuda)[1] and not compile_module.compile_wanted(auto, cuda)[0]
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    folder = compile_module.enable_graph_cache()
+    assert folder == tmp_path / "wantrainer" / "torch_compile" and folder.is_dir()
+    assert inductor_config.fx_graph_cache and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # inductor's own default, written by it
+    assert compile_module.enable_graph_cache() == folder
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's folder wins
+    assert compile_module.enable_graph_cache() == tmp_path / "mine"

@@ -51,16 +51,21 @@ def test_the_folder_check_names_missing_extra_and_doubled_wheels(tmp_path):
 
 
 def test_the_speed_jobs_cover_each_model_backend_eager_and_compiled():
-    from benchmarks.gpu.speed import BACKENDS, jobs
+    from benchmarks.gpu.speed import BACKENDS, STEP, jobs
 
     names = [job.name for job in jobs(["13b", "14b8", "5b"], dry_run=False)]
     for model in ("13b", "14b8"):
         assert {f"{model}_{b}_{mode}" for b in BACKENDS for mode in ("eager", "compiled")} <= set(names)
     assert names[:2] == ["13b_NATIVE_eager", "13b_NATIVE_compiled"] and "5b_NATIVE_compiled" in names
-    assert names[2] == "lean_vs_diffusers_1536w_4blocks"  # the lean block against diffusers' block forward
-    assert names[3:5] == ["13b_NATIVE_kept_eager", "13b_NATIVE_kept_compiled"]  # keep_self_attention against them
+    # the checkpointing policies right after full checkpointing, eager and compiled, on the 1.3B and the 14B stack
+    assert names[2] == "13b_NATIVE_compiled_again"  # the cross-run graph cache: its first step is short
+    assert names[3:5] == ["13b_NATIVE_keepattn_eager", "13b_NATIVE_keepattn_compiled"]
+    for model, kept in (("13b", "keepattn_kept7"), ("14b8", "keepattn_kept4")):
+        assert {f"{model}_NATIVE_{tag}_{mode}" for tag in ("keepattn", kept, "allbutffn")
+                for mode in ("eager", "compiled")} <= set(names)
+    assert "lean_vs_diffusers_1536w_4blocks" in names  # the lean block against diffusers' block forward
     assert all("--steps" in job.argv and int(job.argv[job.argv.index("--steps") + 1]) >= 5
-               for job in jobs(["13b"], dry_run=False))
+               for job in jobs(["13b"], dry_run=False) if job.argv[0] == STEP)  # lean_block_speed.py times its own repeats
 
 
 def test_every_memory_row_becomes_gpu_step_arguments_it_accepts():
@@ -123,6 +128,7 @@ def test_run_sh_dry_run_runs_every_part_on_the_cpu_and_writes_its_json(tmp_path)
     assert demo["status"] == "ok" and len(demo["verdicts"]) == 2 and demo["loss_first"] > 0
     (step,) = results["speed"]["rows"]
     assert step["status"] == "ok" and step["s_per_step_median"] > 0 and step["mfu_at_median"] > 0
+    assert (step["checkpoint_policy"], step["kept_blocks"]) == ("KEEP_ATTENTION", 1)
     assert len(results["speed"]["settings"]["planned"]) >= 16
     assert results["profile"]["rows"][0]["profile_top"] and (out / "profile_13b.trace.json.gz").stat().st_size > 0
     (row,) = [r for r in results["memory"]["rows"] if r["name"] == "dry_1.3b_gc"]

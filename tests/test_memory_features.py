@@ -63,7 +63,7 @@ def test_block_swap_keeps_swapped_frozen_weights_off_the_train_device(tiny_model
 
 
 def test_block_swap_without_checkpointing_is_refused_at_start_up():
-    with pytest.raises(ConfigError, match="config key 'blocks_to_swap' needs gradient_checkpointing"):
+    with pytest.raises(ConfigError, match="config key 'blocks_to_swap' needs checkpointed blocks"):
         TrainConfig.from_dict({"blocks_to_swap": 2, "gradient_checkpointing": False})
 
 

@@ -40,29 +40,47 @@ def config(folder, **values) -> TrainConfig:
 
 
 def test_auto_adds_savers_in_order_of_cost_until_the_estimate_fits(folder_14b):
-    roomy = plan_memory(config(folder_14b), gpu_gib=80, ram_gib=256)
-    assert roomy.estimate.fits and roomy.changes == {}  # 14B LoRA with checkpointing alone: about 48 GiB
+    roomy = plan_memory(config(folder_14b), gpu_gib=80, ram_gib=256)  # 14B LoRA, checkpointing alone: about 48 GiB
+    assert roomy.estimate.fits and list(roomy.changes) == ["checkpointing"]  # the rest spent on speed
+    exact = plan_memory(config(folder_14b, checkpointing={"policy": "FULL"}), gpu_gib=80, ram_gib=256)
+    assert exact.changes == {}  # a policy the user set is kept
     middle = plan_memory(config(folder_14b), gpu_gib=40, ram_gib=256)
     assert middle.estimate.fits and middle.changes == {"activation_offload": True}
     card = plan_memory(config(folder_14b), gpu_gib=24, ram_gib=256)
     assert card.estimate.fits and card.changes == {"activation_offload": True, "fp8_base_weights": True}
     small = plan_memory(config(folder_14b), gpu_gib=16, ram_gib=256)
     assert small.estimate.fits
-    assert list(small.changes) == ["activation_offload", "checkpoint_attention", "fp8_base_weights", "blocks_to_swap"]
+    assert list(small.changes) == ["activation_offload", "checkpointing", "fp8_base_weights", "blocks_to_swap"]
+    assert small.config.checkpointing.policy.name == "SPLIT_ATTENTION"
     swapped = small.changes["blocks_to_swap"]
     fewer = estimate(dataclasses.replace(small.config, blocks_to_swap=swapped - 1), 16)
     assert not fewer.fits  # the fewest swapped blocks that fit
     assert "memory_preset AUTO for 16.0 GiB" in small.summary() and f"blocks_to_swap={swapped}" in small.summary()
 
 
+def row_checkpointing(row) -> tuple[str, int]:
+    """A fake-CUDA row's checkpointing policy and kept blocks (older rows spell the policy with the old flags)."""
+    if row.checkpoint_policy:
+        return row.checkpoint_policy, row.kept_blocks
+    return ("SPLIT_ATTENTION" if row.checkpoint_attention else "KEEP_ATTENTION" if row.keep_self_attention
+            else "FULL"), 0
+
+
 @pytest.mark.parametrize("name, gpu_gib, experts", [("14b_auto12", 12, 1), ("14b_auto24", 24, 1),
-                                                     ("a14b_auto16", 16, 2)])
+                                                     ("a14b_auto16", 16, 2), ("14b_auto80", 80, 1),
+                                                     ("1.3b_auto24", 24, 1), ("1.3b_all_but_ffn", 80, 1)])
 def test_the_fake_cuda_rows_of_autos_plans_are_the_plans_it_makes(name, gpu_gib, experts, folder_14b, tmp_path):
     """benchmarks/memory_fullsize.py measures AUTO's plans for 12, 16 and 24 GiB cards at 832x480x81 (the goals'
     rows): each row's memory keys are what AUTO picks for that card."""
     from benchmarks.memory_fullsize import CONFIGS
 
     folder = folder_14b
+    if name.startswith("1.3b"):
+        folder = tmp_path / "wan13b"
+        for part, values in (("transformer", {"_class_name": "WanTransformer3DModel", **transformer_config("1.3b")}),
+                             ("vae", {"z_dim": 16})):
+            (folder / part).mkdir(parents=True)
+            (folder / part / "config.json").write_text(json.dumps(values))
     if experts == 2:  # Wan 2.2 A14B: the same transformer twice
         folder = tmp_path / "a14b"
         for part in ("transformer", "transformer_2", "vae"):
@@ -72,18 +90,20 @@ def test_the_fake_cuda_rows_of_autos_plans_are_the_plans_it_makes(name, gpu_gib,
     plan = plan_memory(config(folder, train_expert="BOTH", lora_rank=32), gpu_gib=gpu_gib, ram_gib=256)
     row = CONFIGS[name]
     assert plan.estimate.fits and row.experts == experts
-    assert {key: getattr(plan.config, key) for key in ("activation_offload", "checkpoint_attention",
-                                                       "offload_inactive_expert", "blocks_to_swap")} == \
-           {"activation_offload": row.activation_offload, "checkpoint_attention": row.checkpoint_attention,
-            "offload_inactive_expert": row.offload_inactive_expert, "blocks_to_swap": row.blocks_to_swap}
+    assert {key: getattr(plan.config, key) for key in ("activation_offload", "offload_inactive_expert",
+                                                       "blocks_to_swap")} == \
+           {"activation_offload": row.activation_offload, "offload_inactive_expert": row.offload_inactive_expert,
+            "blocks_to_swap": row.blocks_to_swap}
+    checkpointing = plan.config.checkpointing
+    assert (checkpointing.resolved().name, checkpointing.kept_blocks) == row_checkpointing(row)
     assert plan.config.fp8_base() == row.fp8 and plan.config.ffn_chunks == row.ffn_chunks == 0
 
 
 def test_a_key_set_away_from_its_default_is_kept(folder_14b):
     plan = plan_memory(config(folder_14b, ffn_chunks=2, fp8_base_weights=False, activation_offload=False,
                               checkpoint_attention=True), gpu_gib=24, ram_gib=256)
-    assert plan.config.ffn_chunks == 2 and plan.config.checkpoint_attention
-    assert not {"ffn_chunks", "checkpoint_attention"} & plan.changes.keys() and plan.estimate.fits
+    assert plan.config.ffn_chunks == 2 and plan.config.checkpointing.policy.name == "SPLIT_ATTENTION"
+    assert not {"ffn_chunks", "checkpointing"} & plan.changes.keys() and plan.estimate.fits
 
 
 def test_manual_or_no_gpu_size_changes_nothing(folder_14b):
@@ -141,4 +161,4 @@ def test_auto_stores_the_base_in_int8_only_on_a_card_where_int8_was_measured_fas
         plan = plan_memory(config(folder_14b, **kept), gpu_gib=24, capability=(8, 6))
         assert not plan.config.int8_base(), kept
     roomy = plan_memory(config(folder_14b), gpu_gib=80, capability=(8, 6))
-    assert roomy.changes == {}  # int8 is a saver: a run that fits keeps its bf16 base
+    assert roomy.changes.keys() == {"checkpointing"}  # int8 is a saver: a run that fits keeps its bf16 base

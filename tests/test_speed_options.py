@@ -34,12 +34,20 @@ def test_native_and_auto_attention_train_alike_on_the_cpu(tiny_model, video_data
     assert all(torch.equal(value, other[name]) for name, value in state.items())
 
 
-def test_auto_prefers_flash_then_cudnn_on_a_gpu(monkeypatch):
+def test_auto_orders_the_kernels_by_the_cards_measurements(monkeypatch):
+    """Hopper and newer: cuDNN first (PyTorch's measurement against flash-attn 2), flash-attn where installed next;
+    a card without a measurement (Ampere, Ada, unknown): flash-attn where installed, then cuDNN. Each order names its
+    source."""
     installed = {"flash_attn"}
     monkeypatch.setattr(attention_kernels.importlib.util, "find_spec", lambda name: name in installed or None)
-    assert resolve(A.AUTO, "cuda", training=True) == A.FLASH
+    for capability in [(8, 6), (8, 9), None]:
+        assert resolve(A.AUTO, "cuda", training=True, capability=capability or (7, 5)) == A.FLASH
+    for capability in [(9, 0), (10, 0), (12, 0)]:
+        assert resolve(A.AUTO, "cuda", training=True, capability=capability) == A.CUDNN
+        assert "PyTorch 2.5" in attention_kernels.auto_order(capability)[1]
+    assert "not measured" in attention_kernels.auto_order((8, 6))[1]
     installed.clear()
-    assert resolve(A.AUTO, "cuda", training=True) == A.CUDNN
+    assert resolve(A.AUTO, "cuda", training=True, capability=(8, 6)) == A.CUDNN
     assert resolve(A.AUTO, "cpu", training=False) == A.NATIVE
 
 

@@ -23,8 +23,10 @@ def step_arguments(spec) -> list[str]:
             "--lora-rank", str(spec.lora_rank), "--blocks-to-swap", str(spec.blocks_to_swap)]
     flags = {"--checkpointing": spec.checkpointing, "--fp8": spec.fp8, "--activation-offload": spec.activation_offload,
              "--offload-inactive-expert": spec.offload_inactive_expert,
-             "--checkpoint-attention": spec.checkpoint_attention}
+             "--checkpoint-attention": spec.checkpoint_attention, "--keep-self-attention": spec.keep_self_attention}
     args += [flag for flag, on in flags.items() if on]
+    if spec.checkpoint_policy:
+        args += ["--checkpoint-policy", spec.checkpoint_policy, "--kept-blocks", str(spec.kept_blocks)]
     if spec.ffn_chunks:
         args += ["--ffn-chunks", str(spec.ffn_chunks)]
     if spec.base_weight_format != "BF16":

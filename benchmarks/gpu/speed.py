@@ -22,16 +22,30 @@ MODELS = {  # name -> gpu_step arguments
 }
 STEP = "benchmarks/gpu_step.py"
 LEAN = "benchmarks/lean_block_speed.py"
+# checkpointing policies against full checkpointing (the NATIVE rows), on the models the issue names: name -> gpu_step
+# arguments. The kept blocks: AUTO's choice for a 24 GiB card on the 1.3B (docs/memory.md), half the 14B stack's 8.
+POLICIES = {
+    "13b": {"keepattn": ["--checkpoint-policy", "KEEP_ATTENTION"],
+            "keepattn_kept7": ["--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "7"],
+            "allbutffn": ["--checkpoint-policy", "KEEP_ALL_BUT_FFN"]},
+    "14b8": {"keepattn": ["--checkpoint-policy", "KEEP_ATTENTION"],
+             "keepattn_kept4": ["--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "4"],
+             "allbutffn": ["--checkpoint-policy", "KEEP_ALL_BUT_FFN"]},
+}
 
 
 def jobs(models: list[str], dry_run: bool) -> list[Job]:
-    """In order of what matters most, so that a budget cut loses the least: NATIVE eager and compiled first, then
-    1.3B with keep_self_attention (eager and compiled) against them."""
+    """In order of what matters most, so that a budget cut loses the least: NATIVE eager and compiled first (full
+    checkpointing), then the checkpointing policies of the 1.3B and the 14B stack (eager and compiled) against them,
+    then the other backends."""
     common = ["--checkpointing", "--lora-rank", "32"]
-    if dry_run:  # the first model's first job at 2 narrow blocks on the CPU: the same script, arguments and JSON
-        return [Job(f"{models[0]}_NATIVE_eager", [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size",
-                                                  "64x64", "--frames", "9", *common, "--attention-backend", "NATIVE",
-                                                  "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 300, needs=5)]
+    if dry_run:  # the first model at 2 narrow blocks on the CPU: the same script and JSON, under a policy that keeps
+        # one block and the other's self-attention (both ways a policy keeps)
+        return [Job(f"{models[0]}_NATIVE_keepattn_kept1_eager",
+                    [STEP, *MODELS[models[0]], "--device", "cpu", "--smoke", "--size", "64x64", "--frames", "9",
+                     "--lora-rank", "32", "--checkpoint-policy", "KEEP_ATTENTION", "--kept-blocks", "1",
+                     "--attention-backend", "NATIVE", "--steps", "2", "--warmup", "1", "--peak-tflops", "1"], 300,
+                    needs=5)]
     out = []
     for backend in BACKENDS:
         for model in models:
@@ -41,16 +55,23 @@ def jobs(models: list[str], dry_run: bool) -> list[Job]:
                                                       "--steps", "5", "--warmup", "2"], 240, needs=40))
                 out.append(Job(f"{model}_{b}_compiled", [STEP, *MODELS[model], *common, "--attention-backend", b,
                                                          "--compile", "--steps", "5", "--warmup", "3"], 300, needs=60))
+            if backend == "NATIVE" and model == "13b":  # a second process, the same shape: the graphs cached across
+                # runs (compile.graph_cache_dir) make its first warm-up step short (it was 98 s on the H200)
+                out.append(Job(f"{model}_{backend}_compiled_again", [STEP, *MODELS[model], *common,
+                                                                     "--attention-backend", backend, "--compile",
+                                                                     "--steps", "5", "--warmup", "3"], 300, needs=40))
+            if backend == "NATIVE":  # the checkpointing policies: the recompute each one skips
+                for tag, policy in POLICIES.get(model, {}).items():
+                    args = [STEP, *MODELS[model], "--lora-rank", "32", "--attention-backend", backend, *policy]
+                    out.append(Job(f"{model}_{backend}_{tag}_eager", [*args, "--steps", "5", "--warmup", "2"], 240,
+                                   needs=40))
+                    out.append(Job(f"{model}_{backend}_{tag}_compiled", [*args, "--compile", "--steps", "5",
+                                                                         "--warmup", "3"], 300, needs=60))
             if model == "13b" and backend == "NATIVE":  # the lean block against diffusers' block forward (issue 54)
                 out.append(Job("lean_vs_diffusers_1536w_4blocks", [LEAN, "--device", "cuda", "--dtype", "bfloat16",
                                                                    "--width", "1536", "--layers", "4", "--frames",
                                                                    "21", "--steps", "5", "--repeats", "3"],
                                240, needs=60))
-            if model == "13b" and backend == "NATIVE":  # keep_self_attention: the recompute without the attention
-                kept = [STEP, *MODELS[model], *common, "--attention-backend", backend, "--keep-self-attention"]
-                out.append(Job(f"{model}_{backend}_kept_eager", [*kept, "--steps", "5", "--warmup", "2"], 240, needs=40))
-                out.append(Job(f"{model}_{backend}_kept_compiled", [*kept, "--compile", "--steps", "5", "--warmup",
-                                                                    "3"], 300, needs=60))
     return out
 
 
@@ -63,7 +84,8 @@ def summary(row: dict) -> dict:
         row["s_per_step_median"] = round(median, 4)
         row["mfu_at_median"] = round(row["model_flops_per_step"] / median / 1e12 / peak, 4) if peak else None
     keep = ("name", "status", "error", "rc", "wall_s", "model", "layers", "size", "frames", "attention_backend",
-            "compile", "tokens", "steps", "warmup", "s_per_step_median", "s_per_step_min", "step_times",
+            "compile", "checkpoint_policy", "kept_blocks", "tokens", "steps", "warmup", "s_per_step_median",
+            "s_per_step_min", "step_times",
             "warmup_times", "model_flops_per_step", "mfu_at_median", "hfu", "peak_tflops", "peak_vram_gib",
             "peak_vram_reserved_gib", "setup_peak_vram_gib", "estimate_training_gib", "compiled_graphs", "loss",
             "profile_top", "device", "width", "seconds_per_step", "ratio_lean_over_diffusers")

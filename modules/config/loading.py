@@ -13,8 +13,10 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
+from modules.config.checkpointing_config import OLD_KEYS as CHECKPOINT_KEYS
+from modules.config.checkpointing_config import upgrade_old_keys
 from modules.config.sampling_choices import OLD_SCHEDULERS
-from modules.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig
+from modules.config.train_config import CONFIG_VERSION, ConceptConfig, TrainConfig, upgrade_compile_flag
 from modules.util.atomic import atomic_write_text
 from modules.util.base_config import ConfigError
 from modules.util.text_io import decode_text
@@ -70,10 +72,18 @@ def _migrate_3_to_4(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # version N -> function upgrading a dict of version N to N + 1
+def _migrate_4_to_5(data: dict[str, Any]) -> dict[str, Any]:
+    # gradient_checkpointing, checkpoint_attention and keep_self_attention became one group, checkpointing (a policy
+    # and kept_blocks); the old `gradient_checkpointing: true` was the default that memory_preset AUTO added to: AUTO.
+    # and `compile` true / false became ON / OFF beside AUTO
+    return upgrade_compile_flag(upgrade_old_keys(data))
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2,
-                                                                      2: _migrate_2_to_3, 3: _migrate_3_to_4}
+                                                                      2: _migrate_2_to_3, 3: _migrate_3_to_4,
+                                                                      4: _migrate_4_to_5}
 # Keys only older versions have: a file without `config_version` that holds one is of that version.
-LEGACY_KEYS = {key: 1 for key in _ADAM_KEYS}
+LEGACY_KEYS = {**{key: 1 for key in _ADAM_KEYS}, **{key: 4 for key in CHECKPOINT_KEYS}}
 
 
 def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from modules.adapter.registry import ADAPTERS, PeftType
+from modules.config.checkpointing_config import CheckpointingConfig, upgrade_old_keys
 from modules.config.guidance_preserving_config import GuidancePreservingConfig
 from modules.config.limits import check_frame_count, check_lora_strength, check_resolution_side
 from modules.config.sample_config import SampleConfig, SampleOverrides
@@ -23,6 +24,7 @@ from modules.util.enum import (
     AttentionBackend,
     BalancingStrategy,
     BaseWeightFormat,
+    CompileMode,
     ConceptType,
     DataParallel,
     DataType,
@@ -46,7 +48,7 @@ from modules.util.enum import (
 )
 from modules.util.run_folder import run_name_problem
 
-CONFIG_VERSION = 4  # 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
+CONFIG_VERSION = 5  # 5: gradient_checkpointing/checkpoint_attention/keep_self_attention -> checkpointing; 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelFile/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -246,6 +248,13 @@ class EmbeddingConfig(BaseConfig):
             raise ConfigError(f"config key '{path}.learning_rate' must be 0 (= learning_rate) or more, got {self.learning_rate}")
 
 
+def upgrade_compile_flag(data: dict) -> dict:
+    """`compile` was true / false before AUTO: ON / OFF."""
+    if isinstance(data.get("compile"), bool):
+        data = {**data, "compile": "ON" if data["compile"] else "OFF"}
+    return data
+
+
 @dataclasses.dataclass
 class TrainConfig(BaseConfig):
     config_version: int = option(CONFIG_VERSION, "Version of this file's layout; older files are migrated.")
@@ -316,18 +325,16 @@ class TrainConfig(BaseConfig):
     optimizer_options: OptimizerOptions = option(OptimizerOptions(), "Options of each optimizer by name; only the chosen optimizer's are used.")
     weight_decay: float = option(0.01, "Weight decay (decoupled where the optimizer supports it).")
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 = off).")
-    gradient_checkpointing: bool = option(True, "Recompute activations in the backward pass to save memory.")
+    checkpointing: CheckpointingConfig = option(CheckpointingConfig(), "Gradient checkpointing: what each transformer block keeps for its backward pass (policy, kept_blocks). Every policy trains bit for bit alike; more kept is faster and needs more memory.")
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
-    compile: bool = option(False, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape). The first steps are slower while it compiles; needs triton on a GPU, a C++ compiler on the CPU.")
-    memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit both the GPU (gpu_memory_gib, else the detected card) and the machine's RAM: vae_tiling, text_encoder_caching_device CPU, then vae_dtype BFLOAT16 while caching does not fit; for training, of activation_offload, checkpoint_attention, fp8_base_weights (base_weight_format INT8_CONVROT instead on a card where int8 was measured faster, by compute capability: docs/base_weights.md), offload_inactive_expert and the fewest blocks_to_swap, the cheapest combination that fits both (offload and swapped blocks spend RAM: with little RAM AUTO swaps blocks or splits instead); refused only where no plan fits the RAM (one line: the plan needing the least and what would run it); the choice and its cost are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
+    compile: CompileMode = option(CompileMode.AUTO, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape): AUTO (on a CUDA GPU with triton installed, where the compile tests pass; off on the CPU, ROCm and with an int8 ConvRot base, not yet compiled on a GPU), ON (also on the CPU, with a C++ compiler) or OFF. The compiled graphs are cached across runs (in ~/.cache/wantrainer/torch_compile, or TORCHINDUCTOR_CACHE_DIR), so the first step's compilation is paid once per shape, not per run. true / false are read as ON / OFF.")
+    memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit both the GPU (gpu_memory_gib, else the detected card) and the machine's RAM: vae_tiling, text_encoder_caching_device CPU, then vae_dtype BFLOAT16 while caching does not fit; for training, of activation_offload, checkpointing SPLIT_ATTENTION, fp8_base_weights (base_weight_format INT8_CONVROT instead on a card where int8 was measured faster, by compute capability: docs/base_weights.md), offload_inactive_expert and the fewest blocks_to_swap, the cheapest combination that fits both (offload and swapped blocks spend RAM: with little RAM AUTO swaps blocks or splits instead); then, with checkpointing.policy AUTO, the memory left is spent on speed: the checkpointing policy and kept_blocks that fit with the least modelled step time; refused only where no plan fits the RAM (one line: the plan needing the least and what would run it); the choice, its cost and why are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
     gpu_memory_gib: float = option(0.0, "The GPU memory to plan for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing): memory_preset AUTO's plan, and when caching tiles the VAE.")
-    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs gradient_checkpointing).")
+    blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs checkpointed blocks: a checkpointing policy other than NONE and KEEP_ALL_BUT_FFN, and kept_blocks only among the others).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
-    ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices. With gradient_checkpointing the feed-forward runs its backward in token slices anyway (at no cost: the block's recompute skips it), and this sets the least number of slices; without it each slice is recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
-    checkpoint_attention: bool = option(False, "Recompute each block's self- and cross-attention separately right before its backward: a smaller working set per block for about one extra attention pass per step.")
-    keep_self_attention: bool = option(False, "With gradient_checkpointing: keep each block's self-attention output from the forward pass instead of recomputing it in the backward (torch's SDPA kernels: NATIVE, CUDNN, AUTO without flash-attn). Faster by one attention forward per block (a 1.3B step at 832x480x81 spent ~12 % of its time there on an H200); costs tokens x width x 2 bytes per block until its backward (1.3B at 832x480x81: 2.9 GiB; 14B: 12.7 GiB). Same values and gradients bit for bit. Not with checkpoint_attention.")
-    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory with gradient_checkpointing, whose recompute frees the upcast copies).")
+    ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices. Under checkpointing (every policy but NONE) the feed-forward runs its backward in token slices anyway (at no cost: the block's recompute skips it), and this sets the least number of slices; with policy NONE each slice is recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
+    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory in checkpointed blocks, whose recompute frees the upcast copies).")
     base_weight_format: BaseWeightFormat = option(BaseWeightFormat.BF16, "How the frozen transformer's block Linears are stored (LORA and EMBEDDING; embedders, modulation, head and norms stay as loaded): BF16 (as loaded, in transformer_dtype), FP8 (float8, upcast per layer; fp8_base_weights true is the older spelling), FP8_SCALED (float8 with one scale per weight, ComfyUI's fp8_scaled) or INT8_CONVROT (ComfyUI's int8 with a Hadamard rotation, int8 matmuls: half of bf16's weight memory, faster on consumer GPUs, slower than bf16 on Hopper; a ComfyUI int8 ConvRot file as transformer_override trains as stored). See docs/base_weights.md.", structural=True)
     fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
@@ -404,6 +411,11 @@ class TrainConfig(BaseConfig):
     validation_sigma_count: int = option(4, "Validation: how many fixed σ values each sample's loss is measured at (evenly spaced over the trained σ range; one forward pass each).")
 
     e2v: E2VConfig = option(E2VConfig(), "Elements-to-Video options.")
+
+    @classmethod
+    def upgrade(cls, data: dict, path: str = "") -> dict:
+        """The old checkpointing keys, in any record (a GUI row, a test's dict), read as the `checkpointing` group."""
+        return upgrade_compile_flag(upgrade_old_keys(data, path))
 
     def fp8_base(self) -> bool:
         """Whether the frozen block weights are stored in float8 (base_weight_format FP8 / FP8_SCALED, or the older
@@ -504,15 +516,10 @@ class TrainConfig(BaseConfig):
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
         if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base()):
             fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
-        if self.blocks_to_swap and not self.gradient_checkpointing:
-            fail("blocks_to_swap", "needs gradient_checkpointing: without it autograd keeps each block's weights for the "
-                                   "backward pass, so they cannot go back to the CPU: set gradient_checkpointing true")
-        if self.keep_self_attention and not self.gradient_checkpointing:
-            fail("keep_self_attention", "keeps what gradient_checkpointing would recompute: set gradient_checkpointing "
-                                        "true (without it every activation is kept anyway) or keep_self_attention false")
-        if self.keep_self_attention and self.checkpoint_attention:
-            fail("keep_self_attention", "and checkpoint_attention pull opposite ways (keep the attention output / "
-                                        "recompute the attention separately): set one of them false")
+        if self.blocks_to_swap and not self.checkpointing.checkpoints():
+            fail("blocks_to_swap", f"needs checkpointed blocks: with checkpointing.policy "
+                                   f"{self.checkpointing.policy.name} autograd keeps each block's weights for the "
+                                   "backward pass, so they cannot go back to the CPU: set the policy to FULL or AUTO")
         self._check_base_weight_format(fail)
         if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base():
             fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
@@ -521,9 +528,11 @@ class TrainConfig(BaseConfig):
         if self.offload_inactive_expert and self.train_expert != WanExpert.BOTH:
             fail("offload_inactive_expert", f"applies to train_expert BOTH (with {self.train_expert.name} the other expert "
                                             "is not trained and stays off the GPU anyway): set it false")
-        if self.compile and importlib.util.find_spec("triton") is None and device_type_of(self.train_device) == "cuda":
-            fail("compile", "needs the 'triton' package on a GPU (pip install triton; triton-windows on Windows): "
-                            "install it or set compile false")
+        if self.compile == CompileMode.ON and importlib.util.find_spec("triton") is None \
+                and device_type_of(self.train_device) == "cuda":
+            fail("compile", "is ON, which needs the 'triton' package on a GPU (pip install triton; triton-windows on "
+                            "Windows): "
+                            "install it or set compile AUTO or OFF")
         if self.sequence_parallel < 1:
             fail("sequence_parallel", f"must be 1 (off) or more GPUs per clip, got {self.sequence_parallel}")
         if self.data_parallel == DataParallel.FSDP:

@@ -69,7 +69,9 @@ def driving_pass(transformer, driving_latents: torch.Tensor, driving_condition: 
     """The driving stream's pass: its K/V cache (every layer's) and its patch grid (B, 3). The sampler runs it once
     and the generation pass at every step; training runs both at every step."""
     install(transformer)  # (idempotent) a transformer loaded by diffusers has its flex-only processor
-    if transformer.gradient_checkpointing:
+    # diffusers' default function takes no keywords; the setup's policy (checkpoint_policy.py) does and stays
+    if transformer.gradient_checkpointing and not getattr(transformer._gradient_checkpointing_func, "takes_keywords",
+                                                          False):
         transformer._gradient_checkpointing_func = checkpoint_block
     cache = WanAnimate2KVCache(len(transformer.blocks))
     cache.layer_caches = [_WriteOnceLayer() for _ in cache.layer_caches]

@@ -20,18 +20,18 @@ from modules.model.sequence_parallel import shard_tokens
 from modules.model.step_inputs import StepInputs, StepRandom
 from modules.model.WanModel import WanModel
 from modules.modelSetup import sharding
+from modules.modelSetup.checkpoint_policy import BlockCheckpoint, apply_checkpoint_policy
 from modules.modelSetup.chunking import split_blocks
-from modules.modelSetup.compile import CompileLog, compile_blocks
+from modules.modelSetup.compile import CompileLog, compile_blocks, compile_wanted
 from modules.modelSetup.embedding_training import STATE_KEY as EMBEDDING_STATE_KEY
 from modules.modelSetup.embedding_training import EmbeddingTraining
 from modules.modelSetup.flow_matching import SigmaSampler, add_noise, flow_target, resolution_shift
 from modules.modelSetup.guidance_preserving import distilled_sigmas, draw, guided_target, scales_at
-from modules.modelSetup.kept_attention import KeptAttention, keep_self_attention
 from modules.modelSetup.lean_block import BlockSaves, lean_blocks
 from modules.modelSetup.losses import elementwise_loss, huber_c_for, masked_weights, sigma_weights
 from modules.modelSetup.memory import BlockSwapper, ExpertOffloader, activation_offload
 from modules.util.distributed import DistributedContext
-from modules.util.enum import DataParallel, WanExpert
+from modules.util.enum import CheckpointPolicy, CompileMode, DataParallel, WanExpert
 from modules.util.errors import UserError
 
 EXPERT_NAMES = ("transformer", "transformer_2")
@@ -60,7 +60,7 @@ class BaseWanSetup:
         self.swappers: list[BlockSwapper] = []
         self.offloader: ExpertOffloader | None = None  # offload_inactive_expert
         self.compile_log: CompileLog | None = None  # compile: graphs per new shape
-        self.kept_attention: list[KeptAttention] = []  # keep_self_attention: each checkpointed transformer's policy
+        self.checkpoints: list[BlockCheckpoint] = []  # checkpointing: each trained transformer's checkpoint function
         self.sequence: SequenceShards | None = None  # sequence_parallel: this rank's token shard of each clip
         # expert -> parameters that train fully whatever the method (E2V-expanded inputs, new modules)
         self.full_train = full_train or {}
@@ -175,7 +175,7 @@ class BaseWanSetup:
         dist = dist or DistributedContext()
         self._sharded = dist.enabled and self.config.data_parallel == DataParallel.FSDP
         self.swappers, self.ddp, self.offloader, self.compile_log = [], {}, None, None
-        self.kept_attention, self.sequence = [], None
+        self.checkpoints, self.sequence = [], None
         device = self.model.train_device
         apply_attention_backend(self.model.transformers(), self.config.attention_backend, device.type, training=True)
         trained = self.trained_transformers()
@@ -183,13 +183,14 @@ class BaseWanSetup:
         if self.config.offload_inactive_expert and not offload:
             logger.warning("offload_inactive_expert: this run trains one transformer, so there is no idle expert to offload")
         for expert, transformer in trained:
-            if self.config.gradient_checkpointing and self.config.keep_self_attention:
-                self.kept_attention.append(keep_self_attention(transformer))
-            elif self.config.gradient_checkpointing:
-                transformer.enable_gradient_checkpointing()
-            split_blocks(transformer, self.config.ffn_chunks, self.config.checkpoint_attention)
-            # diffusers' blocks keeping half-precision inputs only; checkpointed, the FFN's backward in slices
-            lean_blocks(transformer, BlockSaves(ffn_in_backward=self.config.gradient_checkpointing,
+            function = apply_checkpoint_policy(transformer, self.config)
+            if function is not None:
+                self.checkpoints.append(function)
+            split_blocks(transformer, self.config.ffn_chunks,
+                         self.config.checkpointing.resolved() == CheckpointPolicy.SPLIT_ATTENTION)
+            # diffusers' blocks keeping half-precision inputs only; under every policy but NONE the FFN's backward runs
+            # in slices (a checkpointed block's recompute skips it, a kept block keeps only its input)
+            lean_blocks(transformer, BlockSaves(ffn_in_backward=self.config.checkpointing.recomputes(),
                                                 ffn_slices=max(1, self.config.ffn_chunks)))
             if self._sharded:  # from the CPU, block by block
                 sharding.shard_transformer(transformer, device, dist.world_size)
@@ -204,7 +205,10 @@ class BaseWanSetup:
         if offload:
             swapped = set().union(*(swapper.swapped_parameters() for swapper in self.swappers))
             self.offloader = ExpertOffloader([t for _, t in trained], device, swapped)
-        if self.config.compile:
+        wanted, why = compile_wanted(self.config, device)
+        if wanted or self.config.compile != CompileMode.OFF:
+            logger.info("%s", why)
+        if wanted:
             for _, transformer in trained:
                 compile_blocks(transformer)
             self.compile_log = CompileLog()
@@ -401,11 +405,14 @@ class BaseWanSetup:
                           sigmas=sigmas, expert=expert)
 
     def _check_kept_attention(self) -> None:
-        """After the first step with keep_self_attention: say so once if no kernel was kept (another backend's)."""
-        if self.kept_attention and torch.is_grad_enabled() and not any(k.matched for k in self.kept_attention):
-            logger.warning("keep_self_attention: the attention backend (%s) does not run torch's SDPA kernels, so "
-                           "self-attention is recomputed as without it", self.config.attention_backend.name)
-            self.kept_attention = []
+        """After the first step with policy KEEP_ATTENTION: say so once if no kernel was kept (another backend's)."""
+        kept = [c for c in self.checkpoints if c.attention is not None and not c.checked]
+        if kept and torch.is_grad_enabled():
+            for function in kept:
+                function.checked = True
+        if kept and torch.is_grad_enabled() and not any(c.matched for c in kept):
+            logger.warning("checkpointing KEEP_ATTENTION: the attention backend (%s) does not run torch's SDPA "
+                           "kernels, so self-attention is recomputed as under FULL", self.config.attention_backend.name)
 
     def unconditional_prediction(self, inputs: StepInputs, x_t: torch.Tensor, sigmas: torch.Tensor,
                                  expert: int) -> torch.Tensor:

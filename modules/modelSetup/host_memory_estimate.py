@@ -161,8 +161,12 @@ def host_estimate(train: TrainConfig, ram_gib: float | None = None) -> HostEstim
         if train.offload_inactive_expert and trained == 2:
             # the offloader keeps both experts' host copies (the active one's device copy is made from it)
             terms["expert_offload"] = 2 * _slab_bytes(list(block) * (layers - swap) + list(rest)) / GIB
-    if train.activation_offload and train.gradient_checkpointing:
-        saved = tokens * dim * 2 * layers * train.batch_size
+    if train.activation_offload and train.checkpointing.recomputes():
+        # checkpointed blocks' inputs; a kept block's saved tensors all go to the host (checkpoint_policy.py)
+        from modules.modelSetup.checkpoint_policy import kept_block_count
+
+        kept = kept_block_count(train, layers)
+        saved = tokens * train.batch_size * (dim * 2 * (layers - kept) + kept * vram.kept_block_bytes(1, dim, 1.0))
         terms["offloaded_activations"] = -(-saved // ACTIVATION_SLAB) * ACTIVATION_SLAB / GIB
     text_gib = text_parameters * (vram._bytes(train.text_encoder_dtype) // (2 if train.text_encoder_fp8 else 1) or 1) \
         / GIB

@@ -1,4 +1,4 @@
-"""`keep_self_attention`: gradient checkpointing that keeps each block's self-attention output from the forward pass
+"""`checkpointing.policy: KEEP_ATTENTION`: gradient checkpointing that keeps each block's self-attention output from the forward pass
 instead of recomputing it in the backward pass.
 
 Under gradient checkpointing the backward pass of a block first runs the block's forward again, self-attention
@@ -13,13 +13,11 @@ per head and token) for every checkpointed block until its backward.
 Only self-attention is kept (query and key of the same shape): cross-attention over 512 text tokens is cheap to
 recompute. What is matched is torch's own fused SDPA kernels (flash, cuDNN, memory-efficient, the CPU's flash); other
 kernels (flash-attn, flex) are recomputed as before, which `KeptAttention.matched` lets the setup report.
+The checkpoint function itself is checkpoint_policy.BlockCheckpoint.
 """
 from __future__ import annotations
 
-import functools
-
-import torch
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import CheckpointPolicy
 
 SDPA_KERNELS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu")
@@ -32,25 +30,14 @@ def is_self_attention_kernel(op, args) -> bool:
 
 
 class KeptAttention:
-    """The checkpoint function a transformer's blocks run under (diffusers' `_gradient_checkpointing_func`)."""
+    """The selective checkpoint's policy: the self-attention kernels' outputs saved, everything else recomputed."""
 
     def __init__(self):
         self.matched = 0  # self-attention kernels kept so far (0 after a step: the backend's kernel is not torch's)
 
-    def _policy(self, ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    def policy(self, ctx, op, *args, **kwargs) -> CheckpointPolicy:
         if is_self_attention_kernel(op, args):
             if not ctx.is_recompute:
                 self.matched += 1
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
-
-    def __call__(self, function, *args, **kwargs):
-        return checkpoint(function, *args, use_reentrant=False, **kwargs,
-                          context_fn=functools.partial(create_selective_checkpoint_contexts, self._policy))
-
-
-def keep_self_attention(transformer: torch.nn.Module) -> KeptAttention:
-    """Gradient checkpointing on `transformer` that keeps each block's self-attention output (see the module doc)."""
-    kept = KeptAttention()
-    transformer.enable_gradient_checkpointing(gradient_checkpointing_func=kept)
-    return kept

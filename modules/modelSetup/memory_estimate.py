@@ -9,9 +9,10 @@ The model (docs/performance.md, "VRAM estimate"), in GiB, over the two phases of
   frozen weights off the GPU but for 2; with offload_inactive_expert one expert's weights only), the trained
   parameters (the real adapter injected on the meta device), their gradients, the optimizer's state
   (`OptimizerSpec.state_bytes`), the EMA copy on the GPU, the VAE (it stays for sampling), the text encoder when
-  latents are not cached, and activations: with gradient checkpointing each block's input (tokens x dim x
+  latents are not cached, and activations: with checkpointed blocks each block's input (tokens x dim x
   2 bytes x layers, on the CPU with activation_offload) plus one block's working set (tokens x (10 dim + 2 ffn)
-  x 2 bytes); without it, that working set for every block. tokens = latent frames x h/p x w/p of the largest
+  x 2 bytes); kept blocks (checkpointing.kept_blocks, KEEP_ALL_BUT_FFN) their saved tensors instead of their input,
+  KEEP_ATTENTION each checkpointed block's self-attention output; with policy NONE, that working set for every block. tokens = latent frames x h/p x w/p of the largest
   bucket, times the batch size (with sequence_parallel N, one rank's share: ceil(tokens / N), the whole model
   beside it); an E2V run's reference latent frames beside the video (SkyReels-V3's 4 slots, a
   VACE base's one per element) count as frames; an Animate-2 base's driving stream and reference slot count too
@@ -32,7 +33,8 @@ from pathlib import Path
 import torch
 
 from modules.config.train_config import TrainConfig, frame_lengths, resolutions
-from modules.util.enum import DataType, EmaMode, Fp8Scale, TrainingMethod, WanExpert
+from modules.modelSetup.checkpoint_policy import kept_block_count
+from modules.util.enum import CheckpointPolicy, DataType, EmaMode, Fp8Scale, TrainingMethod, WanExpert
 from modules.util.errors import UserError
 
 GIB = 2 ** 30
@@ -40,8 +42,8 @@ HEADROOM_GIB = 0.5  # CUDA context and allocator slack
 SWAP_RESIDENT_BLOCKS = 2  # swapped blocks on the device at the peak: the one running and the one being fetched
 # One lean block's working set in its backward pass under gradient checkpointing (modelSetup/lean_block.py: the
 # modulation and residual arithmetic keeps its bf16 inputs only and recomputes in token slices, the feed-forward runs
-# its backward in token slices, the attention's q/k norm and rotary too), keyed by `checkpoint_attention`: (bytes per
-# token x model width, GiB beside it: the feed-forward's and the arithmetic's slices). Fitted to the fake-CUDA
+# its backward in token slices, the attention's q/k norm and rotary too), keyed by checkpointing SPLIT_ATTENTION:
+# (bytes per token x model width, GiB beside it: the feed-forward's and the arithmetic's slices). Fitted to the fake-CUDA
 # measurement of the real step at full size (benchmarks/memory_fullsize.py; 1.3B and 14B at 832x480x81, bf16
 # autocast, the CUDNN attention: docs/performance.md). What is left scales with the width: the attentions' saved
 # q/k/v/output and their projections' inputs, the norms' and residuals' bf16 inputs and outputs.
@@ -50,9 +52,14 @@ LEAN_WORKING_SET = {False: (38.3, 0.20), True: (28.0, 0.07)}
 # measured: diffusers' block's constants, per token x (model width, FFN width))
 UNCHECKPOINTED_PER_TOKEN = (48.1, 6.73)
 # fp8 storage: the dequantized copies of the running part's Linear weights in the compute dtype (autograd keeps them
-# for its backward), as this many blocks' worth, by `checkpoint_attention` (at the peak: the feed-forward's slices,
+# for its backward), as this many blocks' worth, by SPLIT_ATTENTION (at the peak: the feed-forward's slices,
 # or one attention's projections); fitted on 14B light
 FP8_DEQUANTIZED_BLOCKS = {False: 0.81, True: 0.22}
+# A kept block (checkpointing.kept_blocks, KEEP_ALL_BUT_FFN): what it saves for its backward, per token x model width
+# in bytes (bf16): its input and the norms' and residuals' bf16 inputs, the attentions' projections' inputs, q/k/v,
+# outputs and log-sum-exp, the feed-forward's input; fitted to the fake-CUDA rows (benchmarks/memory_fullsize.py
+# `1.3b_kept*`, `14b8_kept*`)
+KEPT_BLOCK_PER_TOKEN = 33.5
 # activation offload: the recomputed block's input back on the device at the peak (block inputs' worth)
 OFFLOADED_INPUTS_ON_DEVICE = 1.0
 # Wan 2.2 TI2V's timestep per token: the saved time projection (6 x width bf16 per token) and the model's head, whose
@@ -76,6 +83,12 @@ def int8_call_bytes(tokens: int, dim: int, ffn: int, ffn_chunks: int, activation
 
     ffn_rows = -(-tokens // ffn_chunks) if ffn_chunks > 1 else tokens
     return max(call(tokens, dim, dim), call(ffn_rows, dim, ffn), call(ffn_rows, ffn, dim))
+
+
+def kept_block_bytes(tokens: int, dim: int, scale: float) -> float:
+    """What a kept block (not checkpointed; the feed-forward's hidden layer still recomputed in its backward) holds
+    from its forward to its backward, its input included: KEPT_BLOCK_PER_TOKEN bytes per token and width."""
+    return tokens * KEPT_BLOCK_PER_TOKEN * dim * scale
 
 
 def ffn_slices(tokens: int, ffn: int, activation_bytes: int, ffn_chunks: int) -> int:
@@ -319,29 +332,40 @@ def estimate(train: TrainConfig, gpu_gib: float | None = None) -> Estimate:
     # Animate-2: both passes' block inputs are kept, one block of the longer (generated) stream works at a time
     driving_tokens = tokens * latent_frames // (2 * latent_frames + 1) if is_animate2(transformers[0]) else 0
     block_tokens = (tokens - driving_tokens) * batch
-    per_dim, beside = LEAN_WORKING_SET[bool(train.checkpoint_attention)]
+    policy = train.checkpointing.resolved()
+    split = policy == CheckpointPolicy.SPLIT_ATTENTION
+    kept = kept_block_count(train, layers)  # blocks not checkpointed: all they save but the FFN's hidden layer
+    checkpointed = layers - kept
+    per_dim, beside = LEAN_WORKING_SET[split]
     working_set = block_tokens * per_dim * dim * scale + beside * GIB
-    saved_inputs = tokens * dim * activation_bytes * layers * batch
+    saved_inputs = tokens * dim * activation_bytes * checkpointed * batch
     per_token_timesteps = (vae or {}).get("z_dim") == 48  # TI2V: the 16x VAE, a timestep per token
     if lora and train.int8_base():  # a block's working set, or one int8 call's transients where they are larger
-        slices = ffn_slices(block_tokens, ffn, activation_bytes, train.ffn_chunks) if train.gradient_checkpointing \
+        slices = ffn_slices(block_tokens, ffn, activation_bytes, train.ffn_chunks) if train.checkpointing.recomputes() \
             else train.ffn_chunks
         working_set = max(working_set, int8_call_bytes(tokens, dim, ffn, slices, activation_bytes) * batch)
-    if train.gradient_checkpointing:
+    if policy != CheckpointPolicy.NONE:
         activations = {"activations.block_inputs": 0.0 if train.activation_offload else saved_inputs,
                        "activations.one_block": working_set}
-        if train.activation_offload:
-            activations["activations.offloaded_input_on_device"] = OFFLOADED_INPUTS_ON_DEVICE * saved_inputs / layers
+        if train.activation_offload and checkpointed:
+            activations["activations.offloaded_input_on_device"] = (OFFLOADED_INPUTS_ON_DEVICE * saved_inputs
+                                                                    / checkpointed)
+        block_linear = counts[0]["block_linear"] / layers * activation_bytes
         if lora and train.fp8_base():
-            block_linear = counts[0]["block_linear"] / layers * activation_bytes
-            activations["activations.fp8_dequantized"] = (FP8_DEQUANTIZED_BLOCKS[bool(train.checkpoint_attention)]
-                                                          * block_linear * batch)
+            activations["activations.fp8_dequantized"] = FP8_DEQUANTIZED_BLOCKS[split] * block_linear * batch
         if per_token_timesteps:
             activations["activations.per_token_timesteps"] = tokens * PER_TOKEN_TIMESTEP * dim * scale * batch
-        if train.keep_self_attention:  # each block's self-attention output and float32 log-sum-exp (128-wide heads);
-            # at the peak (the last block's backward) that block's kept output stands in for its recomputed one
+        if policy == CheckpointPolicy.KEEP_ATTENTION and checkpointed:  # each checkpointed block's self-attention
+            # output and float32 log-sum-exp (128-wide heads); at the peak (the last block's backward) that block's
+            # kept output stands in for its recomputed one
             activations["activations.kept_self_attention"] = (
-                tokens * (dim * activation_bytes + dim // 128 * 4) * (layers - 1) * batch)
+                tokens * (dim * activation_bytes + dim // 128 * 4) * (checkpointed - 1) * batch)
+        if kept:  # every kept block's saved tensors but the last's (its backward's working set stands for it), in
+            # host memory with activation offload; fp8 / int8 bases: autograd keeps each kept block's upcast weights
+            activations["activations.kept_blocks"] = 0.0 if train.activation_offload else (
+                (kept - (checkpointed == 0)) * kept_block_bytes(block_tokens, dim, scale))
+            if lora and (train.fp8_base() or train.int8_base()):
+                activations["activations.kept_blocks_weights"] = (kept - (checkpointed == 0)) * block_linear
     else:  # not measured: every block's working set is kept until its backward
         per_dim, per_ffn = UNCHECKPOINTED_PER_TOKEN
         activations = {"activations.all_blocks": block_tokens * (per_dim * dim + per_ffn * ffn) * scale * layers}
@@ -414,15 +438,15 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
                        "the GPU; captions encode slowly, once) or text_encoder_fp8: true (about half)")
     # frozen base weights (LoRA, embedding): fp8 storage and block swap apply
     lora = train.training_method in (TrainingMethod.LORA, TrainingMethod.EMBEDDING)
-    if not train.gradient_checkpointing:
-        out.append(f"gradient_checkpointing: true (keeps one block's activations of the "
+    if train.checkpointing.resolved() == CheckpointPolicy.NONE:
+        out.append(f"checkpointing.policy: FULL (keeps one block's activations of the "
                    f"{training['activations.all_blocks']:.1f} GiB, and each block's input; about 30% slower)")
     if train.ema == EmaMode.GPU:
         out.append(f"ema: CPU (saves {training['ema']:.1f} GiB; no speed cost)")
     if lora and not train.fp8_base() and not train.int8_base():
         out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost) or base_weight_format: "
                    "INT8_CONVROT (the same bytes; int8 matmuls, measured faster on RTX 30xx, slower on Hopper)")
-    if train.gradient_checkpointing and not train.activation_offload:
+    if train.checkpointing.checkpoints() and not train.activation_offload:
         out.append(f"activation_offload: true (saves {training.get('activations.block_inputs', 0):.1f} GiB; "
                    "host copies each step)")
     if lora and not train.blocks_to_swap:

@@ -11,7 +11,8 @@ cost:
                           caching only: UMT5 encodes the captions on the CPU (slow, once; the cache is reused)
   vae_dtype BFLOAT16      caching only: the VAE (float32 by default) encodes in bf16 (then vae_tiling is tried again)
   activation_offload      saved block inputs in host memory: host copies each step (a few % on PCIe 4)
-  checkpoint_attention    each attention of a block recomputed on its own in the backward: about one more forward of
+  checkpointing SPLIT_ATTENTION
+                          each attention of a block recomputed on its own in the backward: about one more forward of
                           each attention (the feed-forward runs its backward in token slices anyway, at no cost,
                           under gradient checkpointing: lean_ffn.py)
   fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding); on a
@@ -24,7 +25,8 @@ A key the user set away from its default is theirs: no saver touches it. Savers 
 no CUDA device) nothing changes. Host RAM is what activation offload, idle-expert offload and swapped blocks spend
 (with the encoders and the process): AUTO trades them against chunking and fp8 to fit both. Where no plan fits the GPU,
 the lightest on the GPU that the host holds starts with a warning; where no plan fits the host RAM, AUTO refuses to
-start and names the plan that needs the least RAM, its largest term and the RAM that would run it.
+start and names the plan that needs the least RAM, its largest term and the RAM that would run it. Last, with
+`checkpointing.policy` AUTO, the memory the plan leaves is spent on speed (spare_memory.py).
 """
 from __future__ import annotations
 
@@ -33,15 +35,18 @@ import enum
 import logging
 import math
 
+from modules.config.checkpointing_config import CheckpointingConfig
 from modules.config.train_config import TrainConfig
 from modules.modelSetup.host_memory_estimate import HostEstimate, host_estimate
 from modules.modelSetup.memory_estimate import HEADROOM_GIB, Estimate, detected_gpu_gib, estimate
-from modules.util.enum import BaseWeightFormat, DataType, EncoderDevice, MemoryPreset, TrainingMethod
+from modules.modelSetup.spare_memory import spend_spare_memory
+from modules.util.enum import BaseWeightFormat, CheckpointPolicy, CompileMode, DataType, EncoderDevice, MemoryPreset, TrainingMethod
 from modules.util.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 _DEFAULTS = TrainConfig()
+SPLIT = CheckpointingConfig(CheckpointPolicy.SPLIT_ATTENTION)  # AUTO's memory saver among the policies
 
 # Whether an int8 ConvRot base trains faster than an fp8 one, by CUDA compute capability, and whose measurement says
 # so (docs/base_weights.md). AUTO chooses int8 only where True; an unmeasured card keeps fp8.
@@ -87,6 +92,7 @@ class MemoryPlan:
     gpu_gib: float | None
     host: HostEstimate | None = None  # the planned run's host RAM (AUTO refuses a plan over the machine's RAM)
     no_plan: str | None = None  # why no plan fits the host RAM, naming what would (set by plan_memory)
+    why: str = ""  # why AUTO chose the checkpointing policy it did (spare_memory.py)
 
     @property
     def refusal(self) -> str | None:
@@ -97,7 +103,8 @@ class MemoryPlan:
 
     def changes_json(self) -> dict[str, object]:
         """The changes with enums by name (what --json prints)."""
-        return {key: value.name if isinstance(value, enum.Enum) else value for key, value in self.changes.items()}
+        return {key: value.name if isinstance(value, enum.Enum) else value.to_dict()
+                if isinstance(value, CheckpointingConfig) else value for key, value in self.changes.items()}
 
     def short(self) -> str:
         """The changes in a few words (the GUI's line beside Start)."""
@@ -109,10 +116,14 @@ class MemoryPlan:
         fits = "fits" if self.estimate.fits else "does NOT fit"
         what = ", ".join(f"{k}={_text(v)}" for k, v in self.changes.items()) or "nothing to add"
         return (f"memory_preset AUTO for {self.gpu_gib:.1f} GiB: {what}; estimate {self.estimate.peak_gib:.1f} GiB "
-                f"({self.estimate.peak_phase}), {fits}" + (f"; {self.host.line()}" if self.host else ""))
+                f"({self.estimate.peak_phase}), {fits}" + (f"; {self.host.line()}" if self.host else "")
+                + (f"; {self.why}" if self.why else ""))
 
 
 def _text(value: object) -> str:
+    if isinstance(value, CheckpointingConfig):
+        kept = value.kept_blocks
+        return value.policy.name + (f" with {kept} kept block{'s' if kept > 1 else ''}" if kept else "")
     return value.name if isinstance(value, enum.Enum) else str(value)
 
 
@@ -131,7 +142,7 @@ def _base_saver(config: TrainConfig, capability: tuple[int, int] | None) -> dict
     if not _frozen_base(config) or not _free(config, "base_weight_format"):
         return {}
     if int8_measured_faster(capability) and _free(config, "fp8_base_weights") and not config.base_loras \
-            and not config.compile:
+            and config.compile != CompileMode.ON:
         return {"base_weight_format": BaseWeightFormat.INT8_CONVROT}
     return {"fp8_base_weights": True}
 
@@ -144,11 +155,10 @@ def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int]
     savers = [("caching", {"vae_tiling": True}),
               ("caching", {"text_encoder_caching_device": EncoderDevice.CPU}),  # exact, slow once: the cache is reused
               ("caching", {"vae_dtype": DataType.BFLOAT16}),  # latents rounded to bf16 (they train in bf16 anyway)
-              ("training", {"activation_offload": True} if config.gradient_checkpointing else {}),
-              # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); with
-              # keep_self_attention set by the user nothing is split (the two pull opposite ways)
-              ("training", {"checkpoint_attention": True}
-               if config.gradient_checkpointing and not config.keep_self_attention else {}),
+              ("training", {"activation_offload": True} if config.checkpointing.checkpoints() else {}),
+              # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); a
+              # policy the user set is kept (the checkpointing key is then not free)
+              ("training", {"checkpointing": SPLIT}),
               # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
               ("training", _base_saver(config, capability)),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
@@ -255,7 +265,7 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
             current, result = candidate, candidate_result  # a saver that saves nothing here is left off
             changes.update(saver)
     training = [saver for phase, saver in savers if phase == "training"]
-    can_swap = _frozen_base(config) and _free(config, "blocks_to_swap") and current.gradient_checkpointing
+    can_swap = _frozen_base(config) and _free(config, "blocks_to_swap") and current.checkpointing.checkpoints()
     candidates = _training_candidates(current, gpu, ram_gib, training, can_swap)  # None: the machine's RAM
     fitting = [c for c in candidates if c.fits]
     on_gpu = [c for c in candidates if c.device_fits]
@@ -267,7 +277,10 @@ def plan_memory(config: TrainConfig, gpu_gib: float | None = None, ram_gib: floa
         refusal = _refusal(chosen, gpu)
     else:  # none fits the GPU: the lightest on it starts, warned (the estimate has its margin), if the RAM holds it
         chosen = min(candidates, key=lambda c: (_training_gib(c.estimate), c.cost))
-    return MemoryPlan(chosen.config, {**changes, **chosen.changes}, chosen.estimate, gpu, chosen.host, refusal)
+    plan = MemoryPlan(chosen.config, {**changes, **chosen.changes}, chosen.estimate, gpu, chosen.host, refusal)
+    if refusal is None and chosen.device_fits and _free(config, "checkpointing"):
+        spend_spare_memory(plan, ram_gib)
+    return plan
 
 
 def planned_estimate(config: TrainConfig, gpu_gib: float | None, ram_gib: float | None = None,

@@ -33,5 +33,6 @@ SAMPLER = "diffusers_default"
 RECIPE = {
     "resolution": [SIZE, SIZE], "frames": FRAMES, "epochs": 100000, "max_steps": STEPS, "batch_size": 4,
     "learning_rate": 3e-3, "learning_rate_scheduler": "COSINE", "learning_rate_warmup_steps": 100,
-    "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS", "gradient_checkpointing": False,
+    "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS", "checkpointing": {"policy": "NONE"},
+    "compile": "OFF",  # a model this small gains nothing from compiling (AUTO would on a GPU)
 }

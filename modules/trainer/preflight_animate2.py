@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from modules.config.train_config import TrainConfig
 from modules.model.folder_facts import is_animate2_base
+from modules.util.enum import CheckpointPolicy
 from modules.util.errors import UserError
 
 
@@ -18,6 +19,6 @@ def check_animate2(config: TrainConfig) -> None:
     if config.last_frame_condition:
         raise UserError("config key 'last_frame_condition' does not apply to a Wan2.2-Animate-2 base (its "
                         "condition channels hold the reference image): set it false")
-    if config.keep_self_attention:
-        raise UserError("config key 'keep_self_attention' does not apply to a Wan2.2-Animate-2 base (its blocks run "
-                        "their own checkpoint and two-pass attention): set it false")
+    if config.checkpointing.policy == CheckpointPolicy.KEEP_ATTENTION:
+        raise UserError("config key 'checkpointing.policy' KEEP_ATTENTION does not apply to a Wan2.2-Animate-2 base "
+                        "(its attention runs flex's kernel, which the policy cannot keep): set it to FULL or AUTO")

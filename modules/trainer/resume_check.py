@@ -19,8 +19,10 @@ RESUME_NEUTRAL_KEYS = {"continue_last_backup", "run_name", "overwrite_output", "
                        "backup_before_save", "train_device", "data_parallel", "sequence_parallel", "save_every", "save_every_unit",
                        "save_skip_first", "rolling_save_count", "output_dtype",
                        # memory features that leave the math unchanged (AUTO may pick others on another GPU)
-                       "memory_preset", "gpu_memory_gib", "gradient_checkpointing", "activation_offload", "ffn_chunks",
-                       "checkpoint_attention", "keep_self_attention", "blocks_to_swap", "offload_inactive_expert"}
+                       "memory_preset", "gpu_memory_gib", "checkpointing", "activation_offload", "ffn_chunks",
+                       "blocks_to_swap",
+                       # the old spellings of checkpointing (a backup's fingerprint of an earlier release left them out)
+                       "gradient_checkpointing", "checkpoint_attention", "keep_self_attention", "offload_inactive_expert"}
 RESUME_NEUTRAL_E2V_KEYS = {"export_i2v"}
 # Keys that decide which tensors are trained and how the optimizer stores them (`option(structural=True)`):
 # a backup written with other values cannot be loaded.

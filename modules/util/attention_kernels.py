@@ -1,7 +1,8 @@
 """The attention kernels this machine can run (a fact about the installed packages and the device, no model code):
 `attention_backend` for training (backends with a backward pass only), `sample_attention_backend` for samples.
-AUTO takes the first available of FLASH, CUDNN, NATIVE on a CUDA device (NATIVE elsewhere). The config's checks read
-this catalogue; setting a kernel on a transformer is `modules/model/attention/backend_setup.py`."""
+AUTO takes the first available kernel of the card's order (AUTO_ORDERS, by CUDA compute capability, each with the
+measurement it rests on; docs/memory.md has the table), NATIVE elsewhere. The config's checks read this catalogue;
+setting a kernel on a transformer is `modules/model/attention/backend_setup.py`."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +28,18 @@ BACKENDS = {
     AttentionBackend.FLEX: Backend("flex", backward_on_cpu=False),
     AttentionBackend.SAGE: Backend("sage", "sageattention", cuda_only=True, backward=False),
 }
-AUTO_ORDER = (AttentionBackend.FLASH, AttentionBackend.CUDNN, AttentionBackend.NATIVE)
+AUTO_ORDER = (AttentionBackend.FLASH, AttentionBackend.CUDNN, AttentionBackend.NATIVE)  # a card not measured
+# AUTO's order by CUDA compute capability major (Hopper 9, Blackwell 10 and 12) and what says so. Only sources that
+# measured: a card without a row keeps AUTO_ORDER (flash-attn first where installed, as before).
+AUTO_ORDERS: dict[int, tuple[tuple[AttentionBackend, ...], str]] = {
+    9: ((AttentionBackend.CUDNN, AttentionBackend.FLASH, AttentionBackend.NATIVE),
+        "PyTorch 2.5 release notes: cuDNN's fused flash attention up to 75 % faster than FlashAttention-2 on H100 "
+        "(flash-attn 2 is FLASH); on our H200 cuDNN ran Wan's attention at 54-59 % of peak (docs/performance.md)"),
+    10: ((AttentionBackend.CUDNN, AttentionBackend.FLASH, AttentionBackend.NATIVE),
+         "PyTorch 2.5 release notes: the cuDNN backend is its default for SDPA on H100 or newer GPUs (not measured "
+         "here)"),
+}
+AUTO_ORDERS[12] = AUTO_ORDERS[10]
 
 
 def unavailable(backend: AttentionBackend, device_type: str | Callable[[], str], training: bool) -> str | None:
@@ -49,10 +61,32 @@ def unavailable(backend: AttentionBackend, device_type: str | Callable[[], str],
     return None
 
 
-def resolve(backend: AttentionBackend, device_type: str, training: bool) -> AttentionBackend:
+def auto_order(capability: tuple[int, int] | None) -> tuple[tuple[AttentionBackend, ...], str]:
+    """AUTO's order of kernels for a CUDA card of `capability` (None: not known), and its source."""
+    if capability is not None and capability[0] in AUTO_ORDERS:
+        return AUTO_ORDERS[capability[0]]
+    return AUTO_ORDER, "not measured on such a card: flash-attn, cuDNN, then torch's SDPA"
+
+
+def cuda_capability() -> tuple[int, int] | None:
+    """The first CUDA GPU's compute capability (None without one, or on ROCm, whose numbers are its own)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip:
+        return None
+    return tuple(torch.cuda.get_device_capability(0))
+
+
+def resolve(backend: AttentionBackend, device_type: str, training: bool,
+            capability: tuple[int, int] | None = None) -> AttentionBackend:
+    """`backend`, AUTO resolved: on a CUDA device the first available of its card's order (`capability`, default
+    the detected card's), NATIVE elsewhere."""
     if backend != AttentionBackend.AUTO:
         return backend
-    return next(b for b in AUTO_ORDER if unavailable(b, device_type, training) is None)
+    if device_type == "cuda" and capability is None:
+        capability = cuda_capability()
+    order = auto_order(capability)[0] if device_type == "cuda" else AUTO_ORDER
+    return next(b for b in order if unavailable(b, device_type, training) is None)
 
 
 def device_type_of(train_device: str) -> str:

@@ -59,6 +59,7 @@ class Settings:
         values = dict(resolution=[48, 48], frames=9, batch_size=2, epochs=100, max_steps=STEPS, lora_rank=8,
                       lora_alpha=8, learning_rate=1e-3, output_dtype="FLOAT32", train_device=DEVICE,
                       memory_preset="MANUAL", attention_backend="NATIVE", sample_attention_backend="NATIVE",
+                      compile="OFF",  # AUTO compiles on a GPU: the compile test asks for it
                       train_dtype="BFLOAT16", transformer_dtype="BFLOAT16", cache_dir=str(self.cache_dir))
         values.update(self.overrides)
         values.update(more)

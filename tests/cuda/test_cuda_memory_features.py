@@ -10,7 +10,7 @@ from tests.cuda.runs import BF16_GRAD, BF16_LOSS, FP8_GRAD, FP8_LOSS, assert_clo
 
 pytestmark = MARKS
 
-GC = {"gradient_checkpointing": True}
+GC = {"checkpointing": {"policy": "FULL"}}
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +79,16 @@ def test_checkpoint_attention_alone_is_bit_exact(cuda_run, tmp_path, checkpointe
 
 
 @pytest.mark.parametrize("backend", ["NATIVE", pytest.param("CUDNN", marks=needs_gpu("cuDNN attention"))])
-def test_kept_self_attention_trains_bit_for_bit_as_recomputed(cuda_run, tmp_path, checkpointed, backend):
-    """The recompute takes the forward's attention output (the same kernel on the same inputs): equal bit for bit,
-    and every block's self-attention kernel matched (else this backend's kernel is not one torch's SDPA runs)."""
+def test_checkpointing_policies_train_bit_for_bit_as_full_checkpointing(cuda_run, tmp_path, checkpointed, backend):
+    """KEEP_ATTENTION with one kept block: block 0 is not recomputed, the others' recompute takes the forward's
+    attention output (the same kernel on the same inputs): equal bit for bit, and every checkpointed block's
+    self-attention kernel matched (else this backend's kernel is not one torch's SDPA runs)."""
     reference = checkpointed if backend == "NATIVE" else cuda_run(tmp_path / "ref", attention_backend=backend,
                                                                   **GC).train()
-    result = cuda_run(tmp_path / "kept", keep_self_attention=True, attention_backend=backend, **GC).train()
-    (kept,) = result.trainer.setup.kept_attention
-    assert kept.matched == len(result.trainer.model.transformer.blocks) * len(result.losses)
+    result = cuda_run(tmp_path / "kept", checkpointing={"policy": "KEEP_ATTENTION", "kept_blocks": 1},
+                      attention_backend=backend).train()
+    (kept,) = result.trainer.setup.checkpoints
+    assert kept.matched == (len(result.trainer.model.transformer.blocks) - 1) * len(result.losses)
     assert_same_run(result, reference)
     release(result.trainer)
     if reference is not checkpointed:

@@ -16,7 +16,7 @@ from tests.cuda.runs import BF16_GRAD, BF16_LOSS, assert_close_step, relative_di
 
 pytestmark = MARKS
 
-GC = {"gradient_checkpointing": True}
+GC = {"checkpointing": {"policy": "FULL"}}
 BACKENDS = [b.name for b in AttentionBackend if b not in (AttentionBackend.AUTO, AttentionBackend.NATIVE)]
 
 

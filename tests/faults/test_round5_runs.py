@@ -164,9 +164,9 @@ def test_a_flat_workspace_of_the_round4_release_resumes(tiny_model, video_datase
     for backup in (workspace / "backup").iterdir():
         (backup / MANIFEST).unlink()
         config = json.loads((backup / "config.json").read_text())
-        for key in ("base_weight_format", "guidance_preserving", "keep_self_attention", "overwrite_output",
-                    "run_name"):
+        for key in ("base_weight_format", "guidance_preserving", "overwrite_output", "run_name"):
             del config[key]
+        config["gradient_checkpointing"] = config.pop("checkpointing")["policy"] != "NONE"  # version 2's spelling
         del config["sample_overrides"]["sampler"]
         config["config_version"] = 2
         (backup / "config.json").write_text(json.dumps(config, indent=4))

@@ -29,8 +29,9 @@ def configure(ui, model_dir, data_dir, work, epochs):
                       ("workspace_dir", str(work / "workspace")), ("cache_dir", str(work / "cache")),
                       ("output_model_destination", str(work / "output" / "lora.safetensors"))):
         config.set(key, text)
-    for key in ("tensorboard", "sample_at_end", "gradient_checkpointing"):
+    for key in ("tensorboard", "sample_at_end"):
         config.set(key, False)
+    config.set("checkpointing.policy", "NONE")
     ui.app.concepts.add(path=str(data_dir))
     ui.update()
     assert ui.app.problems() == []

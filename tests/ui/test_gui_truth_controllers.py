@@ -122,12 +122,13 @@ def test_the_memory_switches_show_what_auto_chose_marked_as_auto(app, tmp_path):
 
     app.config.set("base_model_name", str(write_config_folder(tmp_path / "t2v14b", TRANSFORMER_14B)))
     app.concepts.add(path=str(tmp_path))
-    app.config.set("gradient_checkpointing", True)
+    app.config.set("checkpointing.policy", "AUTO")
     vram = VramEstimate(app.config, gpu_gib=24.0)
     assert "AUTO:" in vram.wait()
     chosen = app.config.auto_choices
     assert chosen and set(chosen) <= {"vae_tiling", "text_encoder_caching_device", "activation_offload", "ffn_chunks",
-                                      "checkpoint_attention", "fp8_base_weights", "blocks_to_swap"}
+                                      "checkpointing.policy", "checkpointing.kept_blocks", "fp8_base_weights",
+                                      "blocks_to_swap"}
     for key, value in chosen.items():
         assert app.config.value(key) == app.config.defaults[key] != value  # not written into the config
         assert app.config.display(key) == (value if isinstance(value, bool) else str(value))

@@ -6,7 +6,7 @@ import logging
 
 from modules.model.attention.animate2_processor import install as install_animate2
 from modules.model.attention.attention_processor import install
-from modules.util.attention_kernels import BACKENDS, resolve
+from modules.util.attention_kernels import BACKENDS, auto_order, cuda_capability, resolve
 from modules.util.enum import AttentionBackend
 
 logger = logging.getLogger(__name__)
@@ -21,7 +21,8 @@ def apply_attention_backend(transformers, backend: AttentionBackend, device_type
     chosen = resolve(backend, device_type, training)
     if backend == AttentionBackend.AUTO and (what, chosen) not in _LOGGED:
         _LOGGED.add((what, chosen))
-        logger.info("attention backend for %s: %s (AUTO on %s)", what, chosen.name, device_type)
+        source = auto_order(cuda_capability())[1] if device_type == "cuda" else "torch's SDPA off a GPU"
+        logger.info("attention backend for %s: %s (AUTO on %s: %s)", what, chosen.name, device_type, source)
     previous = logging.getLogger("diffusers.models.modeling_utils").level
     logging.getLogger("diffusers.models.modeling_utils").setLevel(logging.ERROR)  # its "experimental" notice
     try:

@@ -140,7 +140,13 @@ class ConfigController(Observable):
 
     def set_auto_choices(self, changes: dict[str, Any], gpu_gib: float | None) -> bool:
         """The memory keys AUTO's plan sets for the config as it is (JSON values); True when they changed."""
-        changes = {key: value.name if isinstance(value, Enum) else value for key, value in changes.items()}
+        flat = {}
+        for key, value in changes.items():  # a group AUTO sets (checkpointing) shows in its fields
+            if hasattr(value, "to_dict"):
+                flat.update({f"{key}.{field}": item for field, item in value.to_dict().items()})
+            else:
+                flat[key] = value.name if isinstance(value, Enum) else value
+        changes = flat
         if (changes, gpu_gib) == (self.auto_choices, self.auto_gpu_gib):
             return False
         self.auto_choices, self.auto_gpu_gib = changes, gpu_gib

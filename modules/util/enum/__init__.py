@@ -71,6 +71,26 @@ class Fp8Scale(Enum):
     CHANNEL = "CHANNEL"  # one float32 scale per output channel: the smallest error
 
 
+class CheckpointPolicy(Enum):
+    """What a transformer block keeps for its backward pass (modules/modelSetup/checkpoint_policy.py), from the least
+    memory to the most."""
+
+    AUTO = "AUTO"  # memory_preset AUTO's choice for the card (FULL without a plan: MANUAL, no GPU)
+    SPLIT_ATTENTION = "SPLIT_ATTENTION"  # checkpointed, each attention recomputed on its own before its backward
+    FULL = "FULL"  # checkpointed: only the block's input is kept, the block recomputed in its backward
+    KEEP_ATTENTION = "KEEP_ATTENTION"  # checkpointed, but the self-attention's output and log-sum-exp are kept
+    KEEP_ALL_BUT_FFN = "KEEP_ALL_BUT_FFN"  # not recomputed: everything kept but the feed-forward's hidden layer
+    NONE = "NONE"  # no checkpointing at all: every block keeps everything (diffusers' feed-forward included)
+
+
+class CompileMode(Enum):
+    """`compile`: torch.compile of the transformer blocks (modules/modelSetup/compile.py)."""
+
+    AUTO = "AUTO"  # on a CUDA GPU with triton (where the compile tests pass), else off; the choice is logged
+    ON = "ON"
+    OFF = "OFF"
+
+
 class MemoryPreset(Enum):
     """Whether the memory features are chosen for the GPU (modules/modelSetup/memory_plan.py)."""
 
