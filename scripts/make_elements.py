@@ -60,7 +60,7 @@ def main() -> int:
     args = parse_args()
     from modules.config.e2v_dataset_config import load_dataset_config
     from modules.dataTools.elements import ElementOptions, jobs_from_dataset, make_elements, parse_fill
-    from modules.dataTools.model_source import resolve_model
+    from modules.dataTools.segmenter import sam3_segmenter_factory
     from modules.util.errors import UserError
 
     datasets = load_dataset_config(args.dataset_config).datasets
@@ -71,14 +71,7 @@ def main() -> int:
                              overwrite=args.overwrite, max_frames=args.max_frames, avoid_first=args.avoid_first,
                              plate=args.plate, fill=parse_fill(args.fill))
     options.check()
-    if not args.download:
-        resolve_model(args.model, False, "segmentation (SAM 3)")
-
-    def segmenter():
-        from modules.dataTools.segmenter import Sam3Segmenter
-
-        return Sam3Segmenter(resolve_model(args.model, args.download, "segmentation (SAM 3)"), args.device,
-                             threshold=args.threshold)
+    segmenter = sam3_segmenter_factory(args.model, args.download, args.device, args.threshold)
 
     report = make_elements(args.data_root or dataset.data_root, segmenter, options, progress=not args.no_progress)
     print(report.summary())

@@ -32,18 +32,11 @@ def parse_args(argv: list[str] | None = None):
 def main() -> int:
     args = parse_args()
     from modules.dataTools.masks import MaskOptions, make_masks
-    from modules.dataTools.model_source import resolve_model
+    from modules.dataTools.segmenter import sam3_segmenter_factory
 
     options = MaskOptions(tuple(args.prompt), overwrite=args.overwrite, grow=args.grow)
     options.check()
-    if not args.download:
-        resolve_model(args.model, False, "segmentation (SAM 3)")
-
-    def segmenter():
-        from modules.dataTools.segmenter import Sam3Segmenter
-
-        return Sam3Segmenter(resolve_model(args.model, args.download, "segmentation (SAM 3)"), args.device,
-                             threshold=args.threshold)
+    segmenter = sam3_segmenter_factory(args.model, args.download, args.device, args.threshold)
 
     report = make_masks(args.folder, segmenter, options, progress=not args.no_progress)
     print(report.summary())

@@ -4,6 +4,7 @@ Frames are always `uint8` arrays shaped (F, H, W, 3) in RGB order. Transparent i
 composited on a background colour (white unless the caller says otherwise).
 """
 
+import contextlib
 import io
 import logging
 import math
@@ -266,13 +267,10 @@ def _npy_shape(archive: zipfile.ZipFile, name: str) -> tuple[int, ...]:
         return read(member)[0]
 
 
-def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
-                background: Sequence[int] = WHITE, shrink=None,
-                max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> tuple[np.ndarray, float]:
-    """Decode a video with FFmpeg through PyAV, by presentation timestamps, streaming and keeping only the frames
-    we need; rotation metadata is applied as players do, an alpha channel composited like images'. Frames over
-    `max_pixels` are refused: the stream's declared size before decoding, each decoded frame's before its
-    conversion (a stream may change size)."""
+@contextlib.contextmanager
+def _opened_video(path: str | os.PathLike) -> Iterator[tuple[av.container.InputContainer, av.video.stream.VideoStream]]:
+    """The container and its first video stream, closed after; `DataError` for a file FFmpeg cannot open or that
+    holds no video stream (an audio-only file)."""
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError, ValueError) as e:
@@ -280,7 +278,17 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
     with container:
         if not container.streams.video:
             raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
-        stream = container.streams.video[0]
+        yield container, container.streams.video[0]
+
+
+def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
+                background: Sequence[int] = WHITE, shrink=None,
+                max_pixels: int = DEFAULT_MAX_FRAME_PIXELS) -> tuple[np.ndarray, float]:
+    """Decode a video with FFmpeg through PyAV, by presentation timestamps, streaming and keeping only the frames
+    we need; rotation metadata is applied as players do, an alpha channel composited like images'. Frames over
+    `max_pixels` are refused: the stream's declared size before decoding, each decoded frame's before its
+    conversion (a stream may change size)."""
+    with _opened_video(path) as (container, stream):
         check_frame_pixels(path, stream.codec_context.width, stream.codec_context.height, max_pixels)
         stream.thread_type = "AUTO"
         rate = stream.average_rate or stream.guessed_rate
@@ -314,14 +322,7 @@ def _read_video(path: Path, target_fps: float | None, max_frames: int | None,
 def video_header(path: str | os.PathLike) -> tuple[float, float]:
     """(mean frame rate, seconds) of the first video stream as the header gives them (0.0 where it gives none);
     `DataError` for a file FFmpeg cannot open or that holds no video stream (an audio-only file)."""
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, ValueError) as e:
-        raise DataError(path, f"cannot open video ({e})", UNREADABLE_VIDEO) from None
-    with container:
-        if not container.streams.video:
-            raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
-        stream = container.streams.video[0]
+    with _opened_video(path) as (container, stream):
         rate = stream.average_rate or stream.guessed_rate
         if stream.duration and stream.time_base:
             seconds = float(stream.duration * stream.time_base)
@@ -345,14 +346,7 @@ def stream_video_frames(path: str | os.PathLike, target_fps: float | None, shrin
         return _frame_pixels(frame, background, shrink, path, max_pixels)
 
     path = Path(path)
-    try:
-        container = av.open(str(path))
-    except (av.error.FFmpegError, OSError, ValueError) as e:
-        raise DataError(path, f"cannot open video ({e})", UNREADABLE_VIDEO) from None
-    with container:
-        if not container.streams.video:
-            raise DataError(path, "holds no video stream", UNREADABLE_VIDEO)
-        stream = container.streams.video[0]
+    with _opened_video(path) as (container, stream):
         check_frame_pixels(path, stream.codec_context.width, stream.codec_context.height, max_pixels)
         stream.thread_type = "AUTO"
         rate = stream.average_rate or stream.guessed_rate

@@ -129,3 +129,17 @@ class Sam3Segmenter:
                     found.append([Detection((masks[b, q] > self.mask_threshold).cpu().numpy(), float(scores[b, q]),
                                             tuple(float(v) for v in boxes[b, q])) for q in keep])
         return found
+
+
+def sam3_segmenter_factory(model: str, download: bool, device: str, threshold: float):
+    """A callable that loads SAM 3 when the tool first needs it. A local `model` folder is checked now (before any
+    media is read); a hub name is fetched only with `download` (the user asked)."""
+    from modules.dataTools.model_source import resolve_model
+
+    if not download:
+        resolve_model(model, False, "segmentation (SAM 3)")
+
+    def segmenter() -> Sam3Segmenter:
+        return Sam3Segmenter(resolve_model(model, download, "segmentation (SAM 3)"), device, threshold=threshold)
+
+    return segmenter
