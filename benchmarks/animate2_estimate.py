@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES = [((256, 256), 17), ((480, 480), 33), ((832, 480), 81)]
-FEATURES = {"gradient checkpointing": {}, "+ fp8 base": {"fp8_base_weights": True},
-            "+ fp8 base, 30 blocks swapped": {"fp8_base_weights": True, "blocks_to_swap": 30}}
+FEATURES = {"gradient checkpointing": {}, "+ fp8 base": {"base_weight_format": "FP8"},
+            "+ fp8 base, 30 blocks swapped": {"base_weight_format": "FP8", "blocks_to_swap": 30}}
 
 
 def main() -> None:

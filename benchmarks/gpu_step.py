@@ -231,14 +231,16 @@ def train_config(*, rank: int, checkpointing: bool, blocks_to_swap: int, fp8: bo
     else:
         policy = {"gradient_checkpointing": checkpointing, "checkpoint_attention": checkpoint_attention,
                   "keep_self_attention": keep_self_attention}
+    if fp8 and base_weight_format not in ("BF16", "FP8"):
+        raise SystemExit(f"--fp8 is --base-weight-format FP8, not {base_weight_format}: give one of them")
     return TrainConfig.from_dict({
         "lora_rank": rank, "lora_alpha": rank, **policy,
-        "blocks_to_swap": blocks_to_swap, "fp8_base_weights": fp8, "activation_offload": activation_offload,
+        "blocks_to_swap": blocks_to_swap, "activation_offload": activation_offload,
         "train_dtype": dtype_name, "transformer_dtype": dtype_name, "tensorboard": False, "sample_at_end": False,
         "fp8_scale": fp8_scale, "compile": compile, "attention_backend": attention_backend, "train_device": device,
         # two experts: half the steps on each (a fixed share, so runs with and without offload route alike)
         "offload_inactive_expert": offload_inactive_expert, "expert_step_share": 0.5, "ffn_chunks": ffn_chunks,
-        "guidance_preserving": {"scale": guidance_scale}, "base_weight_format": base_weight_format,
+        "guidance_preserving": {"scale": guidance_scale}, "base_weight_format": "FP8" if fp8 else base_weight_format,
     })
 
 
@@ -407,7 +409,7 @@ def main() -> int:
     parser.add_argument("--fp8-scale", choices=["NONE", "TENSOR", "CHANNEL"], default="NONE",
                         help="with --fp8: plain e4m3 cast, one scale per weight (ComfyUI fp8_scaled) or per channel")
     parser.add_argument("--base-weight-format", choices=["BF16", "FP8", "FP8_SCALED", "INT8_CONVROT"], default="BF16",
-                        help="base_weight_format of the frozen block Linears (--fp8 is FP8's older spelling)")
+                        help="base_weight_format of the frozen block Linears (--fp8 is short for FP8)")
     parser.add_argument("--ffn-chunks", type=int, default=0, help="ffn_chunks (a block's FFN recomputed in parts)")
     parser.add_argument("--checkpoint-attention", action="store_true", help="checkpoint_attention (its own part)")
     parser.add_argument("--keep-self-attention", action="store_true",

@@ -39,8 +39,8 @@ class MemoryConfig:
     height: int = 480
     frames: int = 81
     checkpointing: bool = True
-    fp8: bool = False
-    base_weight_format: str = "BF16"  # train_config's base_weight_format (fp8 above: FP8's older spelling)
+    fp8: bool = False  # short for base_weight_format FP8 (the rows' own name)
+    base_weight_format: str = "BF16"  # train_config's base_weight_format
     blocks_to_swap: int = 0
     activation_offload: bool = False
     experts: int = 1
@@ -156,11 +156,12 @@ def measure(name: "str | MemoryConfig") -> dict:
     config = gpu_step.transformer_config(spec.model, spec.layers)
     shape = gpu_step.latent_shape(config, spec.width, spec.height, spec.frames)
     train = gpu_step.train_config(rank=spec.lora_rank, checkpointing=spec.checkpointing,
-                                  blocks_to_swap=spec.blocks_to_swap, fp8=spec.fp8,
+                                  blocks_to_swap=spec.blocks_to_swap, fp8=False,
                                   activation_offload=spec.activation_offload, dtype_name="BFLOAT16",
                                   offload_inactive_expert=spec.offload_inactive_expert, device="cuda",
                                   ffn_chunks=spec.ffn_chunks, checkpoint_attention=spec.checkpoint_attention,
-                                  guidance_scale=spec.guidance_scale, base_weight_format=spec.base_weight_format,
+                                  guidance_scale=spec.guidance_scale,
+                                  base_weight_format="FP8" if spec.fp8 else spec.base_weight_format,
                                   keep_self_attention=spec.keep_self_attention,
                                   checkpoint_policy=spec.checkpoint_policy, kept_blocks=spec.kept_blocks)
     device, dtype = torch.device("cuda"), torch.bfloat16

@@ -51,8 +51,7 @@ def main() -> int:
         return 0
     if plan.estimate is not None:
         print(plan.summary())
-    print(f"base weights: {plan.config.base_weight_format.name}"
-          f"{' (fp8_base_weights)' if plan.config.fp8_base_weights else ''}; {int8_note(capability)}")
+    print(f"base weights: {plan.config.base_weight_format.name}; {int8_note(capability)}")
     print(attention)
     for phase, terms in result.phases.items():
         print(f"{phase}: {sum(terms.values()):.2f} GiB")

@@ -224,7 +224,7 @@ def test_diffusers_lora_refuses_other_types_in_one_line(case, tiny_model, tmp_pa
                                            "output_model_format"),
                                           ({"peft_type": "LOKR", "lokr_factor": 0}, "lokr_factor"),
                                           ({"peft_type": "LOHA", "lora_dropout": 0.1}, "lora_dropout"),
-                                          ({"lora_decompose": True, "fp8_base_weights": True}, "lora_decompose")])
+                                          ({"lora_decompose": True, "base_weight_format": "FP8"}, "lora_decompose")])
 def test_config_refuses_what_an_adapter_type_cannot_do(options, key, tmp_path):
     with pytest.raises(ConfigError, match=f"config key '{key}'"):
         TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, **options))

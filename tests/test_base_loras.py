@@ -314,7 +314,7 @@ def test_with_fp8_storage_the_merged_weights_are_quantised(tiny_model, video_dat
     stored = []
     for base, work, stack in ((model_dir, "a", [{"path": str(lora)}]), (merged_dir, "b", [])):
         trainer = GenericTrainer(TrainConfig.from_dict(train_config_dict(
-            base, video_dataset, tmp_path / work, fp8_base_weights=True, fp8_scale="TENSOR", base_loras=stack)))
+            base, video_dataset, tmp_path / work, base_weight_format="FP8", fp8_scale="TENSOR", base_loras=stack)))
         trainer.start()
         stored.append(stored_weights(trainer.model.transformer))
         trainer.close()

@@ -147,7 +147,7 @@ def aot_eager(monkeypatch):
 
 @pytest.mark.parametrize("overrides", [
     {"activation_offload": True, "blocks_to_swap": 1},
-    {"fp8_base_weights": True, "fp8_scale": "CHANNEL"},
+    {"base_weight_format": "FP8", "fp8_scale": "CHANNEL"},
     {"base_weight_format": "INT8_CONVROT"},
 ], ids=["offload+swap", "fp8", "int8"])
 def test_memory_features_train_as_full_checkpointing_under_every_policy(overrides, tiny_model, video_dataset,

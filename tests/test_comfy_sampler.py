@@ -209,6 +209,6 @@ def test_the_default_sample_is_a_comfyui_users_and_old_scheduler_names_migrate()
         assert [(s.sampler, s.scheduler) for s in config.samples] == [("diffusers_unipc_a2", "simple"),
                                                                         ("uni_pc", "simple")]
         assert (config.sample_overrides.sampler, config.sample_overrides.scheduler) == ("diffusers_euler", None)
-    assert CONFIG_VERSION == 4
+    assert CONFIG_VERSION >= 4  # the scheduler migration (3) lies behind the current version
     with pytest.raises(ConfigError, match="samples\\[0\\].scheduler' must be one of simple, normal"):
         TrainConfig.from_dict({"samples": [{"prompt": "a", "scheduler": "unipc"}], "config_version": 3})

@@ -52,7 +52,7 @@ def losses(tiny_model, video_dataset, work, steps=3, **overrides):
 @pytest.mark.parametrize("overrides", [
     {"gradient_checkpointing": True},
     {"gradient_checkpointing": True, "blocks_to_swap": 1, "peft_type": "LOKR", "lora_rank": 4},
-    {"gradient_checkpointing": True, "fp8_base_weights": True, "fp8_scale": "CHANNEL"},
+    {"gradient_checkpointing": True, "base_weight_format": "FP8", "fp8_scale": "CHANNEL"},
     {"gradient_checkpointing": True, "base_weight_format": "INT8_CONVROT"},
     # bf16 autocast: the lean block's autograd functions and the q/k norm's checkpoint traced under autocast
     {"gradient_checkpointing": True, "train_dtype": "BFLOAT16", "transformer_dtype": "BFLOAT16"},

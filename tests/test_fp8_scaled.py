@@ -70,7 +70,7 @@ def full_precision(tiny_model, video_dataset, tmp_path_factory):
 @pytest.mark.parametrize("scale", ["NONE", "TENSOR", "CHANNEL"])
 def test_fp8_storage_trains_within_fp8_rounding_of_full_precision(tiny_model, video_dataset, tmp_path,
                                                                  full_precision, scale):
-    loss, grads, trainer = first_step(tiny_model("t2v"), video_dataset, tmp_path, fp8_base_weights=True,
+    loss, grads, trainer = first_step(tiny_model("t2v"), video_dataset, tmp_path, base_weight_format="FP8",
                                       fp8_scale=scale)
     reference, reference_grads, _ = full_precision
     stored = stored_weights(trainer.model.transformer)
@@ -90,9 +90,9 @@ def test_a_comfyui_fp8_scaled_file_trains_as_our_own_scaled_fp8(tiny_model, vide
     state = WanModelLoader().load(str(tiny_model("t2v")), torch.device("cpu")).transformer.state_dict()
     file = write(comfy_transformer(state, "fp8_scaled"), tmp_path / "wan_t2v_fp8_scaled.safetensors")
     ours_loss, ours_grads, ours = first_step(tiny_model("t2v"), video_dataset, tmp_path / "ours",
-                                             fp8_base_weights=True, fp8_scale="TENSOR")
+                                             base_weight_format="FP8", fp8_scale="TENSOR")
     comfy_loss, comfy_grads, comfy = first_step(tiny_model("t2v"), video_dataset, tmp_path / "comfy",
-                                                transformer_override=file, fp8_base_weights=True, fp8_scale="TENSOR")
+                                                transformer_override=file, base_weight_format="FP8", fp8_scale="TENSOR")
     ours_stored, comfy_stored = stored_weights(ours.model.transformer), stored_weights(comfy.model.transformer)
     assert ours_stored.keys() == comfy_stored.keys()
     for name, (weight, scale) in ours_stored.items():
@@ -106,10 +106,11 @@ def test_a_comfyui_fp8_scaled_file_trains_as_our_own_scaled_fp8(tiny_model, vide
     assert grad_error < 2 ** -4, grad_error
 
 
-def test_fp8_scale_needs_fp8_base_weights():
-    with pytest.raises(ConfigError, match="config key 'fp8_scale' is TENSOR, which scales fp8_base_weights"):
+def test_fp8_scale_needs_a_float8_base():
+    with pytest.raises(ConfigError, match="config key 'fp8_scale' is TENSOR, which scales a float8 base: set "
+                                          "base_weight_format FP8"):
         TrainConfig.from_dict({"fp8_scale": "TENSOR"})
-    assert TrainConfig.from_dict({"fp8_scale": "CHANNEL", "fp8_base_weights": True}).fp8_scale == Fp8Scale.CHANNEL
+    assert TrainConfig.from_dict({"fp8_scale": "CHANNEL", "base_weight_format": "FP8"}).fp8_scale == Fp8Scale.CHANNEL
 
 
 def test_the_vram_estimate_adds_the_scales(tiny_model):
@@ -117,7 +118,7 @@ def test_the_vram_estimate_adds_the_scales(tiny_model):
 
     from modules.modelSetup.memory_estimate import GIB, estimate, transformer_counts
 
-    base = {"base_model_name": str(tiny_model("t2v")), "train_device": "cpu", "fp8_base_weights": True}
+    base = {"base_model_name": str(tiny_model("t2v")), "train_device": "cpu", "base_weight_format": "FP8"}
     weights = {scale: estimate(TrainConfig.from_dict({**base, "fp8_scale": scale})).phases["training"][
         "transformer_weights"] for scale in ("NONE", "TENSOR", "CHANNEL")}
     counts = transformer_counts(json.loads((tiny_model("t2v") / "transformer" / "config.json").read_text()))

@@ -22,7 +22,7 @@ TOKENS_832x480x81 = 21 * 30 * 52
 
 def _light(folder, **extra) -> TrainConfig:
     return TrainConfig.from_dict({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832],
-                                  "memory_preset": "MANUAL", "fp8_base_weights": True, "blocks_to_swap": 30,
+                                  "memory_preset": "MANUAL", "base_weight_format": "FP8", "blocks_to_swap": 30,
                                   "activation_offload": True, **extra})
 
 

@@ -81,7 +81,6 @@ def test_block_swap_and_expert_offload_move_the_int8_tensors(tiny_model, tmp_pat
 
 @pytest.mark.parametrize(("options", "key"), [
     ({**INT8, "base_loras": [{"path": "speed.safetensors"}]}, "base_loras"),
-    ({**INT8, "fp8_base_weights": True}, "fp8_base_weights"),
     ({**INT8, "training_method": "FINE_TUNE", "output_model_format": "DIFFUSERS"}, "base_weight_format"),
 ])
 def test_config_refuses_what_an_int8_base_cannot_do_in_one_line(options, key, tmp_path):
@@ -90,8 +89,8 @@ def test_config_refuses_what_an_int8_base_cannot_do_in_one_line(options, key, tm
     assert "\n" not in str(error.value)
 
 
-def test_fp8_base_weights_is_the_older_spelling_of_fp8(tmp_path):
-    older = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, fp8_base_weights=True))
+def test_fp8_and_fp8_scaled_store_float8_with_their_scales(tmp_path):
+    older = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, base_weight_format="FP8"))
     newer = TrainConfig.from_dict(train_config_dict(tmp_path, tmp_path, tmp_path, base_weight_format="FP8_SCALED"))
     assert older.fp8_base() and older.fp8_scale_mode().name == "NONE" and not older.int8_base()
     assert newer.fp8_base() and newer.fp8_scale_mode().name == "TENSOR"

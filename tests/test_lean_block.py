@@ -115,7 +115,7 @@ def test_the_feed_forward_in_token_slices_sums_its_slices_gradients(dtype, rtol,
 @pytest.mark.parametrize("overrides", [
     {"keep_self_attention": True},
     {"activation_offload": True, "blocks_to_swap": 1},
-    {"fp8_base_weights": True, "peft_type": "LOKR", "lora_rank": 4},
+    {"base_weight_format": "FP8", "peft_type": "LOKR", "lora_rank": 4},
     {"base_weight_format": "INT8_CONVROT"},
     {"training_method": "FINE_TUNE", "optimizer": "ADAMW", "output_model_format": "DIFFUSERS"},
 ], ids=["kept_attention", "offload+swap", "fp8+lokr", "int8", "fine_tune"])

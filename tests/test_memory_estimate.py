@@ -70,9 +70,9 @@ def test_a_14b_lora_that_does_not_fit_gets_suggestions_and_the_memory_features_s
               "transformer_dtype": "BFLOAT16", "train_dtype": "BFLOAT16", "ema": "GPU"}
     plain = estimate(TrainConfig.from_dict(common), gpu_gib=24)
     assert not plain.fits and plain.peak_phase == "training"
-    assert any(s.startswith("fp8_base_weights") for s in plain.suggestions)
+    assert any(s.startswith("base_weight_format: FP8") for s in plain.suggestions)
     assert any(s.startswith("ema: CPU") for s in plain.suggestions)
-    light = estimate(TrainConfig.from_dict({**common, "ema": "OFF", "fp8_base_weights": True, "blocks_to_swap": 30,
+    light = estimate(TrainConfig.from_dict({**common, "ema": "OFF", "base_weight_format": "FP8", "blocks_to_swap": 30,
                                             "activation_offload": True}), gpu_gib=24)
     weights = light.phases["training"]["transformer_weights"]
     assert weights < plain.phases["training"]["transformer_weights"] / 2
@@ -118,7 +118,7 @@ def test_an_embedding_run_keeps_umt5_on_the_gpu_and_trains_a_few_vectors(tmp_pat
     folder = write_config_folder(tmp_path / "wan-1.3b", TRANSFORMER_1_3B)
     common = {"base_model_name": str(folder), "resolution": [480, 832], "frames": 81,
               "transformer_dtype": "BFLOAT16", "text_encoder_dtype": "BFLOAT16", "train_dtype": "BFLOAT16"}
-    embedding = estimate(TrainConfig.from_dict({**common, "training_method": "EMBEDDING", "fp8_base_weights": True,
+    embedding = estimate(TrainConfig.from_dict({**common, "training_method": "EMBEDDING", "base_weight_format": "FP8",
                                                 "embedding": {"placeholder": "<sks>", "token_count": 4}}))
     terms = embedding.phases["training"]
     assert terms["text_encoder_weights"] == pytest.approx(5_680_910_336 * 2 / GIB)  # UMT5 runs in each step
@@ -145,14 +145,14 @@ def test_the_gui_and_the_script_show_autos_plan_and_both_phases(tmp_path, monkey
     app.config.set("resolution", "480, 832")
     text = app.vram.wait()
     assert "training " in text and "caching " in text and "fits 24 GiB" in text
-    assert "AUTO: activation_offload True, fp8_base_weights True" in text
+    assert "AUTO: activation_offload True, base_weight_format FP8" in text
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"base_model_name": str(folder), "frames": 81, "resolution": [480, 832]}))
     result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "estimate_vram.py"), "--config-path",
                              str(config), "--gpu-gib", "24", "--ram-gib", "64", "--json"], capture_output=True, text=True,
                             timeout=120)
     report = json.loads(result.stdout)
-    assert report["fits"] and report["memory_plan"]["fp8_base_weights"] is True
+    assert report["fits"] and report["memory_plan"]["base_weight_format"] == "FP8"
     # on an RTX 3090 (sm_86), where int8 ConvRot was measured faster, the plan stores the base in int8 instead
     app.vram.capability = (8, 6)
     text = app.vram.wait()

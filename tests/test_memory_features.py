@@ -47,7 +47,7 @@ def test_feature_gives_the_same_loss_and_gradients(tiny_model, video_dataset, tm
 
 
 def test_fp8_storage_stays_close_and_keeps_lora_in_full_precision(tiny_model, video_dataset, tmp_path, reference):
-    loss, grads = first_step(tiny_model, video_dataset, tmp_path, fp8_base_weights=True)
+    loss, grads = first_step(tiny_model, video_dataset, tmp_path, base_weight_format="FP8")
     assert abs(float(loss) - float(reference[0])) < 0.05 * float(reference[0])
     assert grads and all(g.dtype == torch.float32 for g in grads.values())
 

@@ -11,6 +11,7 @@ from benchmarks.gpu_step import transformer_config
 from modules.config.train_config import TrainConfig
 from modules.modelSetup.memory_estimate import estimate
 from modules.modelSetup.memory_plan import plan_memory
+from modules.util.enum import BaseWeightFormat
 
 
 @pytest.fixture(autouse=True)
@@ -47,10 +48,10 @@ def test_auto_adds_savers_in_order_of_cost_until_the_estimate_fits(folder_14b):
     middle = plan_memory(config(folder_14b), gpu_gib=40, ram_gib=256)
     assert middle.estimate.fits and middle.changes == {"activation_offload": True}
     card = plan_memory(config(folder_14b), gpu_gib=24, ram_gib=256)
-    assert card.estimate.fits and card.changes == {"activation_offload": True, "fp8_base_weights": True}
+    assert card.estimate.fits and card.changes == {"activation_offload": True, "base_weight_format": BaseWeightFormat.FP8}
     small = plan_memory(config(folder_14b), gpu_gib=16, ram_gib=256)
     assert small.estimate.fits
-    assert list(small.changes) == ["activation_offload", "checkpointing", "fp8_base_weights", "blocks_to_swap"]
+    assert list(small.changes) == ["activation_offload", "checkpointing", "base_weight_format", "blocks_to_swap"]
     assert small.config.checkpointing.policy.name == "SPLIT_ATTENTION"
     swapped = small.changes["blocks_to_swap"]
     fewer = estimate(dataclasses.replace(small.config, blocks_to_swap=swapped - 1), 16)
@@ -100,7 +101,7 @@ def test_the_fake_cuda_rows_of_autos_plans_are_the_plans_it_makes(name, gpu_gib,
 
 
 def test_a_key_set_away_from_its_default_is_kept(folder_14b):
-    plan = plan_memory(config(folder_14b, ffn_chunks=2, fp8_base_weights=False, activation_offload=False,
+    plan = plan_memory(config(folder_14b, ffn_chunks=2, activation_offload=False,
                               checkpoint_attention=True), gpu_gib=24, ram_gib=256)
     assert plan.config.ffn_chunks == 2 and plan.config.checkpointing.policy.name == "SPLIT_ATTENTION"
     assert not {"ffn_chunks", "checkpointing"} & plan.changes.keys() and plan.estimate.fits
@@ -122,7 +123,7 @@ def test_start_up_applies_the_plan_and_logs_it(folder_14b, caplog, monkeypatch):
     run = config(folder_14b, gpu_memory_gib=24)
     with caplog.at_level(logging.INFO, logger="modules.modelSetup.memory_plan"):
         planned = apply_memory_plan(run)
-    assert planned.fp8_base_weights and planned.activation_offload and planned.ffn_chunks == 0
+    assert planned.base_weight_format == BaseWeightFormat.FP8 and planned.activation_offload and planned.ffn_chunks == 0
     assert (planned.resolution, planned.frames, planned.blocks_to_swap) == (run.resolution, run.frames, 0)
     assert "memory_preset AUTO for 24.0 GiB" in caplog.text and "fits" in caplog.text
 
@@ -145,8 +146,7 @@ def test_the_vae_encodes_in_float32_unless_the_caching_phase_would_not_fit(folde
 def test_auto_stores_the_base_in_int8_only_on_a_card_where_int8_was_measured_faster(folder_14b):
     """INT8_FASTER by compute capability: an RTX 3090 (8.6, measured faster than fp8) gets INT8_CONVROT where fp8
     would go; Hopper (9.0, measured slower than bf16), an unmeasured card (8.9) and no known card get fp8. Keys that
-    decide the base (fp8_base_weights, base_loras) and compile keep fp8."""
-    from modules.util.enum import BaseWeightFormat
+    decide the base (base_loras) and compile keep fp8."""
 
     ampere = plan_memory(config(folder_14b), gpu_gib=24, capability=(8, 6))
     assert ampere.estimate.fits and ampere.config.int8_base() and not ampere.config.fp8_base()
@@ -155,10 +155,23 @@ def test_auto_stores_the_base_in_int8_only_on_a_card_where_int8_was_measured_fas
     assert "base_weight_format INT8_CONVROT" in ampere.short()
     for capability in [(9, 0), (8, 9), None]:
         other = plan_memory(config(folder_14b), gpu_gib=24, capability=capability)
-        assert other.changes.get("fp8_base_weights") and not other.config.int8_base(), capability
+        assert other.changes.get("base_weight_format") == BaseWeightFormat.FP8 and not other.config.int8_base(), capability
     for kept in [dict(compile=True),
                  dict(base_loras=[{"path": "speed.safetensors", "strength": 1.0}])]:
         plan = plan_memory(config(folder_14b, **kept), gpu_gib=24, capability=(8, 6))
         assert not plan.config.int8_base(), kept
     roomy = plan_memory(config(folder_14b), gpu_gib=80, capability=(8, 6))
     assert roomy.changes.keys() == {"checkpointing"}  # int8 is a saver: a run that fits keeps its bf16 base
+
+
+def test_auto_for_the_14b_on_12_gib_stores_the_base_in_fp8_with_the_figures_it_had(folder_14b):
+    """base_weight_format FP8 is what fp8_base_weights true was: AUTO's plan for the 14B on a 12 GiB card chooses it,
+    and its device and host figures are those the plan had under the old key (11.87 GiB training, 26.22 GiB RAM)."""
+    plan = plan_memory(config(folder_14b, train_expert="BOTH", lora_rank=32), gpu_gib=12, ram_gib=256)
+    assert plan.changes_json() == {"activation_offload": True, "checkpointing": {"policy": "SPLIT_ATTENTION",
+                                   "kept_blocks": 0}, "base_weight_format": "FP8", "blocks_to_swap": 32}
+    assert plan.config.fp8_base() and plan.config.fp8_scale_mode().name == "NONE"
+    assert plan.estimate.peak_gib == pytest.approx(11.8654, abs=1e-4) and plan.estimate.peak_phase == "training"
+    assert plan.host.to_json()["ram_gib"] == pytest.approx(26.22, abs=0.005)
+    assert "base_weight_format=FP8, blocks_to_swap=32; estimate 11.9 GiB (training), fits" in plan.summary()
+    assert "fp8_base_weights" not in plan.summary() + plan.short()

@@ -112,8 +112,8 @@ def test_start_up_refuses_a_sample_only_lora_that_cannot_be_applied(tiny_model, 
     class Model:
         training_only_loras, sample_only_loras = [], [(0, object(), 1.0)]
 
-    for fp8, swapped, sharded, key in ((True, False, False, "fp8_base_weights"), (False, True, False, "blocks_to_swap"),
-                                       (False, False, True, "FSDP")):
+    for fp8, swapped, sharded, key in ((True, False, False, "base_weight_format FP8"),
+                                       (False, True, False, "blocks_to_swap"), (False, False, True, "FSDP")):
         with pytest.raises(UserError, match=f"sample_only LoRA.*{key}"):
             check_memory_features(Model(), fp8, swapped, sharded)
     monkeypatch.setattr(WanModelLoader, "load", lambda *a, **k: pytest.fail("a model loaded"))

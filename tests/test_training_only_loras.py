@@ -52,7 +52,7 @@ def test_the_saved_loras_header_leaves_training_only_loras_out():
     assert stack_header(records[1:], 0) == {}
 
 
-@pytest.mark.parametrize("fp8, swapped, sharded, key", [(True, False, False, "fp8_base_weights"),
+@pytest.mark.parametrize("fp8, swapped, sharded, key", [(True, False, False, "base_weight_format FP8"),
                                                         (False, True, False, "blocks_to_swap"),
                                                         (False, False, True, "FSDP")])
 def test_memory_features_that_hold_weights_elsewhere_are_refused_with_training_only_loras(fp8, swapped, sharded, key):

@@ -13,6 +13,8 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
+from modules.config.base_weight_keys import OLD_KEY as FP8_FLAG
+from modules.config.base_weight_keys import upgrade_fp8_flag
 from modules.config.checkpointing_config import OLD_KEYS as CHECKPOINT_KEYS
 from modules.config.checkpointing_config import upgrade_old_keys
 from modules.config.sampling_choices import OLD_SCHEDULERS
@@ -79,11 +81,17 @@ def _migrate_4_to_5(data: dict[str, Any]) -> dict[str, Any]:
     return upgrade_compile_flag(upgrade_old_keys(data))
 
 
+def _migrate_5_to_6(data: dict[str, Any]) -> dict[str, Any]:
+    # fp8_base_weights said what base_weight_format FP8 says: true is FP8 (fp8_scale still picks the scale), false
+    # goes; true beside INT8_CONVROT is refused in one line.
+    return upgrade_fp8_flag(data)
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_0_to_1, 1: _migrate_1_to_2,
                                                                       2: _migrate_2_to_3, 3: _migrate_3_to_4,
-                                                                      4: _migrate_4_to_5}
+                                                                      4: _migrate_4_to_5, 5: _migrate_5_to_6}
 # Keys only older versions have: a file without `config_version` that holds one is of that version.
-LEGACY_KEYS = {**{key: 1 for key in _ADAM_KEYS}, **{key: 4 for key in CHECKPOINT_KEYS}}
+LEGACY_KEYS = {**{key: 1 for key in _ADAM_KEYS}, **{key: 4 for key in CHECKPOINT_KEYS}, FP8_FLAG: 5}
 
 
 def migrate(data: dict[str, Any], source: str) -> dict[str, Any]:

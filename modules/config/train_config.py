@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from modules.adapter.registry import ADAPTERS, PeftType
+from modules.config.base_weight_keys import upgrade_fp8_flag
 from modules.config.checkpointing_config import CheckpointingConfig, upgrade_old_keys
 from modules.config.guidance_preserving_config import GuidancePreservingConfig
 from modules.config.limits import check_frame_count, check_lora_strength, check_resolution_side
@@ -48,7 +49,7 @@ from modules.util.enum import (
 )
 from modules.util.run_folder import run_name_problem
 
-CONFIG_VERSION = 5  # 5: gradient_checkpointing/checkpoint_attention/keep_self_attention -> checkpointing; 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
+CONFIG_VERSION = 6  # 6: fp8_base_weights -> base_weight_format FP8; 5: gradient_checkpointing/checkpoint_attention/keep_self_attention -> checkpointing; 2: adam_beta1/adam_beta2/adam_epsilon moved into optimizer_options.ADAMW(_8BIT); 3: samples' scheduler -> sampler diffusers_*; 4: model_type AUTO
 
 # Modules that both diffusers and ComfyUI know by name (see modules/modelFile/lora_formats.py), so a
 # LoRA on them loads everywhere. Suffixes of module paths inside WanTransformer3DModel.
@@ -329,14 +330,13 @@ class TrainConfig(BaseConfig):
     attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for training, through diffusers' dispatcher: AUTO (the first available of FLASH, CUDNN, NATIVE on a GPU; NATIVE on the CPU), NATIVE (torch SDPA), FLASH (flash-attn), CUDNN, FLEX (GPU). SAGE has no backward pass.")
     sample_attention_backend: AttentionBackend = option(AttentionBackend.AUTO, "Attention kernel for samples during training (SAGE allowed).")
     compile: CompileMode = option(CompileMode.AUTO, "torch.compile each transformer block (regional compilation, dynamic shapes: a new bucket reuses the graphs; the graph count is logged per new shape): AUTO (on a CUDA GPU with triton installed, where the compile tests pass; off on the CPU, ROCm and with an int8 ConvRot base, not yet compiled on a GPU), ON (also on the CPU, with a C++ compiler) or OFF. The compiled graphs are cached across runs (in ~/.cache/wantrainer/torch_compile, or TORCHINDUCTOR_CACHE_DIR), so the first step's compilation is paid once per shape, not per run. true / false are read as ON / OFF.")
-    memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit both the GPU (gpu_memory_gib, else the detected card) and the machine's RAM: vae_tiling, text_encoder_caching_device CPU, then vae_dtype BFLOAT16 while caching does not fit; for training, of activation_offload, checkpointing SPLIT_ATTENTION, fp8_base_weights (base_weight_format INT8_CONVROT instead on a card where int8 was measured faster, by compute capability: docs/base_weights.md), offload_inactive_expert and the fewest blocks_to_swap, the cheapest combination that fits both (offload and swapped blocks spend RAM: with little RAM AUTO swaps blocks or splits instead); then, with checkpointing.policy AUTO, the memory left is spent on speed: the checkpointing policy and kept_blocks that fit with the least modelled step time; refused only where no plan fits the RAM (one line: the plan needing the least and what would run it); the choice, its cost and why are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
+    memory_preset: MemoryPreset = option(MemoryPreset.AUTO, "AUTO: before the model loads, pick the cheapest memory features that make the estimate fit both the GPU (gpu_memory_gib, else the detected card) and the machine's RAM: vae_tiling, text_encoder_caching_device CPU, then vae_dtype BFLOAT16 while caching does not fit; for training, of activation_offload, checkpointing SPLIT_ATTENTION, base_weight_format FP8 (INT8_CONVROT instead on a card where int8 was measured faster, by compute capability: docs/base_weights.md), offload_inactive_expert and the fewest blocks_to_swap, the cheapest combination that fits both (offload and swapped blocks spend RAM: with little RAM AUTO swaps blocks or splits instead); then, with checkpointing.policy AUTO, the memory left is spent on speed: the checkpointing policy and kept_blocks that fit with the least modelled step time; refused only where no plan fits the RAM (one line: the plan needing the least and what would run it); the choice, its cost and why are logged. A memory key set away from its default is kept as set. MANUAL: the keys exactly as set.")
     gpu_memory_gib: float = option(0.0, "The GPU memory to plan for, in GiB (0 = the detected GPU's; without a GPU AUTO changes nothing): memory_preset AUTO's plan, and when caching tiles the VAE.")
     blocks_to_swap: int = option(0, "Keep the frozen weights of the last N transformer blocks on the CPU and stream them in (LoRA only; needs checkpointed blocks: a checkpointing policy other than NONE and KEEP_ALL_BUT_FFN, and kept_blocks only among the others).")
     activation_offload: bool = option(False, "Keep activations saved for the backward pass in CPU memory.")
     ffn_chunks: int = option(0, "Run each block's feed-forward over this many token slices. Under checkpointing (every policy but NONE) the feed-forward runs its backward in token slices anyway (at no cost: the block's recompute skips it), and this sets the least number of slices; with policy NONE each slice is recomputed right before its backward: a smaller working set per block for about one extra feed-forward pass per step (0 or 1 = off; e.g. 8).")
-    fp8_base_weights: bool = option(False, "Store the frozen transformer weights as float8 (e4m3), upcast per layer (LoRA only; saves memory in checkpointed blocks, whose recompute frees the upcast copies).")
-    base_weight_format: BaseWeightFormat = option(BaseWeightFormat.BF16, "How the frozen transformer's block Linears are stored (LORA and EMBEDDING; embedders, modulation, head and norms stay as loaded): BF16 (as loaded, in transformer_dtype), FP8 (float8, upcast per layer; fp8_base_weights true is the older spelling), FP8_SCALED (float8 with one scale per weight, ComfyUI's fp8_scaled) or INT8_CONVROT (ComfyUI's int8 with a Hadamard rotation, int8 matmuls: half of bf16's weight memory, faster on consumer GPUs, slower than bf16 on Hopper; a ComfyUI int8 ConvRot file as transformer_override trains as stored). See docs/base_weights.md.", structural=True)
-    fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "fp8_base_weights: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
+    base_weight_format: BaseWeightFormat = option(BaseWeightFormat.BF16, "How the frozen transformer's block Linears are stored (LORA and EMBEDDING; embedders, modulation, head and norms stay as loaded): BF16 (as loaded, in transformer_dtype), FP8 (float8 e4m3, upcast per layer, scaled as fp8_scale says; saves memory in checkpointed blocks, whose recompute frees the upcast copies; was fp8_base_weights true), FP8_SCALED (float8 with one scale per weight, ComfyUI's fp8_scaled: FP8 with fp8_scale TENSOR, by its ComfyUI name) or INT8_CONVROT (ComfyUI's int8 with a Hadamard rotation, int8 matmuls: half of bf16's weight memory, faster on consumer GPUs, slower than bf16 on Hopper; a ComfyUI int8 ConvRot file as transformer_override trains as stored). See docs/base_weights.md.", structural=True)
+    fp8_scale: Fp8Scale = option(Fp8Scale.NONE, "base_weight_format FP8: NONE (a plain e4m3 cast), TENSOR (one scale per weight, amax/448: ComfyUI's fp8_scaled format, the same as base_weight_format FP8_SCALED) or CHANNEL (one scale per output channel: the smallest rounding error). Scales cost 4 bytes each.")
     offload_inactive_expert: bool = option(False, "Two-expert models (Wan 2.2 A14B), train_expert BOTH: keep the frozen weights of the expert the step does not route to in (pinned) CPU memory; one expert's weights on the GPU at a time, copied in when the σ routes to the other (LoRA and EMBEDDING).")
     data_parallel: DataParallel = option(DataParallel.DDP, "Under torchrun: DDP (each GPU holds the whole model) or FSDP (FINE_TUNE only: weights, gradients and optimizer state sharded across the GPUs, for full fine-tunes that do not fit one GPU).")
     sequence_parallel: int = option(1, "Under torchrun: split each clip's tokens over this many GPUs (Ulysses sequence parallelism: each GPU runs the blocks on 1/N of the tokens, and self-attention on 1/N of the heads over all of them), for clips whose activations do not fit one GPU. The GPUs form groups of N (consecutive ranks: keep a group on one node); batch_size counts per group; works with DDP and FSDP. The transformer's attention heads must divide by N (1.3B: 12, 14B: 40, 5B: 24). 1 = off.")
@@ -414,13 +414,13 @@ class TrainConfig(BaseConfig):
 
     @classmethod
     def upgrade(cls, data: dict, path: str = "") -> dict:
-        """The old checkpointing keys, in any record (a GUI row, a test's dict), read as the `checkpointing` group."""
-        return upgrade_compile_flag(upgrade_old_keys(data, path))
+        """Old keys, in any record (a GUI row, a test's dict): the checkpointing keys read as the `checkpointing` group,
+        fp8_base_weights as base_weight_format."""
+        return upgrade_fp8_flag(upgrade_compile_flag(upgrade_old_keys(data, path)), path)
 
     def fp8_base(self) -> bool:
-        """Whether the frozen block weights are stored in float8 (base_weight_format FP8 / FP8_SCALED, or the older
-        fp8_base_weights)."""
-        return self.fp8_base_weights or self.base_weight_format in (BaseWeightFormat.FP8, BaseWeightFormat.FP8_SCALED)
+        """Whether the frozen block weights are stored in float8 (base_weight_format FP8 / FP8_SCALED)."""
+        return self.base_weight_format in (BaseWeightFormat.FP8, BaseWeightFormat.FP8_SCALED)
 
     def fp8_scale_mode(self) -> Fp8Scale:
         """The fp8 scale in use: FP8_SCALED means TENSOR (ComfyUI's fp8_scaled); otherwise fp8_scale."""
@@ -434,9 +434,6 @@ class TrainConfig(BaseConfig):
         if fmt != BaseWeightFormat.BF16 and self.training_method == TrainingMethod.FINE_TUNE:
             fail("base_weight_format", f"{fmt.name} stores frozen base weights: it works with LORA and EMBEDDING "
                                        "training, not FINE_TUNE (set it BF16)")
-        if self.fp8_base_weights and fmt not in (BaseWeightFormat.BF16, BaseWeightFormat.FP8):
-            fail("fp8_base_weights", f"is the older spelling of base_weight_format FP8, which is {fmt.name}: set "
-                                     "fp8_base_weights false")
         if fmt == BaseWeightFormat.FP8_SCALED and self.fp8_scale not in (Fp8Scale.NONE, Fp8Scale.TENSOR):
             fail("fp8_scale", f"is {self.fp8_scale.name}, but base_weight_format FP8_SCALED scales per weight "
                               "(TENSOR): use base_weight_format FP8 with fp8_scale CHANNEL, or fp8_scale NONE")
@@ -514,15 +511,15 @@ class TrainConfig(BaseConfig):
                 re.compile(self.lora_layer_filter)
             except re.error as e:
                 fail("lora_layer_filter", f"is not a valid regex: {e}")
-        if self.training_method == TrainingMethod.FINE_TUNE and (self.blocks_to_swap or self.fp8_base()):
-            fail("blocks_to_swap", "and fp8_base_weights work with LORA training only (they assume frozen base weights)")
+        if self.training_method == TrainingMethod.FINE_TUNE and self.blocks_to_swap:
+            fail("blocks_to_swap", "works with LORA training only (it assumes frozen base weights)")
         if self.blocks_to_swap and not self.checkpointing.checkpoints():
             fail("blocks_to_swap", f"needs checkpointed blocks: with checkpointing.policy "
                                    f"{self.checkpointing.policy.name} autograd keeps each block's weights for the "
                                    "backward pass, so they cannot go back to the CPU: set the policy to FULL or AUTO")
         self._check_base_weight_format(fail)
         if self.fp8_scale != Fp8Scale.NONE and not self.fp8_base():
-            fail("fp8_scale", f"is {self.fp8_scale.name}, which scales fp8_base_weights: set fp8_base_weights true (or fp8_scale NONE)")
+            fail("fp8_scale", f"is {self.fp8_scale.name}, which scales a float8 base: set base_weight_format FP8 (or fp8_scale NONE)")
         if self.offload_inactive_expert and self.training_method == TrainingMethod.FINE_TUNE:
             fail("offload_inactive_expert", "moves frozen weights: it works with LORA and EMBEDDING training, not FINE_TUNE")
         if self.offload_inactive_expert and self.train_expert != WanExpert.BOTH:
@@ -543,7 +540,7 @@ class TrainConfig(BaseConfig):
         if self.lora_decompose and self.peft_type != PeftType.LORA:
             fail("lora_decompose", f"(DoRA) works with peft_type LORA only, got {self.peft_type.name}")
         if self.lora_decompose and self.fp8_base():
-            fail("lora_decompose", "(DoRA) needs the base weights' norms in full precision: set fp8_base_weights to false")
+            fail("lora_decompose", "(DoRA) needs the base weights' norms in full precision: set base_weight_format BF16")
         if self.lora_dropout and self.peft_type != PeftType.LORA:
             fail("lora_dropout", f"applies to peft_type LORA only: set it to 0 for {self.peft_type.name}")
         if self.lokr_factor == 0 or self.lokr_factor < -1:

@@ -49,12 +49,13 @@ def check_memory_features(model: WanModel, fp8: bool, swapped: bool, sharded: bo
              "sample without it (remove the entry)")):
         if not loras:
             continue
-        features = ((fp8, "fp8_base_weights (base_weight_format FP8)"), (swapped, "blocks_to_swap"),
-                    (sharded, "data_parallel FSDP"))
-        for on, key in features:
+        features = ((fp8, "base_weight_format FP8", "set base_weight_format BF16"),
+                    (swapped, "blocks_to_swap", "turn blocks_to_swap off"),
+                    (sharded, "data_parallel FSDP", "turn data_parallel FSDP off"))
+        for on, key, off in features:
             if on:
-                raise UserError(f"base_loras: {which}, which {key} does not allow: turn {key} off (memory_preset "
-                                f"MANUAL), or {instead}")
+                raise UserError(f"base_loras: {which}, which {key} does not allow: {off} (memory_preset MANUAL), "
+                                f"or {instead}")
 
 
 def _taken_out(model: WanModel) -> list[tuple]:

@@ -93,8 +93,8 @@ class HostEstimate:
 _CHANGE = {
     "offloaded_activations": "lower resolution or frames, or a GPU that holds the block inputs "
                              "(activation_offload false)",
-    "swapped_blocks": "fewer blocks_to_swap (a larger GPU), or fp8_base_weights true (half the bytes)",
-    "expert_offload": "train_expert HIGH or LOW (one expert), or fp8_base_weights true",
+    "swapped_blocks": "fewer blocks_to_swap (a larger GPU), or base_weight_format FP8 (half the bytes)",
+    "expert_offload": "train_expert HIGH or LOW (one expert), or base_weight_format FP8",
     "text_encoder": "text_encoder_fp8 true, or text_encoder_dtype BFLOAT16 (with latent_caching it leaves after "
                     "caching)",
     "image_encoder": "image_encoder_dtype BFLOAT16 (with latent_caching it leaves after caching unless "

@@ -444,7 +444,7 @@ def suggestions(train: TrainConfig, current: Estimate) -> list[str]:
     if train.ema == EmaMode.GPU:
         out.append(f"ema: CPU (saves {training['ema']:.1f} GiB; no speed cost)")
     if lora and not train.fp8_base() and not train.int8_base():
-        out.append("fp8_base_weights: true (halves the block weights of bf16; small speed cost) or base_weight_format: "
+        out.append("base_weight_format: FP8 (halves the block weights of bf16; small speed cost) or "
                    "INT8_CONVROT (the same bytes; int8 matmuls, measured faster on RTX 30xx, slower on Hopper)")
     if train.checkpointing.checkpoints() and not train.activation_offload:
         out.append(f"activation_offload: true (saves {training.get('activations.block_inputs', 0):.1f} GiB; "

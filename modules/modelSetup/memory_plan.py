@@ -15,9 +15,9 @@ cost:
                           each attention of a block recomputed on its own in the backward: about one more forward of
                           each attention (the feed-forward runs its backward in token slices anyway, at no cost,
                           under gradient checkpointing: lean_ffn.py)
-  fp8_base_weights        frozen block weights in float8: upcast per layer (small cost, small rounding); on a
+  base_weight_format FP8  frozen block weights in float8: upcast per layer (small cost, small rounding); on a
                           card where int8 ConvRot was measured faster (INT8_FASTER, by compute capability)
-                          base_weight_format INT8_CONVROT instead (the same bytes, int8 matmuls)
+                          INT8_CONVROT instead (the same bytes, int8 matmuls)
   offload_inactive_expert two experts trained: the idle one in host memory, a transfer at each switch
   blocks_to_swap N        the fewest blocks whose frozen weights stream from host memory (slower the more)
 A key the user set away from its default is theirs: no saver touches it. Savers that do not apply to the run
@@ -141,10 +141,9 @@ def _base_saver(config: TrainConfig, capability: tuple[int, int] | None) -> dict
     which cannot merge into int8, or compile, not yet run with int8 on a GPU)."""
     if not _frozen_base(config) or not _free(config, "base_weight_format"):
         return {}
-    if int8_measured_faster(capability) and _free(config, "fp8_base_weights") and not config.base_loras \
-            and config.compile != CompileMode.ON:
+    if int8_measured_faster(capability) and not config.base_loras and config.compile != CompileMode.ON:
         return {"base_weight_format": BaseWeightFormat.INT8_CONVROT}
-    return {"fp8_base_weights": True}
+    return {"base_weight_format": BaseWeightFormat.FP8}
 
 
 def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int] | None = None
@@ -159,7 +158,7 @@ def _savers(config: TrainConfig, both_experts: bool, capability: tuple[int, int]
               # the feed-forward is sliced by the lean block under checkpointing (ffn_chunks would add nothing); a
               # policy the user set is kept (the checkpointing key is then not free)
               ("training", {"checkpointing": SPLIT}),
-              # a base_weight_format set away from BF16 (FP8_SCALED, INT8_CONVROT) is kept as set
+              # a base_weight_format set away from BF16 (FP8, FP8_SCALED, INT8_CONVROT) is kept as set
               ("training", _base_saver(config, capability)),
               ("training", {"offload_inactive_expert": True} if frozen and both_experts else {})]
     return [(phase, changes) for phase, changes in savers if changes and _free(config, *changes)]

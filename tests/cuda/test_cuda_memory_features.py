@@ -98,7 +98,7 @@ def test_checkpointing_policies_train_bit_for_bit_as_full_checkpointing(cuda_run
 @pytest.mark.parametrize("scale", ["NONE", "TENSOR", "CHANNEL"])
 def test_fp8_storage_stays_within_fp8_tolerance_and_trains_the_lora_in_float32(cuda_run, tmp_path, plain_step,
                                                                                scale):
-    settings = cuda_run(tmp_path, fp8_base_weights=True, fp8_scale=scale, **GC)
+    settings = cuda_run(tmp_path, base_weight_format="FP8", fp8_scale=scale, **GC)
     loss, grads = settings.first_step()
     assert_close_step((loss, grads), plain_step, FP8_LOSS, FP8_GRAD)
     result = settings.train()

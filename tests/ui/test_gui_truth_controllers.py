@@ -127,7 +127,7 @@ def test_the_memory_switches_show_what_auto_chose_marked_as_auto(app, tmp_path):
     assert "AUTO:" in vram.wait()
     chosen = app.config.auto_choices
     assert chosen and set(chosen) <= {"vae_tiling", "text_encoder_caching_device", "activation_offload", "ffn_chunks",
-                                      "checkpointing.policy", "checkpointing.kept_blocks", "fp8_base_weights",
+                                      "checkpointing.policy", "checkpointing.kept_blocks", "base_weight_format",
                                       "blocks_to_swap"}
     for key, value in chosen.items():
         assert app.config.value(key) == app.config.defaults[key] != value  # not written into the config

@@ -49,10 +49,6 @@ def _all(*tests: Shown) -> Shown:
     return lambda value: all(test(value) for test in tests)
 
 
-def _any(*tests: Shown) -> Shown:
-    return lambda value: any(test(value) for test in tests)
-
-
 _DECAYING = {"LINEAR", "COSINE", "COSINE_WITH_RESTARTS", "REX"}
 _FROZEN_BASE = _when("training_method", {"LORA", "EMBEDDING"})  # frozen base weights: not FINE_TUNE
 _LORA = _when("training_method", {"LORA"})
@@ -71,10 +67,9 @@ SHOWN_WHEN: dict[str, Shown] = {
     "normalize_masked_area_loss": _when("masked_training", {"True"}),
     "frame_windows": _when("frame_sample_strategy", {"UNIFORM", "KEYFRAME"}),
     "max_frames": _when("frame_sample_strategy", {"FULL"}),
-    # One control for the frozen base's format: base_weight_format (fp8_base_weights true is its older spelling, shown
-    # only while a config still sets it); the fp8 scale where a plain FP8 base has one to choose.
-    "fp8_base_weights": _when("fp8_base_weights", {"True"}),
-    "fp8_scale": _all(_FROZEN_BASE, _any(_when("fp8_base_weights", {"True"}), _when("base_weight_format", {"FP8"}))),
+    # One control for the frozen base's format: base_weight_format; the fp8 scale where a plain FP8 base has one to
+    # choose (FP8_SCALED is its TENSOR scale by name).
+    "fp8_scale": _all(_FROZEN_BASE, _when("base_weight_format", {"FP8"})),
     "base_weight_format": _FROZEN_BASE,
     "blocks_to_swap": _FROZEN_BASE,
     "offload_inactive_expert": _all(_FROZEN_BASE, _when("train_expert", {"BOTH"})),
@@ -145,8 +140,7 @@ TABS: tuple[Tab, ...] = (
                                                        "validation_sigma_count")),
          ("Speed", ("attention_backend", "compile", "checkpointing.policy", "checkpointing.kept_blocks")),
          ("Memory", ("memory_preset", "gpu_memory_gib", "blocks_to_swap", "activation_offload", "ffn_chunks",
-                     "base_weight_format", "fp8_base_weights",
-                     "fp8_scale", "offload_inactive_expert", "vae_tiling")),
+                     "base_weight_format", "fp8_scale", "offload_inactive_expert", "vae_tiling")),
          ("Multi-GPU (torchrun)", ("data_parallel", "sequence_parallel")),
          ("Wan 2.2 experts", ("train_expert", "learning_rate_high_noise", "learning_rate_low_noise",
                               "expert_step_share")),

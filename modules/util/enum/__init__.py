@@ -57,14 +57,14 @@ class PromptSource(Enum):
 class BaseWeightFormat(Enum):
     """How the frozen transformer's block Linears are stored and computed (docs/base_weights.md)."""
 
-    BF16 = "BF16"  # as loaded, in transformer_dtype (fp8_base_weights true is the older spelling of FP8)
+    BF16 = "BF16"  # as loaded, in transformer_dtype
     FP8 = "FP8"  # float8 e4m3, upcast per layer (fp8_scale NONE or CHANNEL): modules/modelSetup/fp8_storage.py
     FP8_SCALED = "FP8_SCALED"  # float8 with one scale per weight: ComfyUI's fp8_scaled (fp8_scale TENSOR)
     INT8_CONVROT = "INT8_CONVROT"  # ComfyUI's int8 ConvRot, int8 GEMM (modules/modelSetup/int8_convrot.py)
 
 
 class Fp8Scale(Enum):
-    """How fp8_base_weights maps each frozen weight into float8 e4m3 (modules/modelSetup/fp8_storage.py)."""
+    """How base_weight_format FP8 maps each frozen weight into float8 e4m3 (modules/modelSetup/fp8_storage.py)."""
 
     NONE = "NONE"  # a plain cast, no scale
     TENSOR = "TENSOR"  # one float32 scale per weight (amax / 448): ComfyUI's fp8_scaled format
