@@ -337,7 +337,10 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
 
         math_sdpa = sdpa_kernel(SDPBackend.MATH)
     # compiled blocks run eagerly here: the counter sees aten ops, not inductor's kernels
-    eager = torch.compiler.set_stance("force_eager") if setup.config.compile else contextlib.nullcontext()
+    from modules.util.enum import CompileMode
+
+    compiled = setup.config.compile != CompileMode.OFF  # AUTO compiles on CUDA
+    eager = torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
     counter = FlopCounterMode(display=False)
     # the total needs no split by module: torch's ModuleTracker hooks every module's inputs for their gradients, which
     # the lean block's sliced recompute refuses (a view made under no_grad; autograd.grad over a slice's leaf)
