@@ -336,11 +336,8 @@ def counted_step_flops(setup, params, optimizer, inputs, step: int, max_grad_nor
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         math_sdpa = sdpa_kernel(SDPBackend.MATH)
-    # compiled blocks run eagerly here: the counter sees aten ops, not inductor's kernels
-    from modules.util.enum import CompileMode
-
-    compiled = setup.config.compile != CompileMode.OFF  # AUTO compiles on CUDA
-    eager = torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
+    # compiled blocks (compile ON, or AUTO on CUDA) run eagerly here: the counter sees aten ops, not inductor's kernels
+    eager = torch.compiler.set_stance("force_eager")  # nothing to change where nothing is compiled
     counter = FlopCounterMode(display=False)
     # the total needs no split by module: torch's ModuleTracker hooks every module's inputs for their gradients, which
     # the lean block's sliced recompute refuses (a view made under no_grad; autograd.grad over a slice's leaf)

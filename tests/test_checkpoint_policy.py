@@ -15,12 +15,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from modules.config.checkpointing_config import CheckpointingConfig
 from modules.config.loading import migrate
 from modules.config.train_config import TrainConfig
-from modules.model.step_inputs import StepRandom
 from modules.modelSetup import compile as compile_module
 from modules.modelSetup.kept_attention import is_self_attention_kernel
 from modules.trainer.GenericTrainer import GenericTrainer
 from modules.util.base_config import ConfigError
 from tests.conftest import train_config_dict
+from tests.trained_steps import losses_and_gradients
 
 DTYPES = {"FLOAT32": {"train_dtype": "FLOAT32", "transformer_dtype": "FLOAT32"},
           "BFLOAT16": {"train_dtype": "BFLOAT16", "transformer_dtype": "BFLOAT16"}}
@@ -48,21 +48,8 @@ class AttentionKernels(TorchDispatchMode):
 
 def _steps(trainer, steps: int):
     # the kernels are counted eagerly only: dynamo does not trace under a Python dispatch mode (it runs eager there)
-    losses, grads = [], {}
     kernels = AttentionKernels() if trainer.setup.compile_log is None else contextlib.nullcontext()
-    batch = list(range(min(2, len(trainer.data.items))))
-    for index in range(steps):
-        random = StepRandom.for_micro_step(0, index, len(batch))
-        inputs = trainer.data.assemble(trainer.data.load_batch(batch, 0), random)
-        with kernels:
-            output = trainer.setup.predict(inputs, random)
-            output.loss.backward()
-        losses.append(output.loss.detach())
-        for expert, transformer in trainer.setup.trained_transformers():
-            grads.update({f"{expert}.{index}.{n}": p.grad.clone() for n, p in transformer.named_parameters()
-                          if p.grad is not None})
-            transformer.zero_grad(set_to_none=True)
-    return losses, grads, kernels
+    return (*losses_and_gradients(trainer, steps, kernels), kernels)
 
 
 def policy_runs(config: dict, policies: dict[str, dict], steps: int = 1, rebuild: bool = False) -> dict:

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from modules.config.train_config import TrainConfig
-from modules.model.step_inputs import StepRandom
 from modules.modelSetup import BaseWanSetup as base_setup
 from modules.modelSetup.lean_block import BlockSaves, is_lean, lean_blocks
 from modules.trainer.GenericTrainer import GenericTrainer
 from tests.conftest import train_config_dict
+from tests.trained_steps import losses_and_gradients
 
 
 def step(config: dict, lean: bool, monkeypatch, steps: int = 1):
@@ -27,19 +27,7 @@ def step(config: dict, lean: bool, monkeypatch, steps: int = 1):
         trainer.start()
     blocks = [block for t in trainer.model.transformers() for block in t.blocks]
     assert all(is_lean(block) == lean for block in blocks)
-    losses, grads = [], {}
-    batch = list(range(min(2, len(trainer.data.items))))
-    for index in range(steps):
-        random = StepRandom.for_micro_step(0, index, len(batch))
-        inputs = trainer.data.assemble(trainer.data.load_batch(batch, 0), random)
-        output = trainer.setup.predict(inputs, random)
-        output.loss.backward()
-        losses.append(output.loss.detach())
-        for expert, transformer in trainer.setup.trained_transformers():
-            grads.update({f"{expert}.{index}.{n}": p.grad.clone() for n, p in transformer.named_parameters()
-                          if p.grad is not None})
-            transformer.zero_grad(set_to_none=True)
-    return losses, grads
+    return losses_and_gradients(trainer, steps)
 
 
 def assert_bit_for_bit(config: dict, monkeypatch, steps: int = 1, close: str | None = None, rtol: float = 0.0) -> None:
